@@ -1,0 +1,32 @@
+//! Adapters: deterministic state machines that turn a stream's messages into wire frames.
+//!
+//! An adapter is fed a stream's messages one at a time ([`Adapter::push`]) and then how the stream ended
+//! ([`Adapter::finish`]); each step appends zero or more frames, each a complete unit for its transport (one
+//! SSE event), as [`Bytes`]. The frames for message N depend only on messages 1..N and on options fixed when
+//! the adapter was made (ids, clock, model name), never on when or by whom they are read. That is what lets a
+//! stream render each message once per format and hand the same bytes to every subscriber of that format,
+//! and lets tests pin the output with golden files.
+//!
+//! - [`CuiAdapter`] (`cui.rs`): the typed messages themselves, one SSE event each, with `id:` lines.
+//! - [`OpenAiAdapter`] (`openai/`): `chat.completion.chunk` deltas, and [`OpenAiCompletion`], the same
+//!   messages aggregated into one non-streaming `chat.completion`.
+
+mod cui;
+mod openai;
+mod sse;
+
+use bytes::Bytes;
+
+use crate::output::{Outcome, OutputMessage};
+
+pub use cui::CuiAdapter;
+pub use openai::{ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
+
+/// A renderer from messages to frames; see the module doc.
+pub trait Adapter {
+    /// Renders one message of the stream, appending its frames to `frames`.
+    fn push(&mut self, message: &OutputMessage, frames: &mut Vec<Bytes>);
+
+    /// Renders the end of the stream, appending the last frames to `frames`.
+    fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Bytes>);
+}

@@ -1,0 +1,82 @@
+//! The OpenAI adapters: a stream's messages as `chat.completion.chunk` deltas ([`OpenAiAdapter`]) or as one
+//! `chat.completion` ([`OpenAiCompletion`]), exactly as `wire-compat.md` §1–2 describes.
+//!
+//! - `projection.rs`: what each message type becomes (text → `content`, thinking and loading → reasoning,
+//!   tool calls, media → Markdown, action and event → nothing).
+//! - `progress.rs`: the state machine both share: it reduces deltas and tracks what was sent.
+//! - `stream.rs` and `completion.rs`: the two adapters; `wire.rs`: the JSON shapes.
+//!
+//! # Degradations
+//!
+//! A chunk stream only ever adds. What agentmux cannot express in it, and what it does instead:
+//! - a `replace`, `merge` or `set` (or a resend, or a `type_change`) that leaves text no longer starting with
+//!   what was sent: nothing more is sent for that message until its text extends what was sent again; the
+//!   non-streaming response uses the final text;
+//! - a loading message that turns `done` or is replaced: its text went out once and is not repeated;
+//! - a tool call whose `id` or `name` changes after its first delta: the first ones stand;
+//! - two messages streaming at once into the same field interleave in the chunk stream; the non-streaming
+//!   response puts each message's text whole, in order of first appearance;
+//! - reasoning from different messages is separated by a line break when the earlier one did not end a line;
+//! - an `error` message ends the stream (`{"error": ...}` then `[DONE]`); later messages are not sent;
+//! - action, event, and custom types without a `url` are not sent; an error's `details` is not sent.
+
+mod completion;
+mod progress;
+mod projection;
+mod stream;
+mod wire;
+
+pub use completion::OpenAiCompletion;
+pub use stream::OpenAiAdapter;
+pub use wire::ApiError;
+
+/// What the OpenAI adapters need to know beyond the messages: fixed per stream, so output is deterministic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenAiOptions {
+    /// The completion id, the same on every chunk (`chatcmpl-...`).
+    pub id: String,
+    /// Creation time in seconds since the Unix epoch, the same on every chunk.
+    pub created: u64,
+    /// The model name to report.
+    pub model: String,
+    /// Send the usage chunk (`stream_options.include_usage`) when usage is known.
+    pub include_usage: bool,
+    /// Which field carries reasoning.
+    pub reasoning: ReasoningField,
+}
+
+impl OpenAiOptions {
+    /// Options with the usage chunk off and reasoning in `reasoning_content`.
+    pub fn new(id: impl Into<String>, created: u64, model: impl Into<String>) -> Self {
+        OpenAiOptions {
+            id: id.into(),
+            created,
+            model: model.into(),
+            include_usage: false,
+            reasoning: ReasoningField::default(),
+        }
+    }
+}
+
+/// The delta field reasoning goes in. Clients differ: DeepSeek-style clients read `reasoning_content`,
+/// vLLM-, Ollama- and OpenRouter-style ones read `reasoning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReasoningField {
+    /// `reasoning_content`.
+    #[default]
+    ReasoningContent,
+    /// `reasoning`.
+    Reasoning,
+    /// Both, with the same text.
+    Both,
+}
+
+impl ReasoningField {
+    fn split(self, text: &str) -> (Option<&str>, Option<&str>) {
+        match self {
+            ReasoningField::ReasoningContent => (Some(text), None),
+            ReasoningField::Reasoning => (None, Some(text)),
+            ReasoningField::Both => (Some(text), Some(text)),
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! What an OpenAI client has been sent so far, and what is new: the state machine under both OpenAI adapters.
+//!
+//! [`Progress`] runs the delta reducer over the stream and keeps, per message, what of its projection (see
+//! `projection.rs`) has gone out. After each message it compares the message's new projection with what was
+//! sent and yields [`Piece`]s: the text that extends what was sent, a tool call's header once its name is
+//! known, its argument fragments, an error. The streaming adapter turns pieces into chunks; the non-streaming
+//! aggregate only needs the bookkeeping (tool-call indexes, whether the last step called tools, the error).
+//!
+//! A chunk stream cannot take text back. When a `replace`, `merge`, `set`, a whole-message resend or a
+//! `type_change` leaves a message's text no longer starting with what was sent, nothing is sent for it (the
+//! client keeps the stale text), and sending resumes only if its text again extends what was sent. A message
+//! that changes channel (a loading message that becomes text) starts afresh in the new channel. An append at a
+//! message's main field takes a fast path: the fragment is the new text, no comparison needed, so a long
+//! answer streamed in small deltas costs O(fragment) per delta, not O(text).
+
+use crate::output::{DeltaAction, FinishReason, Outcome, OutputMessage, Reducer, main_field};
+
+use super::projection::{Projection, project};
+
+/// Something to send.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Piece<'a> {
+    /// More assistant content.
+    Content(&'a str),
+    /// More reasoning; `new_line` asks for a line break before it (a different message's reasoning follows
+    /// text that did not end a line).
+    Reasoning { text: &'a str, new_line: bool },
+    /// The first delta of a tool call.
+    ToolHeader { index: u32, id: &'a str, name: &'a str },
+    /// More of a tool call's arguments.
+    ToolArguments { index: u32, arguments: &'a str },
+    /// An error; nothing follows it.
+    Error { message: &'a str, code: Option<&'a str> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Channel {
+    #[default]
+    None,
+    Content,
+    Reasoning,
+    Tool,
+}
+
+/// What was sent of one message.
+#[derive(Debug, Clone, Default)]
+struct Sent {
+    channel: Channel,
+    /// `None`: what was sent is exactly the projection's text. `Some(text)`: what was sent, which the
+    /// projection no longer extends (or, for a tool call whose header is not out yet, the empty string).
+    stale: Option<String>,
+    /// A tool call's index, once its header is out.
+    tool_index: Option<u32>,
+}
+
+/// A tool call as sent, for the non-streaming aggregate.
+pub(crate) struct SentToolCall<'a> {
+    pub(crate) index: u32,
+    pub(crate) id: String,
+    pub(crate) name: &'a str,
+    pub(crate) arguments: &'a str,
+}
+
+/// The state machine; see the module doc.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    reducer: Reducer,
+    sent: Vec<Sent>,
+    next_tool_index: u32,
+    /// The slot whose reasoning went out last, and whether what went out ended a line.
+    reasoning_tail: Option<(usize, bool)>,
+    last_step_tools: bool,
+    /// The error that ended the stream: its message and code.
+    error: Option<(String, Option<String>)>,
+}
+
+impl Progress {
+    /// Applies one message and yields what to send for it. A message the reducer refuses yields nothing:
+    /// a stream refuses such messages before they are appended, so only hand-fed adapters meet them.
+    pub(crate) fn push(&mut self, message: &OutputMessage, emit: &mut dyn FnMut(Piece<'_>)) {
+        if self.error.is_some() {
+            return;
+        }
+        let previous = self.reducer.slot_of(message);
+        let fast = previous.and_then(|slot| self.fast_fragment(slot, message));
+        let before = match (previous, fast) {
+            (Some(slot), None) => projection_text(&self.reducer.messages()[slot]),
+            _ => None,
+        };
+        let Ok(slot) = self.reducer.apply(message) else {
+            return;
+        };
+        if slot == self.sent.len() {
+            self.sent.push(Sent::default());
+        }
+        let state = &self.reducer.messages()[slot];
+        let sent = &mut self.sent[slot];
+        let (channel, text) = match project(state) {
+            Projection::Silent => return,
+            Projection::Error { message, code } => {
+                self.error = Some((message.to_owned(), code.map(str::to_owned)));
+                emit(Piece::Error { message, code });
+                return;
+            }
+            Projection::Content(text) => (Channel::Content, text),
+            Projection::Reasoning(text) => (Channel::Reasoning, text.into()),
+            Projection::ToolCall { id, name, arguments } => {
+                if sent.channel != Channel::Tool || sent.tool_index.is_none() {
+                    *sent = Sent { channel: Channel::Tool, stale: Some(String::new()), tool_index: None };
+                    if name.is_empty() {
+                        return;
+                    }
+                    let index = self.next_tool_index;
+                    self.next_tool_index += 1;
+                    sent.tool_index = Some(index);
+                    let id = tool_call_id(id, index);
+                    emit(Piece::ToolHeader { index, id: &id, name });
+                    self.last_step_tools = true;
+                }
+                (Channel::Tool, arguments.into())
+            }
+        };
+        let new = match fast {
+            Some(fragment) => fragment,
+            None => {
+                let sent_text = if sent.channel != channel {
+                    ""
+                } else if let Some(stale) = &sent.stale {
+                    stale.as_str()
+                } else {
+                    before.as_deref().unwrap_or("")
+                };
+                match text.strip_prefix(sent_text) {
+                    Some(rest) => {
+                        sent.stale = None;
+                        rest
+                    }
+                    None => {
+                        sent.stale = Some(sent_text.to_owned());
+                        ""
+                    }
+                }
+            }
+        };
+        sent.channel = channel;
+        if new.is_empty() {
+            return;
+        }
+        match channel {
+            Channel::Content => {
+                self.last_step_tools = false;
+                emit(Piece::Content(new));
+            }
+            Channel::Reasoning => {
+                let new_line = matches!(self.reasoning_tail, Some((last, ends_line)) if last != slot && !ends_line)
+                    && !new.starts_with('\n');
+                self.reasoning_tail = Some((slot, new.ends_with('\n')));
+                emit(Piece::Reasoning { text: new, new_line });
+            }
+            Channel::Tool => {
+                if let Some(index) = sent.tool_index {
+                    self.last_step_tools = true;
+                    emit(Piece::ToolArguments { index, arguments: new });
+                }
+            }
+            Channel::None => {}
+        }
+    }
+
+    /// The fragment a delta appends to its message's text, when it is a plain append at the main field of a
+    /// message whose text was sent in full: then the fragment is exactly what is new.
+    fn fast_fragment<'m>(&self, slot: usize, message: &'m OutputMessage) -> Option<&'m str> {
+        let state = &self.reducer.messages()[slot];
+        let sent = &self.sent[slot];
+        let main = main_field(&state.kind)?;
+        let same_place = message.kind == state.kind
+            && message.action_or_default() == DeltaAction::Append
+            && message.delta_path.as_deref().is_none_or(|p| p == main);
+        let in_sync = sent.stale.is_none() && sent.channel != Channel::None;
+        let appendable = state.props.get(main).is_none_or(|v| v.is_string() || v.is_null());
+        if !(message.delta && same_place && in_sync && appendable) {
+            return None;
+        }
+        message.prop_str(main)
+    }
+
+    /// The reducer's view: every message's current state.
+    pub(crate) fn reducer(&self) -> &Reducer {
+        &self.reducer
+    }
+
+    /// The error message that ended the stream (its message and code): nothing is sent after it.
+    pub(crate) fn error(&self) -> Option<(&str, Option<&str>)> {
+        self.error.as_ref().map(|(message, code)| (message.as_str(), code.as_deref()))
+    }
+
+    /// The finish reason of a completed stream: the outcome's, except that `stop` becomes `tool_calls` when
+    /// the last content or tool call sent was a tool call.
+    pub(crate) fn finish_reason(&self, outcome: &Outcome) -> FinishReason {
+        match outcome.finish_reason.unwrap_or_default() {
+            FinishReason::Stop if self.last_step_tools => FinishReason::ToolCalls,
+            reason => reason,
+        }
+    }
+
+    /// The tool calls whose header went out, by index, in their current state.
+    pub(crate) fn tool_calls(&self) -> Vec<SentToolCall<'_>> {
+        let mut calls: Vec<SentToolCall<'_>> = self
+            .sent
+            .iter()
+            .zip(self.reducer.messages())
+            .filter_map(|(sent, state)| {
+                let index = sent.tool_index?;
+                match project(state) {
+                    Projection::ToolCall { id, name, arguments } => {
+                        Some(SentToolCall { index, id: tool_call_id(id, index), name, arguments })
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        calls.sort_by_key(|c| c.index);
+        calls
+    }
+}
+
+/// The text of a projection that the extension rule compares.
+fn projection_text(state: &OutputMessage) -> Option<String> {
+    match project(state) {
+        Projection::Content(text) => Some(text.into_owned()),
+        Projection::Reasoning(text) | Projection::ToolCall { arguments: text, .. } => Some(text.to_owned()),
+        Projection::Silent | Projection::Error { .. } => None,
+    }
+}
+
+/// A tool call's id, or `call_<index>` when the producer gave none.
+fn tool_call_id(id: &str, index: u32) -> String {
+    if id.is_empty() { format!("call_{index}") } else { id.to_owned() }
+}

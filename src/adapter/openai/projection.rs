@@ -1,0 +1,144 @@
+//! What one message, in its current state, looks like to an OpenAI client.
+//!
+//! A pure function of the message's state: text is `content`; thinking and loading are reasoning; a tool
+//! call is a tool call; an error ends the stream; media and custom types with a `url` become Markdown in
+//! `content`; action, event and custom types without a `url` are silent. The streaming adapter sends what is
+//! new in a projection since it last looked, and the non-streaming aggregate joins the final projections, so
+//! the two agree by construction.
+//!
+//! Markdown is escaped so that any alt text, name or URL yields a working link: `\`, `[` and `]` in link text
+//! are backslash-escaped and line breaks become spaces; spaces, parentheses, angle brackets and line breaks in
+//! URLs are percent-encoded.
+
+use std::borrow::Cow;
+
+use crate::output::OutputMessage;
+
+/// A message as an OpenAI client sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Projection<'a> {
+    /// Nothing (action, event, a custom type without a URL).
+    Silent,
+    /// Assistant `content`.
+    Content(Cow<'a, str>),
+    /// Reasoning (`reasoning_content` and/or `reasoning`).
+    Reasoning(&'a str),
+    /// A tool call; `id` and `name` may still be empty while it streams.
+    ToolCall { id: &'a str, name: &'a str, arguments: &'a str },
+    /// An error, which ends an OpenAI stream.
+    Error { message: &'a str, code: Option<&'a str> },
+}
+
+/// Projects a message's current state.
+pub(crate) fn project(message: &OutputMessage) -> Projection<'_> {
+    let prop = |key| message.prop_str(key).unwrap_or("");
+    let media = |render: fn(&OutputMessage, &str) -> String| {
+        let url = prop("url");
+        Projection::Content(if url.is_empty() { Cow::Borrowed("") } else { Cow::Owned(render(message, url)) })
+    };
+    match message.kind.as_str() {
+        "text" => Projection::Content(Cow::Borrowed(prop("content"))),
+        "thinking" => Projection::Reasoning(prop("content")),
+        "loading" => Projection::Reasoning(prop("message")),
+        "tool_call" => Projection::ToolCall { id: prop("id"), name: prop("name"), arguments: prop("arguments") },
+        "error" => Projection::Error { message: prop("message"), code: message.prop_str("code") },
+        "image" => media(|m, url| format!("![{}]({})", link_text(m.prop_str("alt").unwrap_or("")), link_url(url))),
+        "audio" => media(|_, url| format!("🔊 [Play audio]({})", link_url(url))),
+        "video" => media(|_, url| format!("🎬 [Watch video]({})", link_url(url))),
+        "file" => media(|m, url| format!("📎 [{}]({})", link_text(&file_name(m, url)), link_url(url))),
+        "action" | "event" => Projection::Silent,
+        custom => match message.prop_str("url") {
+            Some(url) if !url.is_empty() => {
+                Projection::Content(Cow::Owned(format!("📎 [View {}]({})", link_text(custom), link_url(url))))
+            }
+            _ => Projection::Silent,
+        },
+    }
+}
+
+/// A file's name: its `name` prop, else the last segment of its URL's path, else `file`.
+fn file_name(message: &OutputMessage, url: &str) -> String {
+    if let Some(name) = message.prop_str("name").filter(|n| !n.is_empty()) {
+        return name.to_owned();
+    }
+    url::Url::parse(url)
+        .ok()
+        .filter(|u| u.scheme() != "data")
+        .and_then(|u| u.path_segments().and_then(|mut s| s.next_back().map(str::to_owned)))
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "file".to_owned())
+}
+
+fn link_text(text: &str) -> Cow<'_, str> {
+    if !text.contains(['\\', '[', ']', '\n', '\r']) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 4);
+    for c in text.chars() {
+        match c {
+            '\\' | '[' | ']' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn link_url(url: &str) -> Cow<'_, str> {
+    if !url.contains([' ', '(', ')', '<', '>', '\n', '\r']) {
+        return Cow::Borrowed(url);
+    }
+    let mut out = String::with_capacity(url.len() + 8);
+    for c in url.chars() {
+        match c {
+            ' ' => out.push_str("%20"),
+            '(' => out.push_str("%28"),
+            ')' => out.push_str("%29"),
+            '<' => out.push_str("%3C"),
+            '>' => out.push_str("%3E"),
+            '\n' => out.push_str("%0A"),
+            '\r' => out.push_str("%0D"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn content(message: OutputMessage) -> String {
+        match project(&message) {
+            Projection::Content(text) => text.into_owned(),
+            other => panic!("not content: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn markdown_survives_awkward_text_and_urls() {
+        let image = OutputMessage::image("https://x.test/a (1).png").with_prop("alt", "a [b]\nc");
+        assert_eq!(content(image), r"![a \[b\] c](https://x.test/a%20%281%29.png)");
+        let file = OutputMessage::file("https://x.test/docs/report.pdf?dl=1");
+        assert_eq!(content(file), "📎 [report.pdf](https://x.test/docs/report.pdf?dl=1)");
+        let data = OutputMessage::file("data:text/plain;base64,aGk=");
+        assert_eq!(content(data), "📎 [file](data:text/plain;base64,aGk=)");
+        let chart = OutputMessage::new("chart", Default::default()).with_prop("url", "https://x.test/c");
+        assert_eq!(content(chart), "📎 [View chart](https://x.test/c)");
+    }
+
+    #[test]
+    fn silent_types() {
+        for message in [
+            OutputMessage::action("open"),
+            OutputMessage::event("stream_start"),
+            OutputMessage::new("chart", Default::default()),
+            OutputMessage::new("chart", Default::default()).with_prop("url", 3),
+        ] {
+            assert_eq!(project(&message), Projection::Silent);
+        }
+    }
+}

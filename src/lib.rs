@@ -1,0 +1,33 @@
+//! agentmux carries the output of LLM agents to every client that wants to watch it.
+//!
+//! # Layout
+//!
+//! - [`output`]: the typed output message agents emit (text, thinking, loading, tool_call, error, media,
+//!   action, event, custom types), its validation, and the delta reducer that says what each message looks
+//!   like after its deltas.
+//! - [`adapter`]: deterministic renderers from a stream's messages to wire frames: [`adapter::CuiAdapter`]
+//!   (the typed messages as SSE events) and [`adapter::OpenAiAdapter`] (`chat.completion.chunk` deltas), plus
+//!   [`adapter::OpenAiCompletion`] for non-streaming responses.
+//!
+//! ```
+//! use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiOptions};
+//! use agentmux::output::{DeltaAction, Outcome, OutputMessage};
+//!
+//! let messages = [
+//!     OutputMessage::text("Hello").with_message_id("m1"),
+//!     OutputMessage::text(", world").with_message_id("m1").as_delta(DeltaAction::Append, None),
+//! ];
+//! let mut openai = OpenAiAdapter::new(OpenAiOptions::new("chatcmpl-1", 1700000000, "demo"));
+//! let mut cui = CuiAdapter;
+//! let (mut chunks, mut events) = (Vec::new(), Vec::new());
+//! for message in &messages {
+//!     openai.push(message, &mut chunks);
+//!     cui.push(message, &mut events);
+//! }
+//! openai.finish(&Outcome::completed(), &mut chunks);
+//! assert_eq!(events.len(), 2);
+//! assert_eq!(chunks.len(), 5); // role, "Hello", ", world", finish, [DONE]
+//! ```
+
+pub mod adapter;
+pub mod output;

@@ -1,0 +1,286 @@
+//! [`OutputMessage`]: one typed message, as a producer sends it and as a CUI client receives it.
+//!
+//! The JSON shape follows the peer framework's message (see `wire-compat.md` §4), so a CUI frontend written
+//! for it reads ours unchanged. `props` is kept as a JSON object rather than a typed enum: custom types must
+//! round-trip untouched, a delta carries only the part of the props it changes, and the CUI adapter passes the
+//! message through as it is. Typed access goes through [`OutputMessage::props_as`] and the constructors.
+//! Optional fields are omitted from JSON when absent, and `delta` / `type_change` when false.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::props::{
+    ActionProps, AudioProps, BuiltinProps, ErrorProps, EventProps, FileProps, ImageProps, LoadingProps, TextProps,
+    ThinkingProps, ToolCallProps, VideoProps,
+};
+use super::validate::{self, ValidationError};
+
+/// One typed output message.
+///
+/// ```
+/// use agentmux::output::{DeltaAction, OutputMessage};
+///
+/// let first = OutputMessage::text("Hel").with_message_id("m1").as_delta(DeltaAction::Append, None);
+/// assert_eq!(
+///     serde_json::to_string(&first).unwrap(),
+///     r#"{"type":"text","props":{"content":"Hel"},"message_id":"m1","delta":true,"delta_action":"append"}"#
+/// );
+/// let parsed = OutputMessage::from_json(r#"{"type":"image","props":{"url":"ftp://x"}}"#);
+/// assert_eq!(parsed.unwrap_err().field(), Some("props.url"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct OutputMessage {
+    /// The message type: a built-in one (`text`, `tool_call`, ...) or any custom name.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The type's props. For a delta, only what the delta carries.
+    #[serde(default)]
+    pub props: Map<String, Value>,
+    /// Groups the chunks of one message; deltas with the same id update the same message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<String>,
+    /// Identifies this one chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_id: Option<String>,
+    /// Groups messages into a block (one step of the agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_id: Option<String>,
+    /// Groups messages of one sub-agent thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    /// True when this message updates an earlier one with the same `message_id`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub delta: bool,
+    /// Where in `props` the delta applies (`content`, `payload.progress`); defaults to the type's main field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_path: Option<String>,
+    /// How the delta applies; `append` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_action: Option<DeltaAction>,
+    /// True when this delta changes the message's type to its own `type`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub type_change: bool,
+    /// Stamped by the stream: sequence number and time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+}
+
+/// How a delta changes the value at its `delta_path`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DeltaAction {
+    /// Concatenate a string, or extend an array.
+    #[default]
+    Append,
+    /// Replace the value at the path.
+    Replace,
+    /// Merge an object into the object at the path (top-level keys of the delta win).
+    Merge,
+    /// Set the value at the path, creating the objects on the way.
+    Set,
+}
+
+impl DeltaAction {
+    /// The action's JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeltaAction::Append => "append",
+            DeltaAction::Replace => "replace",
+            DeltaAction::Merge => "merge",
+            DeltaAction::Set => "set",
+        }
+    }
+}
+
+/// What the stream stamps on a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Metadata {
+    /// Position in the stream, from 1, without gaps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequence: Option<u64>,
+    /// Milliseconds since the Unix epoch when the stream accepted the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timestamp: Option<u64>,
+    /// A producer's trace id, passed through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl OutputMessage {
+    /// A message of any type, built-in or custom, with the given props.
+    pub fn new(kind: impl Into<String>, props: Map<String, Value>) -> Self {
+        OutputMessage { kind: kind.into(), props, ..Default::default() }
+    }
+
+    /// A built-in message from its typed props.
+    pub fn builtin<P: BuiltinProps>(props: P) -> Self {
+        let props = match serde_json::to_value(props) {
+            Ok(Value::Object(map)) => map,
+            // Props structs serialise to objects by construction; anything else is impossible.
+            _ => Map::new(),
+        };
+        OutputMessage::new(P::TYPE, props)
+    }
+
+    /// `text` with its content (Markdown).
+    pub fn text(content: impl Into<String>) -> Self {
+        Self::builtin(TextProps { content: content.into() })
+    }
+
+    /// `thinking` with its content.
+    pub fn thinking(content: impl Into<String>) -> Self {
+        Self::builtin(ThinkingProps { content: content.into() })
+    }
+
+    /// `loading` with its message.
+    pub fn loading(message: impl Into<String>) -> Self {
+        Self::builtin(LoadingProps { message: message.into(), done: None })
+    }
+
+    /// `tool_call`; `arguments` is JSON text.
+    pub fn tool_call(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        Self::builtin(ToolCallProps { id: id.into(), name: name.into(), arguments: arguments.into() })
+    }
+
+    /// `error` with its message.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self::builtin(ErrorProps { message: message.into(), ..Default::default() })
+    }
+
+    /// `image` at a URL (http(s) or `data:`).
+    pub fn image(url: impl Into<String>) -> Self {
+        Self::builtin(ImageProps { url: url.into(), ..Default::default() })
+    }
+
+    /// `audio` at a URL.
+    pub fn audio(url: impl Into<String>) -> Self {
+        Self::builtin(AudioProps { url: url.into(), ..Default::default() })
+    }
+
+    /// `video` at a URL.
+    pub fn video(url: impl Into<String>) -> Self {
+        Self::builtin(VideoProps { url: url.into(), ..Default::default() })
+    }
+
+    /// `file` (a document) at a URL.
+    pub fn file(url: impl Into<String>) -> Self {
+        Self::builtin(FileProps { url: url.into(), ..Default::default() })
+    }
+
+    /// `action` with its name (silent in OpenAI clients).
+    pub fn action(name: impl Into<String>) -> Self {
+        Self::builtin(ActionProps { name: name.into(), payload: None })
+    }
+
+    /// `event` with its name (silent in OpenAI clients).
+    pub fn event(event: impl Into<String>) -> Self {
+        Self::builtin(EventProps { event: event.into(), message: None, data: None })
+    }
+
+    /// Sets `message_id`.
+    pub fn with_message_id(mut self, id: impl Into<String>) -> Self {
+        self.message_id = Some(id.into());
+        self
+    }
+
+    /// Sets `block_id`.
+    pub fn with_block_id(mut self, id: impl Into<String>) -> Self {
+        self.block_id = Some(id.into());
+        self
+    }
+
+    /// Sets `thread_id`.
+    pub fn with_thread_id(mut self, id: impl Into<String>) -> Self {
+        self.thread_id = Some(id.into());
+        self
+    }
+
+    /// Sets one prop.
+    pub fn with_prop(mut self, key: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.props.insert(key.into(), value.into());
+        self
+    }
+
+    /// Marks the message as a delta with the given action and path (`None`: the type's main field).
+    pub fn as_delta(mut self, action: DeltaAction, path: Option<&str>) -> Self {
+        self.delta = true;
+        self.delta_action = Some(action);
+        self.delta_path = path.map(str::to_owned);
+        self
+    }
+
+    /// The delta action, `append` when absent.
+    pub fn action_or_default(&self) -> DeltaAction {
+        self.delta_action.unwrap_or_default()
+    }
+
+    /// The props as a built-in type's typed props, when they fit it.
+    pub fn props_as<P: BuiltinProps>(&self) -> Option<P> {
+        if self.kind != P::TYPE {
+            return None;
+        }
+        serde_json::from_value(Value::Object(self.props.clone())).ok()
+    }
+
+    /// A string prop, if present and a string.
+    pub fn prop_str(&self, key: &str) -> Option<&str> {
+        self.props.get(key).and_then(Value::as_str)
+    }
+
+    /// The stamped sequence number, if any.
+    pub fn sequence(&self) -> Option<u64> {
+        self.metadata.as_ref().and_then(|m| m.sequence)
+    }
+
+    /// Parses and validates a message a producer sent.
+    ///
+    /// A wrong-typed top-level field or an unknown `delta_action` names that field; a missing or wrong
+    /// prop names it as `props.<name>`.
+    pub fn from_json(text: &str) -> Result<Self, ValidationError> {
+        if !text.trim_start().starts_with('{') {
+            return Err(ValidationError::Syntax("a message must be a JSON object".into()));
+        }
+        let mut de = serde_json::Deserializer::from_str(text);
+        let message: OutputMessage = serde_path_to_error::deserialize(&mut de).map_err(ValidationError::from_serde)?;
+        de.end().map_err(|e| ValidationError::Syntax(e.to_string()))?;
+        message.validate()?;
+        Ok(message)
+    }
+
+    /// Parses and validates a message already decoded as JSON.
+    pub fn from_value(value: Value) -> Result<Self, ValidationError> {
+        if !value.is_object() {
+            return Err(ValidationError::Syntax("a message must be a JSON object".into()));
+        }
+        let message: OutputMessage = serde_path_to_error::deserialize(value).map_err(ValidationError::from_serde)?;
+        message.validate()?;
+        Ok(message)
+    }
+
+    /// Checks a message a producer sends: a type, built-in props of the right types (all required ones
+    /// unless the message is a delta), media URLs that are http(s) or `data:`.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::validate(self)
+    }
+
+    /// This message as the start of a message's state: the delta fields cleared.
+    pub(crate) fn to_state(&self) -> OutputMessage {
+        OutputMessage {
+            kind: self.kind.clone(),
+            props: self.props.clone(),
+            message_id: self.message_id.clone(),
+            chunk_id: None,
+            block_id: self.block_id.clone(),
+            thread_id: self.thread_id.clone(),
+            delta: false,
+            delta_path: None,
+            delta_action: None,
+            type_change: false,
+            metadata: self.metadata.clone(),
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! How a stream ended: [`Outcome`], the last input every adapter gets.
+//!
+//! Its JSON form is the body of `POST /v1/streams/{id}/end` and of a fixture's `outcome.json`:
+//! `{"status": "completed" | "cancelled" | "error", "finish_reason"?, "usage"?, "error"?}`. A completed stream
+//! may say why it stopped (`length`, `content_filter`); the OpenAI adapter turns `stop` into `tool_calls` by
+//! itself when the last thing the agent did was call tools.
+
+use serde::{Deserialize, Serialize};
+
+use super::ErrorProps;
+
+/// The end of a stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Outcome {
+    /// How it ended.
+    pub status: EndStatus,
+    /// Why a completed stream stopped; `stop` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// Token usage, when the agent knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// What went wrong, for status `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorProps>,
+}
+
+impl Outcome {
+    /// Completed normally.
+    pub fn completed() -> Self {
+        Outcome::default()
+    }
+
+    /// Cancelled on request.
+    pub fn cancelled() -> Self {
+        Outcome { status: EndStatus::Cancelled, ..Outcome::default() }
+    }
+
+    /// Failed with an error.
+    pub fn failed(error: ErrorProps) -> Self {
+        Outcome { status: EndStatus::Error, error: Some(error), ..Outcome::default() }
+    }
+
+    /// Adds token usage.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+}
+
+/// A stream's status once it has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum EndStatus {
+    /// The agent finished.
+    #[default]
+    Completed,
+    /// Someone asked it to stop.
+    Cancelled,
+    /// It failed.
+    Error,
+}
+
+/// Why a completed stream stopped, in OpenAI's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end.
+    #[default]
+    Stop,
+    /// The token limit was reached.
+    Length,
+    /// Content was withheld by a filter.
+    ContentFilter,
+    /// The last step called tools.
+    ToolCalls,
+}
+
+impl FinishReason {
+    /// OpenAI's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::ToolCalls => "tool_calls",
+        }
+    }
+}
+
+/// Token counts, all three as OpenAI clients require.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Usage {
+    /// Tokens in the prompt.
+    pub prompt_tokens: u64,
+    /// Tokens generated.
+    pub completion_tokens: u64,
+    /// The sum.
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// Usage from the two counts; the total is their sum.
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
+        Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
+    }
+}

@@ -1,0 +1,311 @@
+//! Validation of a message a producer sends, with errors that name the field.
+//!
+//! The rules are a table per built-in type (field, kind, required), not code per type: one mechanism checks
+//! them all, and a test checks the table against the typed props in `props.rs`. A full message must carry
+//! every required prop; a delta carries only what it changes, so for a delta only the props present are
+//! checked. Unknown props are allowed (a producer may add its own); custom types are not checked beyond
+//! having a type.
+
+use serde_json::Value;
+
+use super::OutputMessage;
+
+/// Why a producer's message was refused. [`ValidationError::field`] names the field for an error envelope's
+/// `param`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValidationError {
+    /// Not JSON, or not a JSON object.
+    #[error("invalid JSON: {0}")]
+    Syntax(String),
+    /// A required field is absent.
+    #[error("{field} is required")]
+    Missing {
+        /// e.g. `props.url`
+        field: String,
+    },
+    /// A field has the wrong JSON type or an unknown value.
+    #[error("{field} must be {expected}")]
+    WrongType {
+        /// e.g. `props.width`
+        field: String,
+        /// e.g. `a non-negative integer`
+        expected: String,
+    },
+    /// A media URL that is not http(s) or `data:`.
+    #[error("{field} must be an http(s) or data: URL, got {found:?}")]
+    Url {
+        /// e.g. `props.url`
+        field: String,
+        /// The value, cut to 100 characters.
+        found: String,
+    },
+}
+
+impl ValidationError {
+    /// The offending field, as a path into the message (`props.url`, `delta_action`).
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ValidationError::Syntax(_) => None,
+            ValidationError::Missing { field }
+            | ValidationError::WrongType { field, .. }
+            | ValidationError::Url { field, .. } => Some(field),
+        }
+    }
+
+    pub(crate) fn from_serde(err: serde_path_to_error::Error<serde_json::Error>) -> Self {
+        let field = err.path().to_string();
+        let not_data = !err.inner().is_data();
+        let inner = err.into_inner().to_string();
+        if not_data || field == "." || field.is_empty() {
+            ValidationError::Syntax(inner)
+        } else {
+            // serde says e.g. "unknown variant `push`, expected one of `append`, ..." or "invalid type: ...".
+            let expected = inner.split(" at line ").next().unwrap_or(&inner).to_owned();
+            ValidationError::WrongType { field, expected: format!("valid ({expected})") }
+        }
+    }
+}
+
+/// What a prop must hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    String,
+    Bool,
+    Number,
+    Count,
+    Object,
+    Url,
+    OneOf(&'static [&'static str]),
+    Any,
+}
+
+impl Kind {
+    fn expected(self) -> String {
+        match self {
+            Kind::String => "a string".into(),
+            Kind::Bool => "a boolean".into(),
+            Kind::Number => "a number".into(),
+            Kind::Count => "a non-negative integer".into(),
+            Kind::Object => "an object".into(),
+            Kind::Url => "a URL string".into(),
+            Kind::OneOf(values) => format!("one of {}", values.join(", ")),
+            Kind::Any => "any JSON value".into(),
+        }
+    }
+
+    fn accepts(self, value: &Value) -> bool {
+        match self {
+            Kind::String | Kind::Url => value.is_string(),
+            Kind::Bool => value.is_boolean(),
+            Kind::Number => value.is_number(),
+            Kind::Count => value.is_u64(),
+            Kind::Object => value.is_object(),
+            Kind::OneOf(values) => value.as_str().is_some_and(|s| values.contains(&s)),
+            Kind::Any => true,
+        }
+    }
+}
+
+/// One prop of a built-in type.
+pub(crate) struct Field {
+    pub(crate) name: &'static str,
+    pub(crate) kind: Kind,
+    pub(crate) required: bool,
+}
+
+const fn req(name: &'static str, kind: Kind) -> Field {
+    Field { name, kind, required: true }
+}
+
+const fn opt(name: &'static str, kind: Kind) -> Field {
+    Field { name, kind, required: false }
+}
+
+const TEXT: &[Field] = &[req("content", Kind::String)];
+const LOADING: &[Field] = &[req("message", Kind::String), opt("done", Kind::Bool)];
+const TOOL_CALL: &[Field] = &[req("id", Kind::String), req("name", Kind::String), opt("arguments", Kind::String)];
+const ERROR: &[Field] = &[req("message", Kind::String), opt("code", Kind::String), opt("details", Kind::Any)];
+const IMAGE: &[Field] = &[
+    req("url", Kind::Url),
+    opt("alt", Kind::String),
+    opt("width", Kind::Count),
+    opt("height", Kind::Count),
+    opt("detail", Kind::OneOf(&["auto", "low", "high"])),
+];
+const AUDIO: &[Field] = &[
+    req("url", Kind::Url),
+    opt("format", Kind::String),
+    opt("duration", Kind::Number),
+    opt("transcript", Kind::String),
+    opt("autoplay", Kind::Bool),
+    opt("controls", Kind::Bool),
+];
+const VIDEO: &[Field] = &[
+    req("url", Kind::Url),
+    opt("format", Kind::String),
+    opt("duration", Kind::Number),
+    opt("thumbnail", Kind::Url),
+    opt("width", Kind::Count),
+    opt("height", Kind::Count),
+    opt("autoplay", Kind::Bool),
+    opt("controls", Kind::Bool),
+    opt("loop", Kind::Bool),
+];
+const FILE: &[Field] =
+    &[req("url", Kind::Url), opt("name", Kind::String), opt("mime", Kind::String), opt("size", Kind::Count)];
+const ACTION: &[Field] = &[req("name", Kind::String), opt("payload", Kind::Object)];
+const EVENT: &[Field] = &[req("event", Kind::String), opt("message", Kind::String), opt("data", Kind::Object)];
+
+/// The props of each built-in type; `None` for a custom type.
+pub(crate) fn schema(kind: &str) -> Option<&'static [Field]> {
+    Some(match kind {
+        "text" | "thinking" => TEXT,
+        "loading" => LOADING,
+        "tool_call" => TOOL_CALL,
+        "error" => ERROR,
+        "image" => IMAGE,
+        "audio" => AUDIO,
+        "video" => VIDEO,
+        "file" => FILE,
+        "action" => ACTION,
+        "event" => EVENT,
+        _ => return None,
+    })
+}
+
+pub(crate) fn validate(message: &OutputMessage) -> Result<(), ValidationError> {
+    if message.kind.is_empty() {
+        return Err(ValidationError::Missing { field: "type".into() });
+    }
+    let Some(fields) = schema(&message.kind) else {
+        return Ok(());
+    };
+    for field in fields {
+        let path = || format!("props.{}", field.name);
+        match message.props.get(field.name) {
+            None | Some(Value::Null) if field.required && !message.delta => {
+                return Err(ValidationError::Missing { field: path() });
+            }
+            None | Some(Value::Null) => {}
+            Some(value) if !field.kind.accepts(value) => {
+                return Err(ValidationError::WrongType { field: path(), expected: field.kind.expected() });
+            }
+            Some(Value::String(url)) if field.kind == Kind::Url && !is_media_url(url) => {
+                return Err(ValidationError::Url { field: path(), found: url.chars().take(100).collect() });
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// An absolute http(s) URL with a host, or a `data:` URL.
+pub(crate) fn is_media_url(text: &str) -> bool {
+    match url::Url::parse(text) {
+        Ok(url) => match url.scheme() {
+            "http" | "https" => url.host_str().is_some_and(|h| !h.is_empty()),
+            "data" => url.path().contains(','),
+            _ => false,
+        },
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::props::*;
+    use crate::output::{BuiltinProps, builtin_types};
+    use serde_json::json;
+
+    /// Every field of every typed props struct is in the table, and every table field is in the struct.
+    #[test]
+    fn schema_matches_typed_props() {
+        fn keys<P: BuiltinProps>(full: serde_json::Value) -> (&'static str, Vec<String>) {
+            let props: P = serde_json::from_value(full).expect("test props parse");
+            let value = serde_json::to_value(props).expect("serialise");
+            (P::TYPE, value.as_object().expect("object").keys().cloned().collect())
+        }
+        let url = "https://example.com/x";
+        let all = [
+            keys::<TextProps>(json!({"content": "a"})),
+            keys::<ThinkingProps>(json!({"content": "a"})),
+            keys::<LoadingProps>(json!({"message": "a", "done": true})),
+            keys::<ToolCallProps>(json!({"id": "c", "name": "f", "arguments": "{}"})),
+            keys::<ErrorProps>(json!({"message": "m", "code": "c", "details": "d"})),
+            keys::<ImageProps>(json!({"url": url, "alt": "a", "width": 1, "height": 1, "detail": "low"})),
+            keys::<AudioProps>(json!({"url": url, "format": "mp3", "duration": 1.5, "transcript": "t",
+                "autoplay": true, "controls": true})),
+            keys::<VideoProps>(json!({"url": url, "format": "mp4", "duration": 1.5, "thumbnail": url,
+                "width": 1, "height": 1, "autoplay": true, "controls": true, "loop": true})),
+            keys::<FileProps>(json!({"url": url, "name": "n", "mime": "m", "size": 1})),
+            keys::<ActionProps>(json!({"name": "n", "payload": {}})),
+            keys::<EventProps>(json!({"event": "e", "message": "m", "data": {}})),
+        ];
+        assert_eq!(all.iter().map(|(t, _)| *t).collect::<Vec<_>>(), builtin_types());
+        for (kind, struct_keys) in all {
+            let table: Vec<&str> = schema(kind).expect("builtin").iter().map(|f| f.name).collect();
+            assert_eq!(struct_keys, table, "{kind}");
+        }
+    }
+
+    fn check(message: serde_json::Value) -> Result<(), ValidationError> {
+        OutputMessage::from_value(message).map(|_| ())
+    }
+
+    #[test]
+    fn names_the_field() {
+        let cases = [
+            (json!({"type": "image", "props": {}}), "props.url"),
+            (json!({"type": "image", "props": {"url": 3}}), "props.url"),
+            (json!({"type": "image", "props": {"url": "ftp://x/y"}}), "props.url"),
+            (json!({"type": "image", "props": {"url": "/relative.png"}}), "props.url"),
+            (json!({"type": "image", "props": {"url": "https://x/y", "width": -1}}), "props.width"),
+            (json!({"type": "image", "props": {"url": "https://x/y", "detail": "ultra"}}), "props.detail"),
+            (
+                json!({"type": "video", "props": {"url": "https://x/y", "thumbnail": "javascript:alert(1)"}}),
+                "props.thumbnail",
+            ),
+            (json!({"type": "text", "props": {"content": 5}}), "props.content"),
+            (json!({"type": "text", "props": {}}), "props.content"),
+            (json!({"type": "tool_call", "props": {"id": "c", "arguments": "{}"}}), "props.name"),
+            (json!({"type": "action", "props": {"name": "x", "payload": [1]}}), "props.payload"),
+            (json!({"type": "text", "props": {"content": "a"}, "delta_action": "push"}), "delta_action"),
+            (json!({"type": "text", "props": {"content": "a"}, "delta": "yes"}), "delta"),
+            (json!({"props": {"content": "a"}}), "type"),
+            (json!({"type": "text", "props": ["a"]}), "props"),
+            (json!({"type": "text", "props": {"content": "a"}, "metadata": {"sequence": "one"}}), "metadata.sequence"),
+        ];
+        for (message, field) in cases {
+            let err = check(message.clone()).expect_err(&message.to_string());
+            assert_eq!(err.field(), Some(field), "{message}: {err}");
+        }
+    }
+
+    #[test]
+    fn accepts_valid_and_partial_deltas() {
+        let ok = [
+            json!({"type": "image", "props": {"url": "data:image/png;base64,iVBORw0KGgo="}}),
+            json!({"type": "image", "props": {"url": "HTTPS://Example.com/a.png", "alt": "a"}}),
+            json!({"type": "chart", "props": {"anything": [1, 2]}}),
+            json!({"type": "tool_call", "props": {"arguments": "{\"a\""}, "delta": true, "message_id": "t"}),
+            json!({"type": "text", "props": {"content": "x", "extra": true}}),
+            json!({"type": "error", "props": {"message": "m", "details": {"retry": false}}}),
+        ];
+        for message in ok {
+            check(message.clone()).unwrap_or_else(|e| panic!("{message}: {e}"));
+        }
+    }
+
+    #[test]
+    fn syntax_errors_have_no_field() {
+        let err = OutputMessage::from_json("{\"type\": ").expect_err("truncated");
+        assert_eq!(err.field(), None);
+        let err = OutputMessage::from_json("[1]").expect_err("array");
+        assert_eq!(err.field(), None);
+        let err =
+            OutputMessage::from_json("{\"type\":\"text\",\"props\":{\"content\":\"a\"}} x").expect_err("trailing");
+        assert_eq!(err.field(), None);
+    }
+}
