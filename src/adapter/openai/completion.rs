@@ -10,7 +10,7 @@
 use bytes::Bytes;
 
 use super::OpenAiOptions;
-use super::progress::Progress;
+use super::progress::{Progress, Separator};
 use super::projection::{Projection, project};
 use super::wire::{ApiError, Completion, CompletionChoice, Function, ResponseMessage, ToolCall};
 use crate::output::{Outcome, OutputMessage};
@@ -55,19 +55,21 @@ impl OpenAiCompletion {
         if let Some(error) = ApiError::for_outcome(outcome) {
             return Err(error);
         }
-        let mut content = String::new();
-        let mut reasoning = String::new();
-        for state in self.progress.reducer().messages() {
-            match project(state) {
-                Projection::Content(text) => content.push_str(&text),
-                Projection::Reasoning(text) if !text.is_empty() => {
-                    if !reasoning.is_empty() && !reasoning.ends_with('\n') && !text.starts_with('\n') {
-                        reasoning.push('\n');
-                    }
-                    reasoning.push_str(text);
-                }
-                _ => {}
+        let (mut content, mut content_separator) = (String::new(), Separator::default());
+        let (mut reasoning, mut reasoning_separator) = (String::new(), Separator::default());
+        for (slot, state) in self.progress.reducer().messages().iter().enumerate() {
+            let (text, block, out, separator) = match project(state) {
+                Projection::Content { text, block } => (text, block, &mut content, &mut content_separator),
+                Projection::Reasoning(text) => (text.into(), true, &mut reasoning, &mut reasoning_separator),
+                _ => continue,
+            };
+            if text.is_empty() {
+                continue;
             }
+            if separator.next(slot, block, &text) {
+                out.push('\n');
+            }
+            out.push_str(&text);
         }
         let sent_calls = self.progress.tool_calls();
         let tool_calls: Vec<ToolCall<'_>> = sent_calls

@@ -16,7 +16,8 @@
 //! - a tool call whose `id` or `name` changes after its first delta: the first ones stand;
 //! - two messages streaming at once into the same field interleave in the chunk stream; the non-streaming
 //!   response puts each message's text whole, in order of first appearance;
-//! - reasoning from different messages is separated by a line break when the earlier one did not end a line;
+//! - reasoning from different messages, and a media link next to other content, are separated by a line
+//!   break when the text before did not end a line (text after text is joined as it is);
 //! - an `error` message ends the stream (`{"error": ...}` then `[DONE]`); later messages are not sent;
 //! - action, event, and custom types without a `url` are not sent; an error's `details` is not sent.
 

@@ -20,10 +20,9 @@ use super::projection::{Projection, project};
 /// Something to send.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Piece<'a> {
-    /// More assistant content.
-    Content(&'a str),
-    /// More reasoning; `new_line` asks for a line break before it (a different message's reasoning follows
-    /// text that did not end a line).
+    /// More assistant content; `new_line` asks for a line break before it (see [`Separator`]).
+    Content { text: &'a str, new_line: bool },
+    /// More reasoning; `new_line` as for content.
     Reasoning { text: &'a str, new_line: bool },
     /// The first delta of a tool call.
     ToolHeader { index: u32, id: &'a str, name: &'a str },
@@ -67,8 +66,8 @@ pub(crate) struct Progress {
     reducer: Reducer,
     sent: Vec<Sent>,
     next_tool_index: u32,
-    /// The slot whose reasoning went out last, and whether what went out ended a line.
-    reasoning_tail: Option<(usize, bool)>,
+    content: Separator,
+    reasoning: Separator,
     last_step_tools: bool,
     /// The error that ended the stream: its message and code.
     error: Option<(String, Option<String>)>,
@@ -95,15 +94,15 @@ impl Progress {
         }
         let state = &self.reducer.messages()[slot];
         let sent = &mut self.sent[slot];
-        let (channel, text) = match project(state) {
+        let (channel, text, block) = match project(state) {
             Projection::Silent => return,
             Projection::Error { message, code } => {
                 self.error = Some((message.to_owned(), code.map(str::to_owned)));
                 emit(Piece::Error { message, code });
                 return;
             }
-            Projection::Content(text) => (Channel::Content, text),
-            Projection::Reasoning(text) => (Channel::Reasoning, text.into()),
+            Projection::Content { text, block } => (Channel::Content, text, block),
+            Projection::Reasoning(text) => (Channel::Reasoning, text.into(), true),
             Projection::ToolCall { id, name, arguments } => {
                 if sent.channel != Channel::Tool || sent.tool_index.is_none() {
                     *sent = Sent { channel: Channel::Tool, stale: Some(String::new()), tool_index: None };
@@ -117,7 +116,7 @@ impl Progress {
                     emit(Piece::ToolHeader { index, id: &id, name });
                     self.last_step_tools = true;
                 }
-                (Channel::Tool, arguments.into())
+                (Channel::Tool, arguments.into(), false)
             }
         };
         let new = match fast {
@@ -149,12 +148,11 @@ impl Progress {
         match channel {
             Channel::Content => {
                 self.last_step_tools = false;
-                emit(Piece::Content(new));
+                let new_line = self.content.next(slot, block, new);
+                emit(Piece::Content { text: new, new_line });
             }
             Channel::Reasoning => {
-                let new_line = matches!(self.reasoning_tail, Some((last, ends_line)) if last != slot && !ends_line)
-                    && !new.starts_with('\n');
-                self.reasoning_tail = Some((slot, new.ends_with('\n')));
+                let new_line = self.reasoning.next(slot, block, new);
                 emit(Piece::Reasoning { text: new, new_line });
             }
             Channel::Tool => {
@@ -224,10 +222,32 @@ impl Progress {
     }
 }
 
+/// Decides where a line break goes between the texts of different messages in one channel.
+///
+/// A break goes in when the text comes from another message than the last text did, one of the two is a
+/// block (reasoning messages, media links), and neither the text before ends a line nor the new text starts
+/// one. The non-streaming aggregate joins final texts with the same rule, so both read alike.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Separator {
+    /// The last text's message, whether it was a block, and whether it ended a line.
+    last: Option<(usize, bool, bool)>,
+}
+
+impl Separator {
+    /// Records `text` from message `slot`; true when a line break must go before it.
+    pub(crate) fn next(&mut self, slot: usize, block: bool, text: &str) -> bool {
+        let new_line = matches!(self.last, Some((last, last_block, ends_line))
+            if last != slot && (block || last_block) && !ends_line)
+            && !text.starts_with('\n');
+        self.last = Some((slot, block, text.ends_with('\n')));
+        new_line
+    }
+}
+
 /// The text of a projection that the extension rule compares.
 fn projection_text(state: &OutputMessage) -> Option<String> {
     match project(state) {
-        Projection::Content(text) => Some(text.into_owned()),
+        Projection::Content { text, .. } => Some(text.into_owned()),
         Projection::Reasoning(text) | Projection::ToolCall { arguments: text, .. } => Some(text.to_owned()),
         Projection::Silent | Projection::Error { .. } => None,
     }

@@ -6,6 +6,11 @@
 //! new in a projection since it last looked, and the non-streaming aggregate joins the final projections, so
 //! the two agree by construction.
 //!
+//! Media links are blocks: when one follows other content, or other content follows one, and the content
+//! before does not end a line, a line break separates them (see `Separator` in `progress.rs`). Text that
+//! follows text is joined as it is, so an answer streamed in several text messages reads as the producer
+//! wrote it.
+//!
 //! Markdown is escaped so that any alt text, name or URL yields a working link: `\`, `[` and `]` in link text
 //! are backslash-escaped and line breaks become spaces; spaces, parentheses, angle brackets and line breaks in
 //! URLs are percent-encoded.
@@ -19,8 +24,8 @@ use crate::output::OutputMessage;
 pub(crate) enum Projection<'a> {
     /// Nothing (action, event, a custom type without a URL).
     Silent,
-    /// Assistant `content`.
-    Content(Cow<'a, str>),
+    /// Assistant `content`. `block` marks a media or custom-type link, which stands on a line of its own.
+    Content { text: Cow<'a, str>, block: bool },
     /// Reasoning (`reasoning_content` and/or `reasoning`).
     Reasoning(&'a str),
     /// A tool call; `id` and `name` may still be empty while it streams.
@@ -34,10 +39,11 @@ pub(crate) fn project(message: &OutputMessage) -> Projection<'_> {
     let prop = |key| message.prop_str(key).unwrap_or("");
     let media = |render: fn(&OutputMessage, &str) -> String| {
         let url = prop("url");
-        Projection::Content(if url.is_empty() { Cow::Borrowed("") } else { Cow::Owned(render(message, url)) })
+        let text = if url.is_empty() { Cow::Borrowed("") } else { Cow::Owned(render(message, url)) };
+        Projection::Content { text, block: true }
     };
     match message.kind.as_str() {
-        "text" => Projection::Content(Cow::Borrowed(prop("content"))),
+        "text" => Projection::Content { text: Cow::Borrowed(prop("content")), block: false },
         "thinking" => Projection::Reasoning(prop("content")),
         "loading" => Projection::Reasoning(prop("message")),
         "tool_call" => Projection::ToolCall { id: prop("id"), name: prop("name"), arguments: prop("arguments") },
@@ -49,7 +55,8 @@ pub(crate) fn project(message: &OutputMessage) -> Projection<'_> {
         "action" | "event" => Projection::Silent,
         custom => match message.prop_str("url") {
             Some(url) if !url.is_empty() => {
-                Projection::Content(Cow::Owned(format!("📎 [View {}]({})", link_text(custom), link_url(url))))
+                let text = Cow::Owned(format!("📎 [View {}]({})", link_text(custom), link_url(url)));
+                Projection::Content { text, block: true }
             }
             _ => Projection::Silent,
         },
@@ -113,7 +120,7 @@ mod tests {
 
     fn content(message: OutputMessage) -> String {
         match project(&message) {
-            Projection::Content(text) => text.into_owned(),
+            Projection::Content { text, .. } => text.into_owned(),
             other => panic!("not content: {other:?}"),
         }
     }

@@ -73,16 +73,13 @@ impl OpenAiAdapter {
 
     fn piece(&self, piece: Piece<'_>, reasoning: ReasoningField) -> Bytes {
         match piece {
-            Piece::Content(text) => self.chunk(Delta { content: Some(Some(text)), ..Delta::default() }, None),
+            Piece::Content { text, new_line } => {
+                let text = with_new_line(text, new_line);
+                self.chunk(Delta { content: Some(Some(&text)), ..Delta::default() }, None)
+            }
             Piece::Reasoning { text, new_line } => {
-                let joined;
-                let text = if new_line {
-                    joined = format!("\n{text}");
-                    joined.as_str()
-                } else {
-                    text
-                };
-                let (reasoning_content, reasoning) = reasoning.split(text);
+                let text = with_new_line(text, new_line);
+                let (reasoning_content, reasoning) = reasoning.split(&text);
                 self.chunk(Delta { reasoning_content, reasoning, ..Delta::default() }, None)
             }
             Piece::ToolHeader { index, id, name } => {
@@ -140,4 +137,8 @@ impl Adapter for OpenAiAdapter {
         }
         frames.push(sse::DONE);
     }
+}
+
+fn with_new_line(text: &str, new_line: bool) -> std::borrow::Cow<'_, str> {
+    if new_line { format!("\n{text}").into() } else { text.into() }
 }

@@ -1,0 +1,99 @@
+//! Fixture cases shared by the integration tests: `fixtures/<case>/input.jsonl` (the messages a producer
+//! sends, one per line) and an optional `outcome.json` (how the stream ended; completed when absent).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions};
+use agentmux::output::{Metadata, Outcome, OutputMessage};
+
+/// The fixed id, clock and model that golden files are rendered with.
+pub const COMPLETION_ID: &str = "chatcmpl-golden";
+pub const CREATED: u64 = 1_700_000_000;
+pub const FIRST_TIMESTAMP_MS: u64 = 1_700_000_000_000;
+
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+}
+
+/// Every case directory, sorted.
+pub fn cases() -> Vec<String> {
+    let mut cases: Vec<String> = std::fs::read_dir(fixtures_dir())
+        .expect("fixtures/ exists")
+        .map(|e| e.expect("dir entry"))
+        .filter(|e| e.path().join("input.jsonl").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    cases.sort();
+    cases
+}
+
+pub fn read(case: &str, file: &str) -> Vec<u8> {
+    let path = fixtures_dir().join(case).join(file);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The case's messages, validated, and stamped as a stream stamps them: sequence from 1, a timestamp
+/// one millisecond apart.
+pub fn messages(case: &str) -> Vec<OutputMessage> {
+    let input = String::from_utf8(read(case, "input.jsonl")).expect("utf-8");
+    input
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| {
+            let mut message =
+                OutputMessage::from_json(line).unwrap_or_else(|e| panic!("{case} line {}: {e}", i + 1));
+            message.metadata = Some(Metadata {
+                sequence: Some(i as u64 + 1),
+                timestamp: Some(FIRST_TIMESTAMP_MS + i as u64),
+                trace_id: message.metadata.and_then(|m| m.trace_id),
+            });
+            message
+        })
+        .collect()
+}
+
+pub fn outcome(case: &str) -> Outcome {
+    let path = fixtures_dir().join(case).join("outcome.json");
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        Err(_) => Outcome::completed(),
+    }
+}
+
+pub fn options(case: &str, include_usage: bool) -> OpenAiOptions {
+    let mut options = OpenAiOptions::new(COMPLETION_ID, CREATED, format!("replay/{case}"));
+    options.include_usage = include_usage;
+    options
+}
+
+/// Runs the messages and the outcome through an adapter and joins its frames.
+pub fn render(adapter: &mut dyn Adapter, messages: &[OutputMessage], outcome: &Outcome) -> Vec<u8> {
+    let mut frames = Vec::new();
+    for message in messages {
+        adapter.push(message, &mut frames);
+    }
+    adapter.finish(outcome, &mut frames);
+    frames.concat()
+}
+
+/// Every golden file of a case, rendered now: (file name, bytes).
+pub fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
+    let messages = messages(case);
+    let outcome = outcome(case);
+    let mut completion = OpenAiCompletion::new(options(case, false));
+    for message in &messages {
+        completion.push(message);
+    }
+    let json = match completion.finish(&outcome) {
+        Ok(body) => body.to_vec(),
+        Err(error) => error.to_json().to_vec(),
+    };
+    vec![
+        ("cui.sse", render(&mut CuiAdapter, &messages, &outcome)),
+        ("openai.sse", render(&mut OpenAiAdapter::new(options(case, false)), &messages, &outcome)),
+        ("openai-usage.sse", render(&mut OpenAiAdapter::new(options(case, true)), &messages, &outcome)),
+        ("openai.json", json),
+    ]
+}
