@@ -6,13 +6,15 @@
 //! and known, and `data: [DONE]`. An error (an `error` message, or a stream that ended cancelled or failed)
 //! is `data: {"error": ...}` followed by `data: [DONE]`, and nothing follows it.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 
 use super::progress::{Piece, Progress};
 use super::wire::{ApiError, Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta};
-use super::{OpenAiOptions, ReasoningField};
+use super::OpenAiOptions;
 use crate::adapter::{Adapter, sse};
-use crate::output::{Outcome, OutputMessage};
+use crate::output::{Outcome, OutputMessage, Usage};
 
 /// Renders messages as OpenAI chunks.
 ///
@@ -45,59 +47,18 @@ impl OpenAiAdapter {
         OpenAiAdapter { options, progress: Progress::default(), role_sent: false, done: false }
     }
 
-    fn chunk(&self, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Bytes {
-        let choices = [ChunkChoice { index: 0, delta, logprobs: None, finish_reason }];
-        self.frame(&choices, None)
-    }
-
-    fn frame(&self, choices: &[ChunkChoice<'_>], usage: Option<&crate::output::Usage>) -> Bytes {
-        let o = &self.options;
-        let chunk =
-            Chunk { id: &o.id, object: "chat.completion.chunk", created: o.created, model: &o.model, choices, usage };
-        sse::event(None, &chunk)
-    }
-
     fn role(&mut self, frames: &mut Vec<Bytes>) {
         if !self.role_sent {
             self.role_sent = true;
-            frames
-                .push(self.chunk(Delta { role: Some("assistant"), content: Some(Some("")), ..Delta::default() }, None));
+            let delta = Delta { role: Some("assistant"), content: Some(Some("")), ..Delta::default() };
+            frames.push(chunk(&self.options, delta, None));
         }
     }
 
-    fn error(&mut self, error: &ApiError, frames: &mut Vec<Bytes>) {
-        self.done = true;
+    fn end_with_error(&mut self, error: &ApiError, frames: &mut Vec<Bytes>) {
         frames.push(sse::event(None, &error.envelope()));
         frames.push(sse::DONE);
-    }
-
-    fn piece(&self, piece: Piece<'_>, reasoning: ReasoningField) -> Bytes {
-        match piece {
-            Piece::Content { text, new_line } => {
-                let text = with_new_line(text, new_line);
-                self.chunk(Delta { content: Some(Some(&text)), ..Delta::default() }, None)
-            }
-            Piece::Reasoning { text, new_line } => {
-                let text = with_new_line(text, new_line);
-                let (reasoning_content, reasoning) = reasoning.split(&text);
-                self.chunk(Delta { reasoning_content, reasoning, ..Delta::default() }, None)
-            }
-            Piece::ToolHeader { index, id, name } => {
-                let call = ToolCallDelta {
-                    index,
-                    id: Some(id),
-                    kind: Some("function"),
-                    function: FunctionDelta { name: Some(name), arguments: "" },
-                };
-                self.chunk(Delta { content: Some(None), tool_calls: Some([call]), ..Delta::default() }, None)
-            }
-            Piece::ToolArguments { index, arguments } => {
-                let call =
-                    ToolCallDelta { index, id: None, kind: None, function: FunctionDelta { name: None, arguments } };
-                self.chunk(Delta { tool_calls: Some([call]), ..Delta::default() }, None)
-            }
-            Piece::Error { .. } => Bytes::new(),
-        }
+        self.done = true;
     }
 }
 
@@ -107,16 +68,15 @@ impl Adapter for OpenAiAdapter {
             return;
         }
         self.role(frames);
-        let mut progress = std::mem::take(&mut self.progress);
-        let mut error = None;
-        let reasoning = self.options.reasoning;
-        progress.push(message, &mut |piece| match piece {
-            Piece::Error { message, code } => error = Some(ApiError::agent(message, code)),
-            piece => frames.push(self.piece(piece, reasoning)),
+        let options = &self.options;
+        let mut ended = false;
+        self.progress.push(message, &mut |piece| {
+            ended |= matches!(piece, Piece::Error { .. });
+            frames.push(render(options, piece));
         });
-        self.progress = progress;
-        if let Some(error) = error {
-            self.error(&error, frames);
+        if ended {
+            frames.push(sse::DONE);
+            self.done = true;
         }
     }
 
@@ -126,19 +86,62 @@ impl Adapter for OpenAiAdapter {
         }
         self.role(frames);
         if let Some(error) = ApiError::for_outcome(outcome) {
-            self.error(&error, frames);
+            self.end_with_error(&error, frames);
             return;
         }
-        self.done = true;
         let reason = self.progress.finish_reason(outcome).as_str();
-        frames.push(self.chunk(Delta::default(), Some(reason)));
+        frames.push(chunk(&self.options, Delta::default(), Some(reason)));
         if let (true, Some(usage)) = (self.options.include_usage, outcome.usage.as_ref()) {
-            frames.push(self.frame(&[], Some(usage)));
+            frames.push(frame(&self.options, &[], Some(usage)));
         }
         frames.push(sse::DONE);
+        self.done = true;
     }
 }
 
-fn with_new_line(text: &str, new_line: bool) -> std::borrow::Cow<'_, str> {
+/// The frame for one piece of news; for an error, the caller ends the stream after it.
+fn render(options: &OpenAiOptions, piece: Piece<'_>) -> Bytes {
+    match piece {
+        Piece::Content { text, new_line } => {
+            let text = with_new_line(text, new_line);
+            chunk(options, Delta { content: Some(Some(&text)), ..Delta::default() }, None)
+        }
+        Piece::Reasoning { text, new_line } => {
+            let text = with_new_line(text, new_line);
+            let (reasoning_content, reasoning) = options.reasoning.split(&text);
+            chunk(options, Delta { reasoning_content, reasoning, ..Delta::default() }, None)
+        }
+        Piece::ToolHeader { index, id, name } => {
+            let call = ToolCallDelta {
+                index,
+                id: Some(id),
+                kind: Some("function"),
+                function: FunctionDelta { name: Some(name), arguments: "" },
+            };
+            chunk(options, Delta { content: Some(None), tool_calls: Some([call]), ..Delta::default() }, None)
+        }
+        Piece::ToolArguments { index, arguments } => {
+            let call = ToolCallDelta { index, id: None, kind: None, function: FunctionDelta { name: None, arguments } };
+            chunk(options, Delta { tool_calls: Some([call]), ..Delta::default() }, None)
+        }
+        Piece::Error { message, code } => sse::event(None, &ApiError::agent(message, code).envelope()),
+    }
+}
+
+/// A chunk with one choice.
+fn chunk(options: &OpenAiOptions, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Bytes {
+    frame(options, &[ChunkChoice { index: 0, delta, logprobs: None, finish_reason }], None)
+}
+
+/// A chunk with the given choices (none for the usage chunk).
+fn frame(options: &OpenAiOptions, choices: &[ChunkChoice<'_>], usage: Option<&Usage>) -> Bytes {
+    let o = options;
+    sse::event(
+        None,
+        &Chunk { id: &o.id, object: "chat.completion.chunk", created: o.created, model: &o.model, choices, usage },
+    )
+}
+
+fn with_new_line(text: &str, new_line: bool) -> Cow<'_, str> {
     if new_line { format!("\n{text}").into() } else { text.into() }
 }
