@@ -56,8 +56,13 @@ enum Format {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum Reasoning {
-    ReasoningContent,
-    Reasoning,
+    /// `reasoning_content`
+    #[value(name = "reasoning-content")]
+    Content,
+    /// `reasoning`
+    #[value(name = "reasoning")]
+    Plain,
+    /// Both.
     Both,
 }
 
@@ -71,8 +76,8 @@ fn main() -> ExitCode {
     let mut options = OpenAiOptions::new(format!("chatcmpl-{created}"), created, model);
     options.include_usage = include_usage;
     options.reasoning = match reasoning {
-        Reasoning::ReasoningContent => ReasoningField::ReasoningContent,
-        Reasoning::Reasoning => ReasoningField::Reasoning,
+        Reasoning::Content => ReasoningField::ReasoningContent,
+        Reasoning::Plain => ReasoningField::Reasoning,
         Reasoning::Both => ReasoningField::Both,
     };
 
@@ -88,7 +93,8 @@ fn main() -> ExitCode {
         match OutputMessage::from_json(&line) {
             Ok(mut message) => {
                 let trace_id = message.metadata.take().and_then(|m| m.trace_id);
-                message.metadata = Some(Metadata { sequence: Some(messages.len() as u64 + 1), timestamp: None, trace_id });
+                message.metadata =
+                    Some(Metadata { sequence: Some(messages.len() as u64 + 1), timestamp: None, trace_id });
                 messages.push(message);
             }
             Err(e) => return fail(&format!("line {}: {e}", i + 1)),

@@ -42,8 +42,7 @@ pub fn messages(case: &str) -> Vec<OutputMessage> {
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty())
         .map(|(i, line)| {
-            let mut message =
-                OutputMessage::from_json(line).unwrap_or_else(|e| panic!("{case} line {}: {e}", i + 1));
+            let mut message = OutputMessage::from_json(line).unwrap_or_else(|e| panic!("{case} line {}: {e}", i + 1));
             message.metadata = Some(Metadata {
                 sequence: Some(i as u64 + 1),
                 timestamp: Some(FIRST_TIMESTAMP_MS + i as u64),

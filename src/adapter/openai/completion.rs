@@ -13,7 +13,7 @@ use super::OpenAiOptions;
 use super::progress::{Progress, Separator};
 use super::projection::{Projection, project};
 use super::wire::{ApiError, Completion, CompletionChoice, Function, ResponseMessage, ToolCall};
-use crate::output::{Outcome, OutputMessage};
+use crate::output::{FinishReason, Outcome, OutputMessage};
 
 /// Aggregates messages into one `chat.completion` body.
 ///
@@ -75,7 +75,7 @@ impl OpenAiCompletion {
         let tool_calls: Vec<ToolCall<'_>> = sent_calls
             .iter()
             .map(|c| ToolCall {
-                id: &c.id,
+                id: c.id,
                 kind: "function",
                 function: Function { name: c.name, arguments: c.arguments },
             })
@@ -93,18 +93,18 @@ impl OpenAiCompletion {
             tool_calls: &tool_calls,
             refusal: None,
         };
+        // A call that stopped being a tool call (a type_change) is not in the final state.
+        let finish_reason = match self.progress.finish_reason(outcome) {
+            FinishReason::ToolCalls if tool_calls.is_empty() => FinishReason::Stop,
+            reason => reason,
+        };
         let o = &self.options;
         let body = Completion {
             id: &o.id,
             object: "chat.completion",
             created: o.created,
             model: &o.model,
-            choices: [CompletionChoice {
-                index: 0,
-                message,
-                logprobs: None,
-                finish_reason: self.progress.finish_reason(outcome).as_str(),
-            }],
+            choices: [CompletionChoice { index: 0, message, logprobs: None, finish_reason: finish_reason.as_str() }],
             usage: outcome.usage.as_ref(),
         };
         serde_json::to_vec(&body).map(Bytes::from).map_err(|e| ApiError {

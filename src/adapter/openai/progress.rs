@@ -48,14 +48,21 @@ struct Sent {
     /// `None`: what was sent is exactly the projection's text. `Some(text)`: what was sent, which the
     /// projection no longer extends (or, for a tool call whose header is not out yet, the empty string).
     stale: Option<String>,
-    /// A tool call's index, once its header is out.
-    tool_index: Option<u32>,
+    /// A tool call's header, once it is out: its index, id and name stand from then on.
+    header: Option<Header>,
+}
+
+#[derive(Debug, Clone)]
+struct Header {
+    index: u32,
+    id: String,
+    name: String,
 }
 
 /// A tool call as sent, for the non-streaming aggregate.
 pub(crate) struct SentToolCall<'a> {
     pub(crate) index: u32,
-    pub(crate) id: String,
+    pub(crate) id: &'a str,
     pub(crate) name: &'a str,
     pub(crate) arguments: &'a str,
 }
@@ -104,16 +111,16 @@ impl Progress {
             Projection::Content { text, block } => (Channel::Content, text, block),
             Projection::Reasoning(text) => (Channel::Reasoning, text.into(), true),
             Projection::ToolCall { id, name, arguments } => {
-                if sent.channel != Channel::Tool || sent.tool_index.is_none() {
-                    *sent = Sent { channel: Channel::Tool, stale: Some(String::new()), tool_index: None };
+                if sent.channel != Channel::Tool || sent.header.is_none() {
+                    *sent = Sent { channel: Channel::Tool, stale: Some(String::new()), header: None };
                     if name.is_empty() {
                         return;
                     }
                     let index = self.next_tool_index;
                     self.next_tool_index += 1;
-                    sent.tool_index = Some(index);
-                    let id = tool_call_id(id, index);
-                    emit(Piece::ToolHeader { index, id: &id, name });
+                    let header = Header { index, id: tool_call_id(id, index), name: name.to_owned() };
+                    emit(Piece::ToolHeader { index, id: &header.id, name });
+                    sent.header = Some(header);
                     self.last_step_tools = true;
                 }
                 (Channel::Tool, arguments.into(), false)
@@ -156,7 +163,7 @@ impl Progress {
                 emit(Piece::Reasoning { text: new, new_line });
             }
             Channel::Tool => {
-                if let Some(index) = sent.tool_index {
+                if let Some(index) = sent.header.as_ref().map(|h| h.index) {
                     self.last_step_tools = true;
                     emit(Piece::ToolArguments { index, arguments: new });
                 }
@@ -201,17 +208,18 @@ impl Progress {
         }
     }
 
-    /// The tool calls whose header went out, by index, in their current state.
+    /// The tool calls whose header went out and that are still tool calls, by index: the id and name the
+    /// header carried, the arguments as they are now.
     pub(crate) fn tool_calls(&self) -> Vec<SentToolCall<'_>> {
         let mut calls: Vec<SentToolCall<'_>> = self
             .sent
             .iter()
             .zip(self.reducer.messages())
             .filter_map(|(sent, state)| {
-                let index = sent.tool_index?;
+                let header = sent.header.as_ref()?;
                 match project(state) {
-                    Projection::ToolCall { id, name, arguments } => {
-                        Some(SentToolCall { index, id: tool_call_id(id, index), name, arguments })
+                    Projection::ToolCall { arguments, .. } => {
+                        Some(SentToolCall { index: header.index, id: &header.id, name: &header.name, arguments })
                     }
                     _ => None,
                 }

@@ -10,9 +10,9 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
+use super::OpenAiOptions;
 use super::progress::{Piece, Progress};
 use super::wire::{ApiError, Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta};
-use super::OpenAiOptions;
 use crate::adapter::{Adapter, sse};
 use crate::output::{Outcome, OutputMessage, Usage};
 
