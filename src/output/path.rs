@@ -19,22 +19,31 @@ pub(crate) enum PathError {
     NoParent { segment: String },
 }
 
+/// A value's JSON kind with its article, for error messages.
 pub(crate) fn kind_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
+}
+
+/// A path segment as an array index: decimal digits only.
+fn index(segment: &str) -> Option<usize> {
+    if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    segment.parse().ok()
 }
 
 /// The value at `path` inside `root`, if there is one.
 pub(crate) fn get<'a>(root: &'a Value, path: &[&str]) -> Option<&'a Value> {
     path.iter().try_fold(root, |node, segment| match node {
         Value::Object(map) => map.get(*segment),
-        Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
+        Value::Array(items) => index(segment).and_then(|i| items.get(i)),
         _ => None,
     })
 }
@@ -98,8 +107,8 @@ fn child<'a>(node: &'a mut Value, segment: &str, create: bool) -> Result<&'a mut
 
 /// A segment as an array index; one past the end is allowed (it appends).
 fn array_index(segment: &str, len: usize) -> Result<usize, PathError> {
-    match segment.parse::<usize>() {
-        Ok(i) if i <= len => Ok(i),
+    match index(segment) {
+        Some(i) if i <= len => Ok(i),
         _ => Err(PathError::NoParent { segment: segment.to_owned() }),
     }
 }

@@ -40,7 +40,7 @@ pub enum DeltaError {
         field: String,
     },
     /// The action cannot apply to what is there, e.g. append to a number.
-    #[error("{field}: cannot {action} a {value} to a {target}")]
+    #[error("{field}: cannot {action} {value} to {target}")]
     Conflict {
         /// `props.<path>`
         field: String,
@@ -160,7 +160,9 @@ fn apply_delta(state: &mut OutputMessage, delta: &OutputMessage) -> Result<(), D
     }
     let segments = delta_segments(delta);
     let field = || if segments.is_empty() { "props".to_owned() } else { format!("props.{}", segments.join(".")) };
-    let action = delta.action_or_default();
+    // Without an action a delta appends, except to the whole props, where appending means nothing: merge.
+    let action =
+        delta.delta_action.unwrap_or(if segments.is_empty() { DeltaAction::Merge } else { DeltaAction::Append });
     let whole;
     let value = if segments.is_empty() {
         whole = Value::Object(delta.props.clone());
@@ -168,14 +170,6 @@ fn apply_delta(state: &mut OutputMessage, delta: &OutputMessage) -> Result<(), D
     } else {
         delta_value(&delta.props, &segments).ok_or_else(|| DeltaError::MissingValue { field: field() })?
     };
-    if segments.is_empty() && matches!(action, DeltaAction::Replace | DeltaAction::Set) && !value.is_object() {
-        return Err(DeltaError::Conflict {
-            field: field(),
-            action: action.as_str(),
-            target: "object",
-            value: "non-object",
-        });
-    }
     let mut root = Value::Object(std::mem::take(&mut state.props));
     let result = path::apply(&mut root, &segments, action, value);
     if let Value::Object(props) = root {
