@@ -30,4 +30,7 @@
 //! ```
 
 pub mod adapter;
+pub mod agent;
+pub mod conversation;
+pub mod hub;
 pub mod output;

@@ -4,12 +4,13 @@
 //! types, custom types and lifecycle events alike. Each event carries `id: <sequence>` from the message's
 //! stamped `metadata.sequence`, which is what a browser's `EventSource` sends back as `Last-Event-ID` to
 //! resume; a message that was never stamped (outside a stream) has no `id:` line. The end of the stream is a
-//! message too (`stream_end`, added by the stream), so [`Adapter::finish`] adds nothing.
+//! message too (`stream_end`, added by the stream), so [`Adapter::finish`] adds nothing. An interruption
+//! (a subscriber that lagged) is an `error` message without an `id:` line.
 
 use bytes::Bytes;
 
 use super::{Adapter, sse};
-use crate::output::{Outcome, OutputMessage};
+use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 /// Renders messages as CUI SSE events.
 ///
@@ -32,4 +33,10 @@ impl Adapter for CuiAdapter {
     }
 
     fn finish(&mut self, _outcome: &Outcome, _frames: &mut Vec<Bytes>) {}
+
+    /// An `error` message without an `id:` line: it is not part of the log, so a client must not resume
+    /// from it.
+    fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Bytes>) {
+        frames.push(sse::event(None, &OutputMessage::builtin(error.clone())));
+    }
 }

@@ -17,7 +17,7 @@ mod sse;
 
 use bytes::Bytes;
 
-use crate::output::{Outcome, OutputMessage};
+use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use cui::CuiAdapter;
 pub use openai::{ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
@@ -29,4 +29,8 @@ pub trait Adapter {
 
     /// Renders the end of the stream, appending the last frames to `frames`.
     fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Bytes>);
+
+    /// Renders an error that is not part of the stream but ends one subscriber's view of it (a subscriber
+    /// that fell too far behind): the last frames that subscriber receives. Changes no state.
+    fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Bytes>);
 }

@@ -26,5 +26,6 @@ pub use props::{
     ActionProps, AudioProps, BuiltinProps, ErrorProps, EventProps, FileProps, ImageProps, LoadingProps, TextProps,
     ThinkingProps, ToolCallProps, VideoProps, builtin_types, is_builtin_type, main_field,
 };
+pub(crate) use reducer::Undo;
 pub use reducer::{DeltaError, Reducer};
 pub use validate::ValidationError;

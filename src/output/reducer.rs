@@ -73,6 +73,15 @@ impl DeltaError {
     }
 }
 
+/// How to take back one logged apply.
+#[derive(Debug, Clone)]
+pub(crate) enum Undo {
+    /// A message was started: remove it.
+    Created { message_id: Option<String> },
+    /// A message was changed: restore it.
+    Changed { slot: usize, previous: Box<OutputMessage> },
+}
+
 /// The current state of every message of a stream.
 ///
 /// ```
@@ -112,6 +121,38 @@ impl Reducer {
             *state = message.to_state();
         }
         Ok(slot)
+    }
+
+    /// Like [`Reducer::apply`], recording in `undo` how to take it back with [`Reducer::rollback`].
+    pub(crate) fn apply_logged(&mut self, message: &OutputMessage, undo: &mut Vec<Undo>) -> Result<usize, DeltaError> {
+        match self.slot_of(message) {
+            None => {
+                let slot = self.apply(message)?;
+                undo.push(Undo::Created { message_id: message.message_id.clone() });
+                Ok(slot)
+            }
+            Some(slot) => {
+                let previous = Box::new(self.messages[slot].clone());
+                self.apply(message)?;
+                undo.push(Undo::Changed { slot, previous });
+                Ok(slot)
+            }
+        }
+    }
+
+    /// Takes back logged applies, newest first.
+    pub(crate) fn rollback(&mut self, undo: Vec<Undo>) {
+        for step in undo.into_iter().rev() {
+            match step {
+                Undo::Created { message_id } => {
+                    self.messages.pop();
+                    if let Some(id) = message_id {
+                        self.slots.remove(&id);
+                    }
+                }
+                Undo::Changed { slot, previous } => self.messages[slot] = *previous,
+            }
+        }
     }
 
     /// The position of the message `message` would update, if it continues a known one.

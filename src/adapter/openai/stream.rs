@@ -14,7 +14,7 @@ use super::OpenAiOptions;
 use super::progress::{Piece, Progress};
 use super::wire::{ApiError, Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta};
 use crate::adapter::{Adapter, sse};
-use crate::output::{Outcome, OutputMessage, Usage};
+use crate::output::{ErrorProps, Outcome, OutputMessage, Usage};
 
 /// Renders messages as OpenAI chunks.
 ///
@@ -96,6 +96,17 @@ impl Adapter for OpenAiAdapter {
         }
         frames.push(sse::DONE);
         self.done = true;
+    }
+
+    fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Bytes>) {
+        let error = ApiError {
+            message: error.message.clone(),
+            kind: "stream_error".into(),
+            param: None,
+            code: error.code.clone(),
+        };
+        frames.push(sse::event(None, &error.envelope()));
+        frames.push(sse::DONE);
     }
 }
 

@@ -1,0 +1,30 @@
+//! Embeds every `fixtures/<name>/input.jsonl` (and its `outcome.json`) so the `replay/<name>` agents work
+//! from any working directory, with nothing to install beside the binary.
+
+use std::fmt::Write;
+use std::path::Path;
+
+fn main() {
+    println!("cargo:rerun-if-changed=fixtures");
+    let root = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    let fixtures = Path::new(&root).join("fixtures");
+    let mut cases: Vec<_> = std::fs::read_dir(&fixtures)
+        .map(|dir| dir.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.join("input.jsonl").is_file()).collect())
+        .unwrap_or_default();
+    cases.sort();
+    let mut out = String::from("/// (name, input.jsonl, outcome.json) of every fixture.\n");
+    out.push_str("pub(crate) const FIXTURES: &[(&str, &str, Option<&str>)] = &[\n");
+    for case in cases {
+        let name = case.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        let input = case.join("input.jsonl");
+        let outcome = case.join("outcome.json");
+        let outcome =
+            if outcome.is_file() { format!("Some(include_str!({:?}))", outcome.display()) } else { "None".into() };
+        let _ = writeln!(out, "    ({name:?}, include_str!({:?}), {outcome}),", input.display());
+    }
+    out.push_str("];\n");
+    let dest = Path::new(&std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("fixtures.rs");
+    if let Err(e) = std::fs::write(&dest, out) {
+        panic!("writing {}: {e}", dest.display());
+    }
+}

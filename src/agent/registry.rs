@@ -1,0 +1,92 @@
+//! [`Agents`]: model names to agents, what `GET /v1/models` lists and a chat request's `model` selects.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::Agent;
+use super::builtin::{DemoAgent, EchoAgent, ReplayAgent};
+use super::run::{DynAgent, start};
+use crate::conversation::ChatRequest;
+use crate::hub::{Hub, HubError, Stream};
+
+/// Why a request could not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// No agent has that name.
+    #[error("the model {0:?} does not exist")]
+    UnknownModel(String),
+    /// The hub refused a new stream.
+    #[error(transparent)]
+    Hub(#[from] HubError),
+}
+
+/// The agents a service offers, by model name.
+///
+/// ```
+/// use agentmux::agent::{Agent, AgentError, Agents, Output};
+/// use agentmux::conversation::ChatRequest;
+/// use agentmux::output::Outcome;
+///
+/// struct Hello;
+/// impl Agent for Hello {
+///     async fn run(&self, _: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+///         output.text("hello")?;
+///         Ok(Outcome::completed())
+///     }
+/// }
+///
+/// let mut agents = Agents::builtin();
+/// agents.register("hello", Hello);
+/// assert!(agents.contains("hello") && agents.contains("demo") && agents.contains("replay/plain-text"));
+/// ```
+#[derive(Clone, Default)]
+pub struct Agents {
+    agents: BTreeMap<String, Arc<dyn DynAgent>>,
+}
+
+impl std::fmt::Debug for Agents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.agents.keys()).finish()
+    }
+}
+
+impl Agents {
+    /// No agents.
+    pub fn new() -> Self {
+        Agents::default()
+    }
+
+    /// `demo`, `echo`, and `replay/<name>` for every fixture built in.
+    pub fn builtin() -> Self {
+        let mut agents = Agents::new();
+        agents.register("demo", DemoAgent::default());
+        agents.register("echo", EchoAgent);
+        for replay in ReplayAgent::builtin() {
+            agents.register(format!("replay/{}", replay.name()), replay);
+        }
+        agents
+    }
+
+    /// Adds (or replaces) the agent for `model`.
+    pub fn register(&mut self, model: impl Into<String>, agent: impl Agent) -> &mut Self {
+        self.agents.insert(model.into(), Arc::new(agent));
+        self
+    }
+
+    /// True when `model` names an agent.
+    pub fn contains(&self, model: &str) -> bool {
+        self.agents.contains_key(model)
+    }
+
+    /// The model names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.agents.keys().map(String::as_str)
+    }
+
+    /// Starts the agent `request.model` names on a new stream of `hub`; see [`super::run`].
+    pub fn start(&self, hub: &Hub, request: ChatRequest) -> Result<Arc<Stream>, StartError> {
+        let agent = self.agents.get(&request.model).ok_or_else(|| StartError::UnknownModel(request.model.clone()))?;
+        Ok(start(hub, Arc::clone(agent), request)?)
+    }
+}

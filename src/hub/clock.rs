@@ -1,0 +1,85 @@
+//! Where a stream gets its time and its random names from, injectable so tests are deterministic.
+//!
+//! A stream stamps every message with a timestamp and has a random id and epoch. Production uses the
+//! system clock and the thread-local CSPRNG ([`SystemClock`], [`RandomIds`]); tests and golden files plug
+//! in a clock that ticks one millisecond per reading and ids that count ([`SteppingClock`], [`CountingIds`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rand::RngCore;
+
+/// Milliseconds since the Unix epoch.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Now, in milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    }
+}
+
+/// A clock that starts at a given time and advances one millisecond per reading.
+#[derive(Debug)]
+pub struct SteppingClock(AtomicU64);
+
+impl SteppingClock {
+    /// Starts at `start_ms`.
+    pub fn new(start_ms: u64) -> Self {
+        SteppingClock(AtomicU64::new(start_ms))
+    }
+}
+
+impl Clock for SteppingClock {
+    fn now_ms(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Names for streams and their incarnations.
+pub trait Ids: Send + Sync + std::fmt::Debug {
+    /// A new stream id: URL-safe, and unguessable in production.
+    fn stream_id(&self) -> String;
+    /// A new epoch: differs for every incarnation of a stream.
+    fn epoch(&self) -> String;
+}
+
+/// 128 random bits as 32 hex digits for ids, 64 for epochs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RandomIds;
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Ids for RandomIds {
+    fn stream_id(&self) -> String {
+        random_hex(16)
+    }
+
+    fn epoch(&self) -> String {
+        random_hex(8)
+    }
+}
+
+/// `s1`, `s2`, ... and `e1`, `e2`, ...: for tests.
+#[derive(Debug, Default)]
+pub struct CountingIds(AtomicU64);
+
+impl Ids for CountingIds {
+    fn stream_id(&self) -> String {
+        format!("s{}", self.0.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    fn epoch(&self) -> String {
+        format!("e{}", self.0.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
