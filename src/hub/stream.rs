@@ -242,6 +242,16 @@ impl Stream {
         }
     }
 
+    /// Every message appended so far, as stamped, in order.
+    pub fn log(&self) -> Vec<OutputMessage> {
+        self.lock().log.clone()
+    }
+
+    /// How the stream ended, once it has.
+    pub fn outcome(&self) -> Option<Outcome> {
+        self.lock().end.clone()
+    }
+
     /// The last sequence appended.
     pub fn last_sequence(&self) -> u64 {
         self.lock().log.len() as u64
