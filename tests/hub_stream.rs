@@ -1,0 +1,174 @@
+//! One stream on its own: stamping, lifecycle events, all-or-nothing batches, limits, snapshots.
+
+use std::sync::Arc;
+
+use agentmux::agent::Output;
+use agentmux::hub::{AppendError, CountingIds, Hub, HubConfig, HubError, Limits, Status, SteppingClock};
+use agentmux::output::{DeltaAction, ErrorProps, Outcome, OutputMessage, Usage};
+use serde_json::json;
+
+fn hub(limits: Limits) -> Hub {
+    Hub::new(HubConfig {
+        limits,
+        clock: Arc::new(SteppingClock::new(1_000)),
+        ids: Arc::new(CountingIds::default()),
+        ..HubConfig::default()
+    })
+}
+
+fn events(log: &[OutputMessage]) -> Vec<String> {
+    log.iter()
+        .map(|m| match m.kind.as_str() {
+            "event" => m.prop_str("event").unwrap_or_default().to_owned(),
+            other => other.to_owned(),
+        })
+        .collect()
+}
+
+#[test]
+fn stamps_sequences_ids_and_times() {
+    let hub = hub(Limits::default());
+    let stream = hub.create("m").expect("create");
+    let own = OutputMessage::text("a").with_message_id("mine");
+    assert_eq!(stream.append(own).expect("append"), 2);
+    assert_eq!(stream.append(OutputMessage::text("b")).expect("append"), 3);
+    let log = stream.log();
+    let sequences: Vec<u64> = log.iter().map(|m| m.sequence().expect("stamped")).collect();
+    assert_eq!(sequences, [1, 2, 3]);
+    assert_eq!(log[1].message_id.as_deref(), Some("mine"), "a producer's id is kept");
+    assert!(log[2].message_id.is_some(), "an id is stamped where none was given");
+    let times: Vec<u64> = log.iter().map(|m| m.metadata.as_ref().and_then(|x| x.timestamp).expect("time")).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+    assert_eq!(stream.epoch(), "e2");
+    assert_eq!(log[0].props["data"], json!({"stream_id": "s1", "epoch": "e2", "model": "m"}));
+}
+
+#[test]
+fn lifecycle_events_wrap_deltas_blocks_and_the_stream() {
+    let hub = hub(Limits::default());
+    let stream = hub.create("m").expect("create");
+    let output = Output::new(Arc::clone(&stream));
+    let step = output.begin_block().thread("researcher");
+    let mut text = step.stream_text();
+    text.append("Hel").expect("append");
+    text.append("lo").expect("append");
+    step.tool_call("c1", "search", "{}").expect("tool call");
+    let mut open = output.stream_thinking();
+    open.append("never ended").expect("append");
+    step.end_block().expect("end block");
+    stream.end(Outcome::completed().with_usage(Usage::new(3, 4)));
+    let log = stream.log();
+    assert_eq!(
+        events(&log),
+        [
+            "stream_start",
+            "block_start",
+            "message_start",
+            "text",
+            "text",
+            "tool_call",
+            "message_start",
+            "thinking",
+            "message_end",
+            "block_end",
+            "message_end",
+            "stream_end"
+        ]
+    );
+    // Deltas inherit the block and thread of the message they continue.
+    assert!(log[3..6].iter().all(|m| m.block_id == log[1].block_id && m.thread_id.as_deref() == Some("researcher")));
+    let text_end = &log[8].props["data"];
+    assert_eq!(text_end["chunk_count"], json!(2));
+    assert_eq!(text_end["message_id"], json!(text.message_id()));
+    assert_eq!(log[9].props["data"]["message_count"], json!(2));
+    let end = &log[11].props["data"];
+    assert_eq!(end["status"], json!("completed"));
+    assert_eq!(end["usage"], json!({"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}));
+    assert!(end["duration_ms"].as_u64().is_some());
+    assert_eq!(stream.status(), Status::Completed);
+    assert_eq!(stream.append(OutputMessage::text("late")), Err(AppendError::Ended));
+    assert!(!stream.end(Outcome::completed()), "ending twice is refused");
+}
+
+#[test]
+fn a_batch_is_all_or_nothing() {
+    let hub = hub(Limits::default());
+    let stream = hub.create("m").expect("create");
+    stream.append(OutputMessage::text("a").with_message_id("t")).expect("append");
+    let before = stream.snapshot();
+    let batch = vec![
+        OutputMessage::text("b").with_message_id("t").as_delta(DeltaAction::Append, None),
+        OutputMessage::text("new").with_message_id("n").as_delta(DeltaAction::Append, None),
+        OutputMessage::text("c").with_message_id("t").as_delta(DeltaAction::Merge, None),
+    ];
+    let error = stream.append_batch(batch).expect_err("the merge conflicts");
+    assert_eq!(error.index, 2);
+    assert!(matches!(error.error, AppendError::Delta(ref e) if e.field() == "props.content"), "{error}");
+    let after = stream.snapshot();
+    assert_eq!(after.last_sequence, before.last_sequence);
+    assert_eq!(serde_json::to_value(&after.messages).ok(), serde_json::to_value(&before.messages).ok());
+    let invalid = vec![OutputMessage::text("fine"), OutputMessage::image("ftp://nope")];
+    let error = stream.append_batch(invalid).expect_err("bad url");
+    assert_eq!(error.index, 1);
+    assert!(matches!(error.error, AppendError::Invalid(ref e) if e.field() == Some("props.url")));
+    assert_eq!(stream.last_sequence(), before.last_sequence);
+    // And a good batch goes in whole, message_start included.
+    let sequences = stream
+        .append_batch(vec![
+            OutputMessage::text("b").with_message_id("t").as_delta(DeltaAction::Append, None),
+            OutputMessage::text("x").with_message_id("n2").as_delta(DeltaAction::Append, None),
+        ])
+        .expect("batch");
+    assert_eq!(sequences, [3, 5], "message_start for n2 takes sequence 4");
+    let snapshot = stream.snapshot();
+    assert_eq!(
+        snapshot.messages.iter().find(|m| m.message_id.as_deref() == Some("t")).map(|m| m.props["content"].clone()),
+        Some(json!("ab"))
+    );
+}
+
+#[test]
+fn limits_are_typed_errors() {
+    let hub = hub(Limits { message_bytes: 200, messages_per_stream: 4, streams: 2, ..Limits::default() });
+    let stream = hub.create("m").expect("create");
+    let big = OutputMessage::text("x".repeat(300));
+    assert!(matches!(stream.append(big), Err(AppendError::MessageTooLarge { limit: 200, .. })));
+    stream.append(OutputMessage::text("1")).expect("2");
+    stream.append(OutputMessage::text("2")).expect("3");
+    stream.append(OutputMessage::text("3")).expect("4");
+    assert_eq!(stream.append(OutputMessage::text("4")), Err(AppendError::TooManyMessages { limit: 4 }));
+    assert!(stream.end(Outcome::completed()), "the end always fits");
+    hub.create("m").expect("second stream");
+    assert_eq!(hub.create("m").err(), Some(HubError::TooManyStreams { limit: 2 }));
+
+    let small = self::hub(Limits { hub_bytes: 2_000, ..Limits::default() });
+    let stream = small.create("m").expect("create");
+    let mut refused = None;
+    for i in 0..100 {
+        if let Err(e) = stream.append(OutputMessage::text(format!("message {i} ").repeat(5))) {
+            refused = Some(e);
+            break;
+        }
+    }
+    assert_eq!(refused, Some(AppendError::HubFull { limit: 2_000 }));
+    assert!(small.bytes() <= 2_000 + 400, "only the stream's own events may pass the limit: {}", small.bytes());
+}
+
+#[test]
+fn the_end_records_errors_and_cancels() {
+    let hub = hub(Limits::default());
+    let failed = hub.create("m").expect("create");
+    failed.end(Outcome::failed(ErrorProps { message: "boom".into(), code: Some("x".into()), details: None }));
+    assert_eq!(failed.status(), Status::Error);
+    let end = failed.log().pop().expect("stream_end");
+    assert_eq!(end.props["data"]["error"], json!({"message": "boom", "code": "x"}));
+    let cancelled = hub.create("m").expect("create");
+    assert!(cancelled.cancel());
+    assert!(cancelled.cancellation().is_cancelled());
+    assert_eq!(cancelled.status(), Status::Cancelled);
+    assert!(!cancelled.cancel(), "cancelling an ended stream does nothing");
+    let snapshot = serde_json::to_value(cancelled.snapshot()).expect("json");
+    assert_eq!(snapshot["status"], json!("cancelled"));
+    assert_eq!(snapshot["last_sequence"], json!(2));
+    assert!(snapshot["messages"].as_array().is_some_and(|m| m.len() == 2));
+}
