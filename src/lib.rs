@@ -34,3 +34,8 @@ pub mod agent;
 pub mod conversation;
 pub mod hub;
 pub mod output;
+
+/// The README's examples, compiled and run as doc tests so they cannot drift.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
