@@ -413,8 +413,10 @@ impl Stream {
     /// Cancels the stream: fires the cancellation token the agent watches and ends the stream `cancelled`.
     /// `false` when it had already ended.
     pub fn cancel(&self) -> bool {
+        // End first: an agent woken by the token may return at once, and its outcome must not win.
+        let ended = self.end(Outcome::cancelled());
         self.cancel.cancel();
-        self.end(Outcome::cancelled())
+        ended
     }
 
     /// Subscribes in `format` to the messages after sequence `after` (0: from the start), then the live
