@@ -32,6 +32,7 @@
 pub mod adapter;
 pub mod agent;
 pub mod conversation;
+pub mod http;
 pub mod hub;
 pub mod output;
 

@@ -1,5 +1,9 @@
 //! The `agentmux` command: a thin shell over the library.
 //!
+//! `agentmux serve` (also what the bare command does) runs the HTTP service on its embedded defaults: no
+//! config file, no other service. Every flag has an `AGENTMUX_*` environment twin. Logs go to stderr through
+//! `tracing` (`RUST_LOG` sets the level; `info` by default).
+//!
 //! `agentmux render` reads a producer's messages (JSON Lines on standard input), validates each one, and
 //! prints what a client of the chosen format receives: a way to see how an agent's output will look to a
 //! CUI frontend or an OpenAI client before wiring anything up. A message that fails validation, or a delta
@@ -7,21 +11,32 @@
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
+use agentmux::agent::Agents;
+use agentmux::http::{App, Settings};
+use agentmux::hub::{Hub, HubConfig};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer};
 use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
 #[command(name = "agentmux", version, about = "Carries the output of LLM agents to every client that watches it")]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// With no command: serve, with these flags.
+    #[command(flatten)]
+    serve: Serve,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the HTTP service (the default).
+    Serve(Serve),
     /// Render messages (JSON Lines on stdin) as a client of FORMAT receives them.
     Render {
         /// The wire format.
@@ -66,8 +81,106 @@ enum Reasoning {
     Both,
 }
 
+#[derive(clap::Args)]
+struct Serve {
+    /// Address to listen on.
+    #[arg(long, env = "AGENTMUX_ADDR", default_value = "127.0.0.1:8080")]
+    addr: String,
+    /// A `: ping` after this long without an event.
+    #[arg(long, env = "AGENTMUX_KEEP_ALIVE", default_value = "15s", value_parser = humantime::parse_duration)]
+    keep_alive: Duration,
+    /// A subscriber's outbound bound in bytes; past it, it gets `lagged`.
+    #[arg(long, env = "AGENTMUX_QUEUE_BYTES", default_value_t = 1 << 20)]
+    queue_bytes: u64,
+    /// How long an ended stream stays readable.
+    #[arg(long, env = "AGENTMUX_RETENTION", default_value = "10m", value_parser = humantime::parse_duration)]
+    retention: Duration,
+    /// The largest request body in bytes.
+    #[arg(long, env = "AGENTMUX_BODY_LIMIT", default_value_t = 8 << 20)]
+    body_limit: usize,
+    /// The largest WebSocket message from a client, in bytes.
+    #[arg(long, env = "AGENTMUX_WS_MAX_MESSAGE", default_value_t = 1 << 20)]
+    ws_max_message: usize,
+    /// On shutdown, how long open streams get to finish.
+    #[arg(long, env = "AGENTMUX_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
+    shutdown_grace: Duration,
+}
+
 fn main() -> ExitCode {
-    let Cli { command: Command::Render { format, model, include_usage, reasoning, outcome } } = Cli::parse();
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve(cli.serve));
+    match command {
+        Command::Serve(serve) => run_serve(serve),
+        Command::Render { format, model, include_usage, reasoning, outcome } => {
+            render_command(format, model, include_usage, reasoning, outcome)
+        }
+    }
+}
+
+fn run_serve(serve: Serve) -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&format!("starting the runtime: {e}")),
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
+            Ok(listener) => listener,
+            Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
+        };
+        let hub = Hub::new(HubConfig { queue_bytes: serve.queue_bytes, retention: serve.retention, ..HubConfig::default() });
+        let settings = Settings {
+            keep_alive: serve.keep_alive,
+            body_limit: serve.body_limit,
+            ws_max_message: serve.ws_max_message,
+            shutdown_grace: serve.shutdown_grace,
+        };
+        let app = App { hub, agents: Arc::new(Agents::builtin()), settings };
+        let address = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());
+        tracing::info!(%address, models = ?app.agents.names().collect::<Vec<_>>(), "agentmux listening");
+        match agentmux::http::serve(listener, app, shutdown_signal()).await {
+            Ok(()) => {
+                tracing::info!("stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&format!("serving: {e}")),
+        }
+    })
+}
+
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+fn render_command(
+    format: Format,
+    model: String,
+    include_usage: bool,
+    reasoning: Reasoning,
+    outcome: Option<String>,
+) -> ExitCode {
     let outcome = match outcome.as_deref().map(serde_json::from_str::<Outcome>).transpose() {
         Ok(outcome) => outcome.unwrap_or_default(),
         Err(e) => return fail(&format!("--outcome: {e}")),

@@ -217,6 +217,11 @@ impl Hub {
         self.streams().get(id).cloned()
     }
 
+    /// The streams still open.
+    pub fn open_streams(&self) -> Vec<Arc<Stream>> {
+        self.streams().values().filter(|s| s.status() == Status::Open).cloned().collect()
+    }
+
     /// How many streams it holds.
     pub fn len(&self) -> usize {
         self.streams().len()

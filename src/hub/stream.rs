@@ -252,6 +252,21 @@ impl Stream {
         self.lock().end.clone()
     }
 
+    /// Waits until the stream has ended, and returns how.
+    pub async fn ended(&self) -> Outcome {
+        let mut changes = self.changes();
+        loop {
+            changes.borrow_and_update();
+            if let Some(outcome) = self.outcome() {
+                return outcome;
+            }
+            if changes.changed().await.is_err() {
+                // The sender lives in `self`, so this cannot happen while we hold `&self`.
+                return Outcome::completed();
+            }
+        }
+    }
+
     /// The last sequence appended.
     pub fn last_sequence(&self) -> u64 {
         self.lock().log.len() as u64

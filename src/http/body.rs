@@ -1,0 +1,53 @@
+//! Reading request bodies: the size limit (413 with the envelope, not a bare status) and JSON errors that
+//! name the field (`messages[2].role`), for every endpoint that takes JSON.
+
+use axum::body::{Body, Bytes};
+use serde::de::DeserializeOwned;
+
+use super::HttpError;
+
+/// The body, or 413 when it is over `limit`, or 400 when it cannot be read.
+pub(crate) async fn read(body: Body, limit: usize) -> Result<Bytes, HttpError> {
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Ok(bytes),
+        Err(error) => {
+            let over = std::error::Error::source(&error)
+                .is_some_and(|e| e.downcast_ref::<http_body_util::LengthLimitError>().is_some())
+                || error.to_string().contains("length limit");
+            if over {
+                Err(HttpError::body_too_large(limit))
+            } else {
+                Err(HttpError::bad_request(format!("the request body could not be read: {error}"), None, "bad_body"))
+            }
+        }
+    }
+}
+
+/// Parses JSON into `T`; a syntax error is 400 `invalid_json`, a wrong field is 400 with `param` naming it.
+pub(crate) fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        let text = inner.to_string();
+        let text = text.split(" at line ").next().unwrap_or(&text).to_owned();
+        if !inner.is_data() {
+            return HttpError::bad_request(format!("invalid JSON: {inner}"), None, "invalid_json");
+        }
+        // serde reports a missing field at the object that lacks it; name the field itself.
+        let missing = text.strip_prefix("missing field `").and_then(|rest| rest.split('`').next());
+        let param = match (path.as_str(), missing) {
+            ("." | "", Some(field)) => Some(field.to_owned()),
+            (path, Some(field)) => Some(format!("{path}.{field}")),
+            ("." | "", None) => None,
+            (path, None) => Some(path.to_owned()),
+        };
+        let message = match &param {
+            Some(param) if missing.is_none() => format!("{param}: {text}"),
+            _ => text,
+        };
+        HttpError::bad_request(message, param, "invalid_value")
+    })?;
+    deserializer.end().map_err(|e| HttpError::bad_request(format!("invalid JSON: {e}"), None, "invalid_json"))?;
+    Ok(value)
+}

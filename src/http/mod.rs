@@ -1,0 +1,146 @@
+//! The HTTP service: the hub and the agents on the network, as `http-api.md` describes.
+//!
+//! - this file: [`App`] (what every handler shares), [`Settings`], [`router`] and [`serve`] with its graceful
+//!   shutdown;
+//! - `error.rs`: [`HttpError`], the one mapping from errors to statuses and OpenAI error envelopes;
+//! - `body.rs`: body limits and JSON errors that name the field;
+//! - `chat.rs`: `POST /v1/chat/completions`;
+//! - `streams.rs`: the stream endpoints and `GET /v1/models`;
+//! - `sse.rs` and `ws.rs`: the SSE and WebSocket transports, both writing a batch of frames at a time.
+
+mod body;
+mod chat;
+mod error;
+mod sse;
+mod streams;
+mod ws;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+use axum::extract::Request;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use tracing::Instrument;
+
+pub use error::HttpError;
+
+use crate::agent::Agents;
+use crate::hub::Hub;
+use crate::output::{ErrorProps, Outcome};
+
+/// Transport settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A `: ping` after this long without an event (15 s).
+    pub keep_alive: Duration,
+    /// The largest request body (8 MiB).
+    pub body_limit: usize,
+    /// The largest WebSocket message or frame from a client (1 MiB).
+    pub ws_max_message: usize,
+    /// On shutdown, how long open streams get to finish before they are ended with an error (10 s).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            keep_alive: Duration::from_secs(15),
+            body_limit: 8 << 20,
+            ws_max_message: 1 << 20,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What every handler shares; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// The streams.
+    pub hub: Hub,
+    /// The agents, by model name.
+    pub agents: Arc<Agents>,
+    /// Transport settings.
+    pub settings: Settings,
+}
+
+/// Every route.
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/v1/models", get(streams::models))
+        .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/streams", post(streams::create))
+        .route("/v1/streams/{id}", get(streams::status))
+        .route("/v1/streams/{id}/messages", post(streams::append))
+        .route("/v1/streams/{id}/end", post(streams::end))
+        .route("/v1/streams/{id}/cancel", post(streams::cancel))
+        .route("/v1/streams/{id}/events", get(streams::events))
+        .route("/v1/streams/{id}/ws", get(ws::one))
+        .route("/v1/ws", get(ws::many))
+        .fallback(|| async {
+            HttpError::new(axum::http::StatusCode::NOT_FOUND, "invalid_request_error", "no such endpoint", None, "not_found")
+        })
+        .layer(middleware::from_fn(trace))
+        .with_state(app)
+}
+
+/// Serves `app` on `listener` until `shutdown` completes; then stops accepting, gives open streams
+/// [`Settings::shutdown_grace`] to finish, and ends the rest with status `error`.
+pub async fn serve(listener: TcpListener, app: App, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    let hub = app.hub.clone();
+    let grace = app.settings.shutdown_grace;
+    let janitor = tokio::spawn({
+        let hub = hub.clone();
+        async move {
+            let mut every = tokio::time::interval(Duration::from_secs(30));
+            loop {
+                every.tick().await;
+                hub.evict_expired();
+            }
+        }
+    });
+    let router = router(app);
+    let result = axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!(open = hub.open_streams().len(), "shutting down: no new connections");
+            tokio::spawn(end_open_streams(hub, grace));
+        })
+        .await;
+    janitor.abort();
+    result
+}
+
+/// Waits up to `grace` for open streams to end, then ends the rest with an error.
+async fn end_open_streams(hub: Hub, grace: Duration) {
+    let deadline = tokio::time::Instant::now() + grace;
+    while !hub.open_streams().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for stream in hub.open_streams() {
+        stream.cancellation().cancel();
+        stream.end(Outcome::failed(ErrorProps {
+            message: "the server is shutting down".into(),
+            code: Some("shutdown".into()),
+            details: None,
+        }));
+        tracing::warn!(stream = stream.id(), "ended by shutdown");
+    }
+}
+
+/// A span per request, with its method and path.
+async fn trace(request: Request, next: Next) -> Response {
+    let span = tracing::info_span!("request", method = %request.method(), path = %request.uri().path());
+    async move {
+        let response = next.run(request).await;
+        tracing::debug!(status = response.status().as_u16(), "response");
+        response
+    }
+    .instrument(span)
+    .await
+}

@@ -1,0 +1,208 @@
+//! The stream endpoints: create, append, end, cancel, status, SSE subscribe, and `GET /v1/models`.
+//!
+//! Appending takes one JSON object, a JSON array, or NDJSON (`application/x-ndjson`, one message per line);
+//! every message is validated and the batch goes in whole or not at all, so an error names the message
+//! (`messages[3].props.url`, and for NDJSON its line). Subscribing resumes after `from` or the
+//! `Last-Event-ID` header (what a browser's `EventSource` sends when it reconnects). Resuming a CUI
+//! subscription at the end of an ended stream answers 204, which tells `EventSource` to stop reconnecting.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::sse::{self, OnDisconnect};
+use super::{App, HttpError, body};
+use crate::adapter::ReasoningField;
+use crate::hub::{Format, Status, Stream};
+use crate::output::{Outcome, OutputMessage};
+
+/// The stream named in the path.
+pub(crate) fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
+    app.hub.get(id).ok_or_else(|| HttpError::unknown_stream(id))
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct CreateBody {
+    model: Option<String>,
+}
+
+/// `POST /v1/streams`: `201 {"id", "epoch"}`.
+pub(crate) async fn create(State(app): State<App>, request: Body) -> Result<Response, HttpError> {
+    let bytes = body::read(request, app.settings.body_limit).await?;
+    let create: CreateBody = if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
+    let stream = app.hub.create(create.model.as_deref().unwrap_or("agentmux"))?;
+    tracing::info!(stream = stream.id(), "stream created for an outside producer");
+    Ok((StatusCode::CREATED, Json(json!({ "id": stream.id(), "epoch": stream.epoch() }))).into_response())
+}
+
+/// `POST /v1/streams/{id}/messages`: `{"sequences": [..]}`.
+pub(crate) async fn append(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    request: Body,
+) -> Result<Response, HttpError> {
+    let stream = find(&app, &id)?;
+    let bytes = body::read(request, app.settings.body_limit).await?;
+    let ndjson = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.contains("ndjson") || t.contains("jsonl") || t.contains("json-seq"));
+    let messages = if ndjson { ndjson_messages(&bytes)? } else { json_messages(&bytes)? };
+    let sequences = stream.append_batch(messages)?;
+    Ok(Json(json!({ "sequences": sequences })).into_response())
+}
+
+fn json_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
+    let value: Value = body::json(bytes)?;
+    let items = match value {
+        Value::Array(items) => items,
+        object @ Value::Object(_) => vec![object],
+        _ => {
+            return Err(HttpError::bad_request(
+                "the body must be a message object, an array of messages, or NDJSON",
+                None,
+                "invalid_value",
+            ));
+        }
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| OutputMessage::from_value(item).map_err(|e| HttpError::from(e).within(&format!("messages[{i}]"))))
+        .collect()
+}
+
+fn ndjson_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| HttpError::bad_request(format!("the body is not UTF-8: {e}"), None, "invalid_json"))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .enumerate()
+        .map(|(index, (line, text))| {
+            OutputMessage::from_json(text).map_err(|e| {
+                let mut error = HttpError::from(e).within(&format!("messages[{index}]"));
+                error.error.message = format!("line {}: {}", line + 1, error.error.message);
+                error
+            })
+        })
+        .collect()
+}
+
+/// `POST /v1/streams/{id}/end` with an [`Outcome`] (empty body: completed).
+pub(crate) async fn end(State(app): State<App>, Path(id): Path<String>, request: Body) -> Result<Response, HttpError> {
+    let stream = find(&app, &id)?;
+    let bytes = body::read(request, app.settings.body_limit).await?;
+    let outcome: Outcome = if bytes.iter().all(u8::is_ascii_whitespace) { Outcome::completed() } else { body::json(&bytes)? };
+    if !stream.end(outcome) {
+        return Err(crate::hub::AppendError::Ended.into());
+    }
+    Ok(Json(json!({ "id": stream.id(), "status": stream.status(), "last_sequence": stream.last_sequence() }))
+        .into_response())
+}
+
+/// `POST /v1/streams/{id}/cancel`: `202`.
+pub(crate) async fn cancel(State(app): State<App>, Path(id): Path<String>) -> Result<Response, HttpError> {
+    let stream = find(&app, &id)?;
+    if !stream.cancel() {
+        return Err(crate::hub::AppendError::Ended.into());
+    }
+    tracing::info!(stream = stream.id(), "cancelled on request");
+    Ok((StatusCode::ACCEPTED, Json(json!({ "id": stream.id(), "status": stream.status() }))).into_response())
+}
+
+/// `GET /v1/streams/{id}`: the snapshot.
+pub(crate) async fn status(State(app): State<App>, Path(id): Path<String>) -> Result<Response, HttpError> {
+    Ok(Json(find(&app, &id)?.snapshot()).into_response())
+}
+
+/// `format` and `from` of a subscription.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct SubscribeQuery {
+    format: Option<String>,
+    from: Option<u64>,
+    include_usage: Option<bool>,
+    reasoning: Option<String>,
+}
+
+impl SubscribeQuery {
+    /// The format asked for (`cui` by default).
+    pub(crate) fn format(&self) -> Result<Format, HttpError> {
+        parse_format(self.format.as_deref(), self.include_usage.unwrap_or(false), self.reasoning.as_deref())
+    }
+
+    /// Where to resume: `from`, else `Last-Event-ID`, else the start.
+    pub(crate) fn from(&self, headers: &HeaderMap) -> Result<u64, HttpError> {
+        if let Some(from) = self.from {
+            return Ok(from);
+        }
+        match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
+            None => Ok(0),
+            Some(Ok("")) => Ok(0),
+            Some(Ok(id)) => id.parse().map_err(|_| {
+                HttpError::bad_request(
+                    format!("Last-Event-ID must be a sequence number, not {id:?}"),
+                    Some("Last-Event-ID".into()),
+                    "invalid_value",
+                )
+            }),
+            Some(Err(_)) => Err(HttpError::bad_request("Last-Event-ID is not text", Some("Last-Event-ID".into()), "invalid_value")),
+        }
+    }
+}
+
+/// A format by name: `cui` or `openai`, with the OpenAI options.
+pub(crate) fn parse_format(name: Option<&str>, include_usage: bool, reasoning: Option<&str>) -> Result<Format, HttpError> {
+    let reasoning = match reasoning {
+        None | Some("reasoning_content") => ReasoningField::ReasoningContent,
+        Some("reasoning") => ReasoningField::Reasoning,
+        Some("both") => ReasoningField::Both,
+        Some(other) => {
+            return Err(HttpError::bad_request(
+                format!("reasoning must be reasoning_content, reasoning or both, not {other:?}"),
+                Some("reasoning".into()),
+                "invalid_value",
+            ));
+        }
+    };
+    match name {
+        None | Some("cui") => Ok(Format::Cui),
+        Some("openai") => Ok(Format::OpenAi { include_usage, reasoning }),
+        Some(other) => Err(HttpError::bad_request(
+            format!("format must be cui or openai, not {other:?}"),
+            Some("format".into()),
+            "invalid_value",
+        )),
+    }
+}
+
+/// `GET /v1/streams/{id}/events`: SSE.
+pub(crate) async fn events(
+    State(app): State<App>,
+    Path(id): Path<String>,
+    Query(query): Query<SubscribeQuery>,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    let stream = find(&app, &id)?;
+    let format = query.format()?;
+    let from = query.from(&headers)?;
+    if format == Format::Cui && stream.status() != Status::Open && from >= stream.last_sequence() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    let subscription = stream.subscribe(format, from)?;
+    Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none()))
+}
+
+/// `GET /v1/models`: the agents, in OpenAI's list format.
+pub(crate) async fn models(State(app): State<App>) -> Response {
+    let data: Vec<Value> =
+        app.agents.names().map(|name| json!({ "id": name, "object": "model", "created": 0, "owned_by": "agentmux" })).collect();
+    Json(json!({ "object": "list", "data": data })).into_response()
+}
