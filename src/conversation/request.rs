@@ -69,13 +69,31 @@ pub struct ChatMessage {
 }
 
 /// Message content: a string, or parts (`text`, `image_url`, `input_audio`, `file`, and any other).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Content {
     /// Plain text.
     Text(String),
     /// Parts, kept as sent.
     Parts(Vec<Value>),
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(text) => Ok(Content::Text(text)),
+            Value::Array(parts) => Ok(Content::Parts(parts)),
+            other => Err(serde::de::Error::custom(format!(
+                "content must be a string, an array of content parts, or null, not {}",
+                match other {
+                    Value::Object(_) => "an object",
+                    Value::Number(_) => "a number",
+                    Value::Bool(_) => "a boolean",
+                    _ => "this",
+                }
+            ))),
+        }
+    }
 }
 
 impl Content {

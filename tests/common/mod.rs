@@ -2,6 +2,8 @@
 //! sends, one per line) and an optional `outcome.json` (how the stream ended; completed when absent).
 #![allow(dead_code)]
 
+pub mod server;
+
 use std::path::{Path, PathBuf};
 
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions};

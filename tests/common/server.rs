@@ -1,0 +1,65 @@
+//! A real agentmux server on `127.0.0.1:0` for the tests that go over sockets.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use agentmux::agent::Agents;
+use agentmux::http::{App, Settings};
+use agentmux::hub::{Hub, HubConfig};
+use tokio::sync::oneshot;
+
+/// A running server; shut down when dropped.
+pub struct TestServer {
+    /// `http://127.0.0.1:<port>`
+    pub base: String,
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// Its hub, for looking inside.
+    pub hub: Hub,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestServer {
+    /// A server with the built-in agents and default settings.
+    pub async fn start() -> TestServer {
+        TestServer::with(HubConfig::default(), Settings::default(), Agents::builtin()).await
+    }
+
+    /// A server with the given hub config, settings and agents.
+    pub async fn with(config: HubConfig, settings: Settings, agents: Agents) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let hub = Hub::new(config);
+        let app = App { hub: hub.clone(), agents: Arc::new(agents), settings };
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(agentmux::http::serve(listener, app, async move {
+            let _ = rx.await;
+        }));
+        TestServer { base: format!("http://{addr}"), addr, hub, shutdown: Some(tx), task: Some(task) }
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Signals shutdown and waits for the server to stop.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
