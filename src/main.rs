@@ -101,6 +101,9 @@ struct Serve {
     /// The largest WebSocket message from a client, in bytes.
     #[arg(long, env = "AGENTMUX_WS_MAX_MESSAGE", default_value_t = 1 << 20)]
     ws_max_message: usize,
+    /// The model (agent) a chat request without one gets.
+    #[arg(long, env = "AGENTMUX_DEFAULT_MODEL", default_value = "demo")]
+    default_model: String,
     /// On shutdown, how long open streams get to finish.
     #[arg(long, env = "AGENTMUX_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
@@ -131,12 +134,14 @@ fn run_serve(serve: Serve) -> ExitCode {
             Ok(listener) => listener,
             Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
         };
-        let hub = Hub::new(HubConfig { queue_bytes: serve.queue_bytes, retention: serve.retention, ..HubConfig::default() });
+        let hub =
+            Hub::new(HubConfig { queue_bytes: serve.queue_bytes, retention: serve.retention, ..HubConfig::default() });
         let settings = Settings {
             keep_alive: serve.keep_alive,
             body_limit: serve.body_limit,
             ws_max_message: serve.ws_max_message,
             shutdown_grace: serve.shutdown_grace,
+            default_model: serve.default_model.clone(),
         };
         let app = App { hub, agents: Arc::new(Agents::builtin()), settings };
         let address = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());

@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 /// An OpenAI chat completion request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct ChatRequest {
-    /// The agent to run.
+    /// The agent to run; empty means the service's default model.
+    #[serde(default)]
     pub model: String,
     /// The conversation so far.
     pub messages: Vec<ChatMessage>,

@@ -94,7 +94,10 @@ pub(crate) async fn completions(
 ) -> Result<Response, HttpError> {
     let wants = Wants::from(&query, &headers)?;
     let bytes = body::read(request, app.settings.body_limit).await?;
-    let request = parse(&bytes)?;
+    let mut request = parse(&bytes)?;
+    if request.model.is_empty() {
+        request.model.clone_from(&app.settings.default_model);
+    }
     let streaming = request.stream;
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
     let stream = app.agents.start(&app.hub, request)?;
@@ -137,7 +140,11 @@ fn complete(stream: &Stream, outcome: &crate::output::Outcome, reasoning: Reason
     match completion.finish(outcome) {
         Ok(body) => ([("content-type", "application/json")], body).into_response(),
         Err(error) => {
-            let status = if outcome.status == EndStatus::Cancelled { StatusCode::CONFLICT } else { StatusCode::INTERNAL_SERVER_ERROR };
+            let status = if outcome.status == EndStatus::Cancelled {
+                StatusCode::CONFLICT
+            } else {
+                StatusCode::INTERNAL_SERVER_ERROR
+            };
             HttpError { status, error, retry: false }.into_response()
         }
     }

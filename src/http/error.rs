@@ -92,17 +92,24 @@ impl From<AppendError> for HttpError {
     fn from(error: AppendError) -> Self {
         let message = error.to_string();
         match error {
-            AppendError::Ended => HttpError::new(StatusCode::CONFLICT, "invalid_request_error", message, None, "stream_ended"),
+            AppendError::Ended => {
+                HttpError::new(StatusCode::CONFLICT, "invalid_request_error", message, None, "stream_ended")
+            }
             AppendError::Invalid(e) => e.into(),
             AppendError::Delta(e) => HttpError::bad_request(message, Some(e.field().to_owned()), "invalid_delta"),
-            AppendError::MessageTooLarge { .. } => {
-                HttpError::new(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error", message, None, "message_too_large")
-            }
+            AppendError::MessageTooLarge { .. } => HttpError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                message,
+                None,
+                "message_too_large",
+            ),
             AppendError::TooManyMessages { .. } | AppendError::StreamFull { .. } => {
                 HttpError::new(StatusCode::CONFLICT, "invalid_request_error", message, None, "stream_full")
             }
             AppendError::HubFull { .. } => {
-                let mut error = HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity");
+                let mut error =
+                    HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity");
                 error.retry = true;
                 error
             }
@@ -122,7 +129,8 @@ impl From<BatchError> for HttpError {
 
 impl From<HubError> for HttpError {
     fn from(error: HubError) -> Self {
-        let mut error = HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", error.to_string(), None, "capacity");
+        let mut error =
+            HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", error.to_string(), None, "capacity");
         error.retry = true;
         error
     }

@@ -20,11 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
-use tokio::net::TcpListener;
 use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
 use tracing::Instrument;
 
 pub use error::HttpError;
@@ -44,6 +44,8 @@ pub struct Settings {
     pub ws_max_message: usize,
     /// On shutdown, how long open streams get to finish before they are ended with an error (10 s).
     pub shutdown_grace: Duration,
+    /// The model a chat request without one gets (`demo`).
+    pub default_model: String,
 }
 
 impl Default for Settings {
@@ -53,6 +55,7 @@ impl Default for Settings {
             body_limit: 8 << 20,
             ws_max_message: 1 << 20,
             shutdown_grace: Duration::from_secs(10),
+            default_model: "demo".into(),
         }
     }
 }
@@ -83,7 +86,13 @@ pub fn router(app: App) -> Router {
         .route("/v1/streams/{id}/ws", get(ws::one))
         .route("/v1/ws", get(ws::many))
         .fallback(|| async {
-            HttpError::new(axum::http::StatusCode::NOT_FOUND, "invalid_request_error", "no such endpoint", None, "not_found")
+            HttpError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "no such endpoint",
+                None,
+                "not_found",
+            )
         })
         .layer(middleware::from_fn(trace))
         .with_state(app)
@@ -91,7 +100,11 @@ pub fn router(app: App) -> Router {
 
 /// Serves `app` on `listener` until `shutdown` completes; then stops accepting, gives open streams
 /// [`Settings::shutdown_grace`] to finish, and ends the rest with status `error`.
-pub async fn serve(listener: TcpListener, app: App, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let hub = app.hub.clone();
     let grace = app.settings.shutdown_grace;
     let janitor = tokio::spawn({

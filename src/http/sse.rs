@@ -62,16 +62,17 @@ pub(crate) fn response(
     keep_alive: Duration,
     on_disconnect: OnDisconnect,
 ) -> Response {
-    let body = futures::stream::unfold((subscription, on_disconnect), move |(mut subscription, mut guard)| async move {
-        match tokio::time::timeout(keep_alive, subscription.next()).await {
-            Ok(Some(batch)) => Some((Ok::<_, Infallible>(join(batch)), (subscription, guard))),
-            Ok(None) => {
-                guard.disarm();
-                None
+    let body =
+        futures::stream::unfold((subscription, on_disconnect), move |(mut subscription, mut guard)| async move {
+            match tokio::time::timeout(keep_alive, subscription.next()).await {
+                Ok(Some(batch)) => Some((Ok::<_, Infallible>(join(batch)), (subscription, guard))),
+                Ok(None) => {
+                    guard.disarm();
+                    None
+                }
+                Err(_) => Some((Ok(PING), (subscription, guard))),
             }
-            Err(_) => Some((Ok(PING), (subscription, guard))),
-        }
-    });
+        });
     let mut response = Response::new(Body::from_stream(body));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

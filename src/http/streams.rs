@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -35,7 +35,8 @@ struct CreateBody {
 /// `POST /v1/streams`: `201 {"id", "epoch"}`.
 pub(crate) async fn create(State(app): State<App>, request: Body) -> Result<Response, HttpError> {
     let bytes = body::read(request, app.settings.body_limit).await?;
-    let create: CreateBody = if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
+    let create: CreateBody =
+        if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
     let stream = app.hub.create(create.model.as_deref().unwrap_or("agentmux"))?;
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
     Ok((StatusCode::CREATED, Json(json!({ "id": stream.id(), "epoch": stream.epoch() }))).into_response())
@@ -75,7 +76,9 @@ fn json_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
     items
         .into_iter()
         .enumerate()
-        .map(|(i, item)| OutputMessage::from_value(item).map_err(|e| HttpError::from(e).within(&format!("messages[{i}]"))))
+        .map(|(i, item)| {
+            OutputMessage::from_value(item).map_err(|e| HttpError::from(e).within(&format!("messages[{i}]")))
+        })
         .collect()
 }
 
@@ -100,7 +103,8 @@ fn ndjson_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
 pub(crate) async fn end(State(app): State<App>, Path(id): Path<String>, request: Body) -> Result<Response, HttpError> {
     let stream = find(&app, &id)?;
     let bytes = body::read(request, app.settings.body_limit).await?;
-    let outcome: Outcome = if bytes.iter().all(u8::is_ascii_whitespace) { Outcome::completed() } else { body::json(&bytes)? };
+    let outcome: Outcome =
+        if bytes.iter().all(u8::is_ascii_whitespace) { Outcome::completed() } else { body::json(&bytes)? };
     if !stream.end(outcome) {
         return Err(crate::hub::AppendError::Ended.into());
     }
@@ -153,13 +157,19 @@ impl SubscribeQuery {
                     "invalid_value",
                 )
             }),
-            Some(Err(_)) => Err(HttpError::bad_request("Last-Event-ID is not text", Some("Last-Event-ID".into()), "invalid_value")),
+            Some(Err(_)) => {
+                Err(HttpError::bad_request("Last-Event-ID is not text", Some("Last-Event-ID".into()), "invalid_value"))
+            }
         }
     }
 }
 
 /// A format by name: `cui` or `openai`, with the OpenAI options.
-pub(crate) fn parse_format(name: Option<&str>, include_usage: bool, reasoning: Option<&str>) -> Result<Format, HttpError> {
+pub(crate) fn parse_format(
+    name: Option<&str>,
+    include_usage: bool,
+    reasoning: Option<&str>,
+) -> Result<Format, HttpError> {
     let reasoning = match reasoning {
         None | Some("reasoning_content") => ReasoningField::ReasoningContent,
         Some("reasoning") => ReasoningField::Reasoning,
@@ -202,7 +212,10 @@ pub(crate) async fn events(
 
 /// `GET /v1/models`: the agents, in OpenAI's list format.
 pub(crate) async fn models(State(app): State<App>) -> Response {
-    let data: Vec<Value> =
-        app.agents.names().map(|name| json!({ "id": name, "object": "model", "created": 0, "owned_by": "agentmux" })).collect();
+    let data: Vec<Value> = app
+        .agents
+        .names()
+        .map(|name| json!({ "id": name, "object": "model", "created": 0, "owned_by": "agentmux" }))
+        .collect();
     Json(json!({ "object": "list", "data": data })).into_response()
 }

@@ -166,7 +166,11 @@ fn handle(
         Op::Subscribe { stream, format, from, include_usage } => (|| {
             let found = find(app, &stream)?;
             if subscriptions.get(&stream).is_some_and(|task| !task.is_finished()) {
-                return Err(HttpError::bad_request("already subscribed to this stream", Some("stream".into()), "already_subscribed"));
+                return Err(HttpError::bad_request(
+                    "already subscribed to this stream",
+                    Some("stream".into()),
+                    "already_subscribed",
+                ));
             }
             let format = parse_format(format.as_deref(), include_usage.unwrap_or(false), None)?;
             let subscription = found.subscribe(format, from.unwrap_or(0))?;
@@ -178,7 +182,9 @@ fn handle(
                 task.abort();
                 Ok(json!({ "stream": stream, "unsubscribed": true }))
             }
-            None => Err(HttpError::bad_request("not subscribed to this stream", Some("stream".into()), "not_subscribed")),
+            None => {
+                Err(HttpError::bad_request("not subscribed to this stream", Some("stream".into()), "not_subscribed"))
+            }
         },
         Op::Cancel { stream } => find(app, &stream).and_then(|found| {
             if found.cancel() {
@@ -220,10 +226,8 @@ async fn forward(stream: Arc<Stream>, mut subscription: Subscription, format: Fo
     let quoted = serde_json::to_string(&id).unwrap_or_else(|_| "\"\"".into());
     while let Some(batch) = subscription.next().await {
         if batch.lagged {
-            let message = format!(
-                "this subscriber fell too far behind; subscribe again with from={}",
-                batch.last_sequence
-            );
+            let message =
+                format!("this subscriber fell too far behind; subscribe again with from={}", batch.last_sequence);
             let body = json!({ "stream": id, "error": { "message": message, "code": "lagged", "resume_from": batch.last_sequence } });
             let _ = tx.send(Outgoing::Batch(vec![Message::Text(body.to_string().into())])).await;
             let _ = tx.send(Outgoing::Ended { stream: id, reason: "lagged" }).await;
