@@ -100,7 +100,10 @@ pub(crate) async fn completions(
     }
     let streaming = request.stream;
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
+    let model = request.model.clone();
     let stream = app.agents.start(&app.hub, request)?;
+    super::record_stream(stream.id());
+    tracing::info!(model, streaming, "chat completion started");
     let on_disconnect = if wants.cancel_on_disconnect {
         let stream = Arc::clone(&stream);
         OnDisconnect::new(move || {

@@ -146,9 +146,19 @@ async fn end_open_streams(hub: Hub, grace: Duration) {
     }
 }
 
-/// A span per request, with its method and path.
+/// Names the stream a request is about in its span (see [`trace`]).
+pub(crate) fn record_stream(id: &str) {
+    tracing::Span::current().record("stream", id);
+}
+
+/// A span per request, with its method and path, and the stream once a handler knows it.
 async fn trace(request: Request, next: Next) -> Response {
-    let span = tracing::info_span!("request", method = %request.method(), path = %request.uri().path());
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        stream = tracing::field::Empty
+    );
     async move {
         let response = next.run(request).await;
         tracing::debug!(status = response.status().as_u16(), "response");

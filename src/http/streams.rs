@@ -24,6 +24,7 @@ use crate::output::{Outcome, OutputMessage};
 
 /// The stream named in the path.
 pub(crate) fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
+    super::record_stream(id);
     app.hub.get(id).ok_or_else(|| HttpError::unknown_stream(id))
 }
 
@@ -38,6 +39,7 @@ pub(crate) async fn create(State(app): State<App>, request: Body) -> Result<Resp
     let create: CreateBody =
         if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
     let stream = app.hub.create(create.model.as_deref().unwrap_or("agentmux"))?;
+    super::record_stream(stream.id());
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
     Ok((StatusCode::CREATED, Json(json!({ "id": stream.id(), "epoch": stream.epoch() }))).into_response())
 }
