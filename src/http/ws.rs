@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::streams::{SubscribeQuery, find, parse_format};
 use super::{App, HttpError};
@@ -51,12 +52,15 @@ pub(crate) async fn one(
     let format = query.format()?;
     let from = query.from(&Default::default())?;
     let subscription = stream.subscribe(format, from)?;
-    Ok(limits(upgrade, &app).on_upgrade(move |socket| connection(app, socket, Some((stream, subscription, format)))))
+    let span = tracing::info_span!("ws", stream = stream.id());
+    Ok(limits(upgrade, &app)
+        .on_upgrade(move |socket| connection(app, socket, Some((stream, subscription, format))).instrument(span)))
 }
 
 /// `GET /v1/ws`.
 pub(crate) async fn many(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
-    limits(upgrade, &app).on_upgrade(move |socket| connection(app, socket, None))
+    let span = tracing::info_span!("ws", stream = "*");
+    limits(upgrade, &app).on_upgrade(move |socket| connection(app, socket, None).instrument(span))
 }
 
 fn limits(upgrade: WebSocketUpgrade, app: &App) -> WebSocketUpgrade {
@@ -75,8 +79,6 @@ enum Op {
 
 async fn connection(app: App, socket: WebSocket, initial: Option<(Arc<Stream>, Subscription, Format)>) {
     let single = initial.as_ref().map(|(stream, _, _)| stream.id().to_owned());
-    let span = tracing::info_span!("ws", stream = single.as_deref().unwrap_or("*"));
-    let _entered = span.enter();
     let (mut sink, mut source) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Outgoing>(64);
     let mut subscriptions: HashMap<String, JoinHandle<()>> = HashMap::new();
