@@ -172,3 +172,26 @@ fn the_end_records_errors_and_cancels() {
     assert_eq!(snapshot["last_sequence"], json!(2));
     assert!(snapshot["messages"].as_array().is_some_and(|m| m.len() == 2));
 }
+
+/// The stream's own ids never collide with a producer's: a producer using `m1`, `m2` ... (as the fixtures
+/// do) neither continues the stream's events nor is overwritten by them.
+#[test]
+fn producer_ids_never_meet_the_streams_own() {
+    let hub = hub(Limits::default());
+    let stream = hub.create("m").expect("create");
+    for n in 1..=5 {
+        let id = format!("m{n}");
+        let first = OutputMessage::text("a").with_message_id(&id).as_delta(DeltaAction::Append, None);
+        stream.append(first).expect("a new message");
+        stream
+            .append(OutputMessage::text("b").with_message_id(&id).as_delta(DeltaAction::Append, None))
+            .expect("delta");
+    }
+    assert!(stream.end(Outcome::completed()));
+    let snapshot = stream.snapshot();
+    let texts: Vec<_> =
+        snapshot.messages.iter().filter(|m| m.kind == "text").map(|m| m.props["content"].clone()).collect();
+    assert_eq!(texts, vec![json!("ab"); 5]);
+    let events = snapshot.messages.iter().filter(|m| m.kind == "event").count();
+    assert_eq!(events, 1 + 5 + 5 + 1, "stream_start, five message_start, five message_end, stream_end");
+}

@@ -200,9 +200,11 @@ impl Stream {
         self.cancel.clone()
     }
 
-    /// A new id unique in this stream, with a prefix (`m` for messages, `b` for blocks).
+    /// A new id unique in this stream, with a prefix (`m` for messages, `b` for blocks): `m7-<epoch>`. The
+    /// epoch keeps the stream's own ids apart from any a producer picks (`m1` is a common choice).
     pub fn new_id(&self, prefix: &str) -> String {
-        format!("{prefix}{}", self.next_id.fetch_add(1, Ordering::Relaxed))
+        let short = self.epoch.get(..8).unwrap_or(&self.epoch);
+        format!("{prefix}{}-{short}", self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
