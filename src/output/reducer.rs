@@ -165,6 +165,11 @@ impl Reducer {
         &self.messages
     }
 
+    /// The position of the message with this id.
+    pub fn slot(&self, message_id: &str) -> Option<usize> {
+        self.slots.get(message_id).copied()
+    }
+
     /// The current state of one message.
     pub fn get(&self, message_id: &str) -> Option<&OutputMessage> {
         self.slots.get(message_id).map(|&slot| &self.messages[slot])

@@ -48,13 +48,14 @@ impl OpenAiCompletion {
     }
 
     /// The response body, or the error the stream ended with.
-    pub fn finish(&self, outcome: &Outcome) -> Result<Bytes, ApiError> {
+    pub fn finish(&mut self, outcome: &Outcome) -> Result<Bytes, ApiError> {
         if let Some((message, code)) = self.progress.error() {
             return Err(ApiError::agent(message, code));
         }
         if let Some(error) = ApiError::for_outcome(outcome) {
             return Err(error);
         }
+        self.progress.finish(&mut |_| {});
         let (mut content, mut content_separator) = (String::new(), Separator::default());
         let (mut reasoning, mut reasoning_separator) = (String::new(), Separator::default());
         for (slot, state) in self.progress.reducer().messages().iter().enumerate() {

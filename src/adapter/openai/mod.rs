@@ -14,7 +14,11 @@
 //!   non-streaming response uses the final text;
 //! - a loading message that turns `done` or is replaced: its text went out once and is not repeated;
 //! - a tool call whose `id` or `name` changes after its first delta: the first ones stand;
-//! - two messages streaming at once into the same field interleave in the chunk stream; the non-streaming
+//! - tool calls streaming at once are sent one after another, as OpenAI sends them (openai-python's
+//!   `.stream()` helper closes a call's arguments when the next call starts): a call waits until the one
+//!   before it has ended (its `message_end`, a call sent whole, or the end of the stream), then sends its
+//!   header and its arguments so far;
+//! - two text (or reasoning) messages streaming at once interleave in the chunk stream; the non-streaming
 //!   response puts each message's text whole, in order of first appearance;
 //! - reasoning from different messages, and a media link next to other content, are separated by a line
 //!   break when the text before did not end a line (text after text is joined as it is);

@@ -6,12 +6,19 @@
 //! known, its argument fragments, an error. The streaming adapter turns pieces into chunks; the non-streaming
 //! aggregate only needs the bookkeeping (tool-call indexes, whether the last step called tools, the error).
 //!
+//! Tool calls go out one at a time: a call's header waits until the calls that appeared before it have
+//! ended (their `message_end` lifecycle event, a call sent whole, or the stream's end), then it sends its
+//! header and its arguments so far, and streams on from there. Clients assemble a call from consecutive
+//! deltas, as OpenAI sends them.
+//!
 //! A chunk stream cannot take text back. When a `replace`, `merge`, `set`, a whole-message resend or a
 //! `type_change` leaves a message's text no longer starting with what was sent, nothing is sent for it (the
 //! client keeps the stale text), and sending resumes only if its text again extends what was sent. A message
 //! that changes channel (a loading message that becomes text) starts afresh in the new channel. An append at a
 //! message's main field takes a fast path: the fragment is the new text, no comparison needed, so a long
 //! answer streamed in small deltas costs O(fragment) per delta, not O(text).
+
+use std::collections::VecDeque;
 
 use crate::output::{DeltaAction, FinishReason, Outcome, OutputMessage, Reducer, main_field};
 
@@ -50,6 +57,8 @@ struct Sent {
     stale: Option<String>,
     /// A tool call's header, once it is out: its index, id and name stand from then on.
     header: Option<Header>,
+    /// A tool call that will get no more deltas: sent whole, or its `message_end` seen.
+    closed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -73,6 +82,9 @@ pub(crate) struct Progress {
     reducer: Reducer,
     sent: Vec<Sent>,
     next_tool_index: u32,
+    /// Tool calls whose header is not out yet or that are still open, in order of first appearance: only
+    /// the front one streams, the others wait their turn.
+    tool_queue: VecDeque<usize>,
     content: Separator,
     reasoning: Separator,
     last_step_tools: bool,
@@ -99,6 +111,33 @@ impl Progress {
         if slot == self.sent.len() {
             self.sent.push(Sent::default());
         }
+        if let Some(ended) = ended_message(message).and_then(|id| self.reducer.slot(id)) {
+            if self.sent[ended].channel == Channel::Tool {
+                self.sent[ended].closed = true;
+                self.advance(emit);
+            }
+        }
+        if matches!(project(&self.reducer.messages()[slot]), Projection::ToolCall { .. }) {
+            let sent = &mut self.sent[slot];
+            if sent.channel != Channel::Tool {
+                *sent = Sent { channel: Channel::Tool, stale: Some(String::new()), ..Sent::default() };
+            }
+            sent.closed |= !message.delta;
+            if sent.header.is_none() {
+                if !self.tool_queue.contains(&slot) {
+                    self.tool_queue.push_back(slot);
+                }
+                // Its header and arguments so far go out when its turn comes, maybe now.
+                self.advance(emit);
+                return;
+            }
+        }
+        self.render(slot, fast, before.as_deref(), emit);
+        self.advance(emit);
+    }
+
+    /// Sends what is new in the projection of the message at `slot`.
+    fn render(&mut self, slot: usize, fast: Option<&str>, before: Option<&str>, emit: &mut dyn FnMut(Piece<'_>)) {
         let state = &self.reducer.messages()[slot];
         let sent = &mut self.sent[slot];
         let (channel, text, block) = match project(state) {
@@ -110,21 +149,7 @@ impl Progress {
             }
             Projection::Content { text, block } => (Channel::Content, text, block),
             Projection::Reasoning(text) => (Channel::Reasoning, text.into(), true),
-            Projection::ToolCall { id, name, arguments } => {
-                if sent.channel != Channel::Tool || sent.header.is_none() {
-                    *sent = Sent { channel: Channel::Tool, stale: Some(String::new()), header: None };
-                    if name.is_empty() {
-                        return;
-                    }
-                    let index = self.next_tool_index;
-                    self.next_tool_index += 1;
-                    let header = Header { index, id: tool_call_id(id, index), name: name.to_owned() };
-                    emit(Piece::ToolHeader { index, id: &header.id, name });
-                    sent.header = Some(header);
-                    self.last_step_tools = true;
-                }
-                (Channel::Tool, arguments.into(), false)
-            }
+            Projection::ToolCall { arguments, .. } => (Channel::Tool, arguments.into(), false),
         };
         let new = match fast {
             Some(fragment) => fragment,
@@ -134,7 +159,7 @@ impl Progress {
                 } else if let Some(stale) = &sent.stale {
                     stale.as_str()
                 } else {
-                    before.as_deref().unwrap_or("")
+                    before.unwrap_or("")
                 };
                 match text.strip_prefix(sent_text) {
                     Some(rest) => {
@@ -170,6 +195,46 @@ impl Progress {
             }
             Channel::None => {}
         }
+    }
+
+    /// Lets the next tool calls take their turn: while the front of the queue is closed, it leaves; a new
+    /// front sends its header and its arguments so far (once its name is known).
+    fn advance(&mut self, emit: &mut dyn FnMut(Piece<'_>)) {
+        while let Some(&front) = self.tool_queue.front() {
+            if self.sent[front].header.is_none() {
+                match project(&self.reducer.messages()[front]) {
+                    Projection::ToolCall { id, name, arguments } if !name.is_empty() => {
+                        let index = self.next_tool_index;
+                        self.next_tool_index += 1;
+                        let header = Header { index, id: tool_call_id(id, index), name: name.to_owned() };
+                        emit(Piece::ToolHeader { index, id: &header.id, name });
+                        if !arguments.is_empty() {
+                            emit(Piece::ToolArguments { index, arguments });
+                        }
+                        self.last_step_tools = true;
+                        let sent = &mut self.sent[front];
+                        sent.header = Some(header);
+                        sent.stale = None;
+                    }
+                    // Still waiting for its name.
+                    Projection::ToolCall { .. } if !self.sent[front].closed => return,
+                    // Never named, or no longer a tool call: it has nothing to send.
+                    _ => {}
+                }
+            }
+            if !self.sent[front].closed {
+                return;
+            }
+            self.tool_queue.pop_front();
+        }
+    }
+
+    /// The stream completed: every tool call still waiting sends, in order.
+    pub(crate) fn finish(&mut self, emit: &mut dyn FnMut(Piece<'_>)) {
+        for &slot in &self.tool_queue {
+            self.sent[slot].closed = true;
+        }
+        self.advance(emit);
     }
 
     /// The fragment a delta appends to its message's text, when it is a plain append at the main field of a
@@ -250,6 +315,14 @@ impl Separator {
         self.last = Some((slot, block, text.ends_with('\n')));
         new_line
     }
+}
+
+/// The message id a `message_end` lifecycle event names.
+fn ended_message(message: &OutputMessage) -> Option<&str> {
+    if message.kind != "event" || message.prop_str("event") != Some("message_end") {
+        return None;
+    }
+    message.props.get("data")?.get("message_id")?.as_str()
 }
 
 /// The text of a projection that the extension rule compares.

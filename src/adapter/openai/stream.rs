@@ -89,6 +89,8 @@ impl Adapter for OpenAiAdapter {
             self.end_with_error(&error, frames);
             return;
         }
+        let options = &self.options;
+        self.progress.finish(&mut |piece| frames.push(render(options, piece)));
         let reason = self.progress.finish_reason(outcome).as_str();
         frames.push(chunk(&self.options, Delta::default(), Some(reason)));
         if let (true, Some(usage)) = (self.options.include_usage, outcome.usage.as_ref()) {
