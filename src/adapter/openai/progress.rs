@@ -111,11 +111,10 @@ impl Progress {
         if slot == self.sent.len() {
             self.sent.push(Sent::default());
         }
-        if let Some(ended) = ended_message(message).and_then(|id| self.reducer.slot(id)) {
-            if self.sent[ended].channel == Channel::Tool {
-                self.sent[ended].closed = true;
-                self.advance(emit);
-            }
+        let ended = ended_message(message).and_then(|id| self.reducer.slot(id));
+        if let Some(ended) = ended.filter(|&slot| self.sent[slot].channel == Channel::Tool) {
+            self.sent[ended].closed = true;
+            self.advance(emit);
         }
         if matches!(project(&self.reducer.messages()[slot]), Projection::ToolCall { .. }) {
             let sent = &mut self.sent[slot];
