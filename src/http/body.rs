@@ -31,9 +31,12 @@ pub(crate) fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
         let inner = error.into_inner();
         let text = inner.to_string();
         let text = text.split(" at line ").next().unwrap_or(&text).to_owned();
-        if !inner.is_data() {
+        // serde_json reports some type errors (a number where an enum's string goes) as syntax errors:
+        // only JSON that does not parse at all is invalid JSON.
+        if !inner.is_data() && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() {
             return HttpError::bad_request(format!("invalid JSON: {inner}"), None, "invalid_json");
         }
+        let text = if inner.is_data() { text } else { "has the wrong type".to_owned() };
         // serde reports a missing field at the object that lacks it; name the field itself.
         let missing = text.strip_prefix("missing field `").and_then(|rest| rest.split('`').next());
         let param = match (path.as_str(), missing) {

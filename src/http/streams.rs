@@ -205,7 +205,7 @@ pub(crate) async fn events(
     let stream = find(&app, &id)?;
     let format = query.format()?;
     let from = query.from(&headers)?;
-    if format == Format::Cui && stream.status() != Status::Open && from >= stream.last_sequence() {
+    if format == Format::Cui && stream.status() != Status::Open && from == stream.last_sequence() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let subscription = stream.subscribe(format, from)?;

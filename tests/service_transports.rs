@@ -1,0 +1,1161 @@
+//! The transports over real sockets (127.0.0.1): one agent run watched at once through its own OpenAI SSE
+//! response, a CUI SSE subscriber, a per-stream WebSocket, a multiplexed WebSocket and a late joiner; resume
+//! with `Last-Event-ID` and `from`; slow subscribers that get `lagged` without slowing the producer or a fast
+//! subscriber; cancel over HTTP, over WebSocket and on disconnect; and bad input with its status and envelope.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use agentmux::agent::{Agent, AgentError, Agents, Output};
+use agentmux::conversation::ChatRequest;
+use agentmux::http::Settings;
+use agentmux::hub::HubConfig;
+use agentmux::output::Outcome;
+use common::server::TestServer;
+use eventsource_stream::Eventsource;
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
+
+/// The longest any single read or wait in these tests may take before the test fails instead of hanging.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------------------
+// An agent whose pace and length the request sets, and which counts how its runs end.
+
+/// Emits `count` messages with `pause_ms` between them (the last user message is `"<count> <pause_ms>"`):
+/// the first third as one text streamed in deltas, the second third as texts inside a block, the last third
+/// as `tick` events. Counts the runs that saw a cancel and the runs that completed.
+#[derive(Clone, Default)]
+struct Ticker {
+    cancels: Arc<AtomicUsize>,
+    completions: Arc<AtomicUsize>,
+}
+
+impl Ticker {
+    async fn emit(output: &Output, count: u64, pause: Duration) -> Result<(), AgentError> {
+        let third = count / 3;
+        let mut text = Some(output.stream_text());
+        let step = output.begin_block();
+        for i in 0..count {
+            if i < third {
+                if let Some(text) = text.as_mut() {
+                    text.append(format!("word{i} "))?;
+                }
+            } else if i < 2 * third {
+                if let Some(text) = text.take() {
+                    text.end()?;
+                }
+                step.text(format!("step {i}. "))?;
+            } else {
+                if i == 2 * third {
+                    step.end_block()?;
+                }
+                output.event("tick", json!({ "i": i }))?;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = output.cancelled() => return Err(AgentError::new("cancelled").with_code("cancelled")),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Agent for Ticker {
+    async fn run(&self, request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+        let spec = request.last_user_text().unwrap_or_default();
+        let mut numbers = spec.split_whitespace().map(|n| n.parse::<u64>().unwrap_or(0));
+        let count = numbers.next().unwrap_or(48);
+        let pause = Duration::from_millis(numbers.next().unwrap_or(15));
+        let result = Ticker::emit(&output, count, pause).await;
+        if output.is_cancelled() {
+            self.cancels.fetch_add(1, Ordering::SeqCst);
+            return Ok(Outcome::cancelled());
+        }
+        result?;
+        self.completions.fetch_add(1, Ordering::SeqCst);
+        Ok(Outcome::completed())
+    }
+}
+
+async fn server_with_ticker(config: HubConfig, settings: Settings) -> (TestServer, Ticker) {
+    let ticker = Ticker::default();
+    let mut agents = Agents::builtin();
+    agents.register("ticker", ticker.clone());
+    (TestServer::with(config, settings, agents).await, ticker)
+}
+
+fn ticker_request(count: u64, pause_ms: u64) -> Value {
+    json!({
+        "model": "ticker",
+        "stream": true,
+        "messages": [{ "role": "user", "content": format!("{count} {pause_ms}") }],
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SSE, HTTP and WebSocket helpers.
+
+/// One complete SSE event: its `id:` (if any), its `data:` and its exact bytes.
+#[derive(Debug, Clone)]
+struct Sse {
+    id: Option<u64>,
+    data: String,
+    raw: Vec<u8>,
+}
+
+impl Sse {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("event data is not JSON ({e}): {}", self.data))
+    }
+}
+
+/// The complete events at the start of `bytes` (comment-only events such as `: ping` skipped), and how
+/// many bytes they took.
+fn parse_sse(bytes: &[u8]) -> (Vec<Sse>, usize) {
+    let mut events = Vec::new();
+    let mut start = 0;
+    while let Some(end) = bytes[start..].windows(2).position(|w| w == b"\n\n").map(|p| start + p + 2) {
+        let raw = &bytes[start..end];
+        let text = std::str::from_utf8(raw).expect("SSE is UTF-8");
+        let mut id = None;
+        let mut data = None;
+        for line in text.lines() {
+            if let Some(value) = line.strip_prefix("id: ") {
+                id = Some(value.parse().unwrap_or_else(|_| panic!("id is a sequence: {line}")));
+            } else if let Some(value) = line.strip_prefix("data: ") {
+                assert!(data.is_none(), "one data line per event: {text}");
+                data = Some(value.to_owned());
+            } else {
+                assert!(line.is_empty() || line.starts_with(':'), "only id, data and comment lines: {text:?}");
+            }
+        }
+        if let Some(data) = data {
+            events.push(Sse { id, data, raw: raw.to_vec() });
+        }
+        start = end;
+    }
+    (events, start)
+}
+
+/// Reads a response body to its end.
+async fn read_body(response: reqwest::Response) -> Vec<u8> {
+    let mut body = response.bytes_stream();
+    let mut all = Vec::new();
+    loop {
+        match tokio::time::timeout(PATIENCE, body.next()).await.expect("the body ends in time") {
+            Some(chunk) => all.extend_from_slice(&chunk.expect("body bytes")),
+            None => return all,
+        }
+    }
+}
+
+/// Checks that `events` are one whole CUI stream: ids 1..=last without gaps, each matching the message's
+/// `metadata.sequence`, from `stream_start` to a `stream_end` with `status`; returns the last sequence.
+fn assert_whole_cui(events: &[Sse], status: &str) -> u64 {
+    assert!(!events.is_empty(), "no events");
+    for (index, event) in events.iter().enumerate() {
+        let expected = index as u64 + 1;
+        assert_eq!(event.id, Some(expected), "ids go 1, 2, 3 ... without gaps: {}", event.data);
+        assert_eq!(event.json()["metadata"]["sequence"], json!(expected), "{}", event.data);
+    }
+    assert_eq!(lifecycle(&events[0]).as_deref(), Some("stream_start"));
+    let last = events.last().expect("one event");
+    assert_eq!(lifecycle(last).as_deref(), Some("stream_end"), "{}", last.data);
+    assert_eq!(last.json()["props"]["data"]["status"], json!(status), "{}", last.data);
+    events.len() as u64
+}
+
+/// The name of a lifecycle event (`stream_start`, `stream_end`, ...), if the event is one.
+fn lifecycle(event: &Sse) -> Option<String> {
+    let message = event.json();
+    (message["type"] == "event").then(|| message["props"]["event"].as_str().unwrap_or_default().to_owned())
+}
+
+fn header<'r>(response: &'r reqwest::Response, name: &str) -> &'r str {
+    response.headers().get(name).unwrap_or_else(|| panic!("header {name} is present")).to_str().expect("header is text")
+}
+
+fn assert_sse_headers(response: &reqwest::Response) {
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(response, "content-type"), "text/event-stream");
+    assert_eq!(header(response, "cache-control"), "no-cache");
+    assert_eq!(header(response, "x-accel-buffering"), "no");
+}
+
+async fn get_json(client: &reqwest::Client, url: &str) -> (u16, Value) {
+    let response = client.get(url).send().await.expect("GET");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+async fn post_json(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
+    let response = client.post(url).json(body).send().await.expect("POST");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("JSON body"))
+}
+
+async fn post_raw(client: &reqwest::Client, url: &str, content_type: &str, body: impl Into<String>) -> (u16, Value) {
+    let response = client.post(url).header("content-type", content_type).body(body.into()).send().await.expect("POST");
+    let status = response.status().as_u16();
+    assert_eq!(header(&response, "content-type"), "application/json");
+    (status, response.json().await.expect("JSON body"))
+}
+
+/// `GET /v1/streams/{id}`.
+async fn snapshot(client: &reqwest::Client, server: &TestServer, id: &str) -> Value {
+    let (status, body) = get_json(client, &server.url(&format!("/v1/streams/{id}"))).await;
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+/// Polls the stream until its status is not `open`; returns the snapshot.
+async fn until_ended(client: &reqwest::Client, server: &TestServer, id: &str) -> Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let body = snapshot(client, server, id).await;
+        if body["status"] != "open" {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "stream {id} never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn until_count(counter: &AtomicUsize, at_least: usize, what: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    while counter.load(Ordering::SeqCst) < at_least {
+        assert!(Instant::now() < deadline, "{what}: never reached {at_least}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Checks the OpenAI error envelope: exactly `message`, `type`, `param` and `code`, with these values.
+#[track_caller]
+fn assert_envelope(body: &Value, param: Option<&str>, code: &str) {
+    let error = body["error"].as_object().unwrap_or_else(|| panic!("an error envelope: {body}"));
+    let mut keys: Vec<&str> = error.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["code", "message", "param", "type"], "{body}");
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(error["type"].is_string(), "{body}");
+    assert_eq!(error["param"], param.map_or(Value::Null, |p| json!(p)), "{body}");
+    assert_eq!(error["code"], json!(code), "{body}");
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+async fn ws_connect(server: &TestServer, path: &str) -> Ws {
+    let url = format!("ws://{}{path}", server.addr);
+    connect_async(url.as_str()).await.unwrap_or_else(|e| panic!("connect {url}: {e}")).0
+}
+
+/// The next text or close frame (pings skipped); `None` when the connection ended.
+async fn ws_next(ws: &mut Ws) -> Option<WsMessage> {
+    loop {
+        match tokio::time::timeout(PATIENCE, ws.next()).await.expect("a WebSocket frame in time") {
+            None => return None,
+            Some(Err(error)) => panic!("WebSocket read failed: {error}"),
+            Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_))) => {}
+            Some(Ok(message)) => return Some(message),
+        }
+    }
+}
+
+async fn ws_json(ws: &mut Ws) -> Value {
+    match ws_next(ws).await {
+        Some(WsMessage::Text(text)) => serde_json::from_str(text.as_str()).expect("a JSON text frame"),
+        other => panic!("expected a JSON text frame, got {other:?}"),
+    }
+}
+
+async fn ws_send(ws: &mut Ws, value: &Value) {
+    ws.send(WsMessage::text(value.to_string())).await.expect("WebSocket send");
+}
+
+/// Checks WebSocket CUI frames against the CUI SSE events of the same stream: `{"stream","seq","message"}`
+/// with the same message, seq for seq.
+#[track_caller]
+fn assert_ws_frames_match(frames: &[Value], stream: &str, events: &[Sse]) {
+    assert_eq!(frames.len(), events.len(), "one frame per event");
+    for (frame, event) in frames.iter().zip(events) {
+        let mut keys: Vec<&str> = frame.as_object().expect("object").keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["message", "seq", "stream"], "{frame}");
+        assert_eq!(frame["stream"], json!(stream));
+        assert_eq!(frame["seq"], json!(event.id.expect("CUI events have ids")));
+        assert_eq!(frame["message"], event.json());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 1. One run, five watchers.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_run_watched_by_every_transport_at_once() {
+    let (server, ticker) = server_with_ticker(HubConfig::default(), Settings::default()).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&ticker_request(48, 15))
+        .send()
+        .await
+        .expect("chat request");
+    assert_sse_headers(&response);
+    let id = header(&response, "x-agentmux-stream-id").to_owned();
+    assert!(id.len() >= 22 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{id}");
+    // Every watcher reports its first event here, so the test knows they all joined while the run was live.
+    let (joined, mut joined_rx) = tokio::sync::mpsc::channel::<&'static str>(8);
+
+    // The run's own OpenAI response, read as an SSE client reads it.
+    let openai = tokio::spawn({
+        let joined = joined.clone();
+        async move {
+            let mut raw = Vec::new();
+            let mut data = Vec::new();
+            {
+                let mut events = response
+                    .bytes_stream()
+                    .map(|chunk| {
+                        if let Ok(bytes) = &chunk {
+                            raw.extend_from_slice(bytes);
+                        }
+                        chunk
+                    })
+                    .eventsource();
+                while let Some(event) = tokio::time::timeout(PATIENCE, events.next()).await.expect("chunk in time") {
+                    let event = event.expect("a valid SSE event");
+                    assert!(event.event == "message" && event.id.is_empty() && event.retry.is_none(), "{event:?}");
+                    if data.is_empty() {
+                        let _ = joined.send("openai").await;
+                    }
+                    data.push(event.data.clone());
+                    if event.data == "[DONE]" {
+                        break;
+                    }
+                }
+                let after = tokio::time::timeout(PATIENCE, events.next()).await.expect("the body ends after [DONE]");
+                assert!(after.is_none(), "nothing after [DONE]: {after:?}");
+            }
+            (raw, data)
+        }
+    });
+
+    // A CUI subscriber over SSE.
+    let cui = tokio::spawn({
+        let (client, url, joined) = (client.clone(), server.url(&format!("/v1/streams/{id}/events")), joined.clone());
+        async move {
+            let response = client.get(url).send().await.expect("subscribe");
+            assert_sse_headers(&response);
+            let mut body = response.bytes_stream();
+            let mut all = Vec::new();
+            while let Some(chunk) = tokio::time::timeout(PATIENCE, body.next()).await.expect("events in time") {
+                if all.is_empty() {
+                    let _ = joined.send("cui").await;
+                }
+                all.extend_from_slice(&chunk.expect("bytes"));
+            }
+            all
+        }
+    });
+
+    // A WebSocket on the stream itself.
+    let mut one = ws_connect(&server, &format!("/v1/streams/{id}/ws")).await;
+    let per_stream = tokio::spawn({
+        let joined = joined.clone();
+        async move {
+            let mut frames = Vec::new();
+            let close = loop {
+                match ws_next(&mut one).await {
+                    Some(WsMessage::Text(text)) => {
+                        if frames.is_empty() {
+                            let _ = joined.send("ws").await;
+                        }
+                        frames.push(serde_json::from_str::<Value>(text.as_str()).expect("JSON frame"));
+                    }
+                    Some(WsMessage::Close(frame)) => break frame,
+                    other => panic!("unexpected frame {other:?}"),
+                }
+            };
+            (frames, close)
+        }
+    });
+
+    // A multiplexed WebSocket that subscribes with an op.
+    let mut many = ws_connect(&server, "/v1/ws").await;
+    ws_send(&mut many, &json!({ "op": "subscribe", "stream": id })).await;
+    let multiplex = tokio::spawn({
+        let (joined, id) = (joined.clone(), id.clone());
+        async move {
+            assert_eq!(ws_json(&mut many).await, json!({ "stream": id, "subscribed": true }));
+            let mut frames = Vec::new();
+            loop {
+                let frame = ws_json(&mut many).await;
+                if frames.is_empty() {
+                    let _ = joined.send("multiplex").await;
+                }
+                let done = frame.get("done").is_some();
+                frames.push(frame);
+                if done {
+                    break;
+                }
+            }
+            // The connection stays open for more subscriptions after a stream ends.
+            ws_send(&mut many, &json!({ "op": "unsubscribe", "stream": "nope" })).await;
+            assert_eq!(ws_json(&mut many).await["error"]["code"], "not_subscribed");
+            many.close(None).await.expect("close");
+            frames
+        }
+    });
+    drop(joined);
+
+    let mut watchers = Vec::new();
+    for _ in 0..4 {
+        let name = tokio::time::timeout(PATIENCE, joined_rx.recv()).await.expect("watchers join in time");
+        watchers.push(name.expect("every watcher gets a first event"));
+    }
+    watchers.sort_unstable();
+    assert_eq!(watchers, ["cui", "multiplex", "openai", "ws"]);
+    assert_eq!(snapshot(&client, &server, &id).await["status"], "open", "all four watch while the run is live");
+    let (raw_openai, openai_data) = openai.await.expect("openai watcher");
+    let cui_bytes = cui.await.expect("cui watcher");
+    let (ws_frames, close) = per_stream.await.expect("ws watcher");
+    let multiplex_frames = multiplex.await.expect("multiplex watcher");
+
+    // CUI over SSE: ids 1..=last without gaps, stream_start to stream_end.
+    let (events, used) = parse_sse(&cui_bytes);
+    assert_eq!(used, cui_bytes.len(), "the body ends on an event boundary");
+    let last = assert_whole_cui(&events, "completed");
+    assert!(last > 48, "48 messages and their lifecycle events: {last}");
+    let state = snapshot(&client, &server, &id).await;
+    assert_eq!(state["status"], "completed");
+    assert_eq!(state["last_sequence"], json!(last));
+    assert_eq!(ticker.completions.load(Ordering::SeqCst), 1);
+
+    // OpenAI: chunks of one completion, [DONE], then the end of the body.
+    assert_eq!(openai_data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = openai_data[..openai_data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("chunk is JSON ({e}): {d}")))
+        .collect();
+    assert!(chunks.len() > 2, "{chunks:?}");
+    let mut content = String::new();
+    for (index, chunk) in chunks.iter().enumerate() {
+        assert_eq!(chunk["object"], "chat.completion.chunk", "{chunk}");
+        assert_eq!(chunk["id"], chunks[0]["id"], "one id per completion");
+        assert_eq!(chunk["created"], chunks[0]["created"]);
+        assert_eq!(chunk["model"], "ticker");
+        let delta = &chunk["choices"][0]["delta"];
+        assert_eq!(delta.get("role").is_some(), index == 0, "role in the first chunk only: {chunk}");
+        content.push_str(delta["content"].as_str().unwrap_or_default());
+    }
+    assert_eq!(chunks.last().expect("chunks")["choices"][0]["finish_reason"], "stop");
+    let words: String = (0..16).map(|i| format!("word{i} ")).collect();
+    assert!(content.starts_with(&words), "{content:?}");
+    assert!((16..32).all(|i| content.contains(&format!("step {i}. "))), "{content:?}");
+
+    // The per-stream WebSocket: every message, then done, then a normal close.
+    let (done, frames) = ws_frames.split_last().expect("frames");
+    assert_ws_frames_match(frames, &id, &events);
+    assert_eq!(done, &json!({ "stream": id, "done": true, "status": "completed" }));
+    let close = close.expect("a close frame");
+    assert_eq!(u16::from(close.code), 1000, "{close:?}");
+
+    // The multiplexed WebSocket: the same.
+    let (done, frames) = multiplex_frames.split_last().expect("frames");
+    assert_ws_frames_match(frames, &id, &events);
+    assert_eq!(done, &json!({ "stream": id, "done": true, "status": "completed" }));
+
+    // A late joiner gets the same bytes as the live subscriber, in either format.
+    let late = client.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("late joiner");
+    assert_sse_headers(&late);
+    assert_eq!(String::from_utf8(read_body(late).await).expect("utf-8"), String::from_utf8(cui_bytes).expect("utf-8"));
+    let late = client.get(server.url(&format!("/v1/streams/{id}/events?format=openai"))).send().await.expect("late");
+    assert_sse_headers(&late);
+    assert_eq!(read_body(late).await, raw_openai, "the late OpenAI joiner reads the run's own response");
+    assert!(raw_openai.ends_with(b"data: [DONE]\n\n"));
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 2. Resume.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_resumes_without_gap_or_duplicate() {
+    let (server, _ticker) = server_with_ticker(HubConfig::default(), Settings::default()).await;
+    let client = reqwest::Client::new();
+    let run = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&ticker_request(60, 10))
+        .send()
+        .await
+        .expect("chat request");
+    let id = header(&run, "x-agentmux-stream-id").to_owned();
+    let drain = tokio::spawn(read_body(run));
+    let events_url = server.url(&format!("/v1/streams/{id}/events"));
+
+    // Read a few events, then go away mid-stream.
+    let first = reqwest::Client::new();
+    let response = first.get(&events_url).send().await.expect("subscribe");
+    assert_sse_headers(&response);
+    let mut body = response.bytes_stream();
+    let mut bytes = Vec::new();
+    let (seen, used) = loop {
+        let chunk = tokio::time::timeout(PATIENCE, body.next()).await.expect("events in time");
+        bytes.extend_from_slice(&chunk.expect("not the end yet").expect("bytes"));
+        let (events, used) = parse_sse(&bytes);
+        if events.last().and_then(|e| e.id).is_some_and(|id| id >= 8) {
+            break (events, used);
+        }
+    };
+    drop(body);
+    drop(first);
+    let last_seen = seen.last().and_then(|e| e.id).expect("an id");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(snapshot(&client, &server, &id).await["status"], "open", "the reconnect happens mid-stream");
+
+    // Reconnect as EventSource does.
+    let response = client.get(&events_url).header("last-event-id", last_seen.to_string()).send().await.expect("resume");
+    assert_sse_headers(&response);
+    let rest = read_body(response).await;
+    let (resumed, _) = parse_sse(&rest);
+    assert_eq!(resumed.first().and_then(|e| e.id), Some(last_seen + 1), "no gap and no duplicate");
+    let mut joined: Vec<Sse> = seen.clone();
+    joined.extend(resumed.iter().cloned());
+    let last = assert_whole_cui(&joined, "completed");
+    let mut joined_bytes = bytes[..used].to_vec();
+    joined_bytes.extend_from_slice(&rest);
+    drain.await.expect("the run's own response");
+
+    // After the end, within retention: the whole stream from the start, then from=N.
+    let full = read_body(client.get(&events_url).send().await.expect("late joiner")).await;
+    assert_eq!(joined_bytes, full, "the two connections together are the whole stream, byte for byte");
+    let (all, _) = parse_sse(&full);
+    let from = 5;
+    let response = client.get(format!("{events_url}?from={from}")).send().await.expect("from");
+    assert_sse_headers(&response);
+    let tail = read_body(response).await;
+    let expected: Vec<u8> = all[from as usize..].iter().flat_map(|e| e.raw.clone()).collect();
+    assert_eq!(tail, expected, "from={from} gives the events after {from}");
+
+    // Resuming at the end of an ended stream: 204, so EventSource stops reconnecting.
+    let response = client.get(format!("{events_url}?from={last}")).send().await.expect("from last");
+    assert_eq!(response.status(), 204);
+    let response = client.get(&events_url).header("last-event-id", last.to_string()).send().await.expect("at end");
+    assert_eq!(response.status(), 204);
+
+    // Bad resume points.
+    let response = client.get(&events_url).header("last-event-id", "abc").send().await.expect("abc");
+    assert_eq!(response.status(), 400);
+    assert_envelope(&response.json().await.expect("json"), Some("Last-Event-ID"), "invalid_value");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 3. Slow subscribers.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_subscribers_lag_while_the_producer_and_a_fast_subscriber_go_on() {
+    let config = HubConfig { queue_bytes: 64 * 1024, ..HubConfig::default() };
+    let server = TestServer::with(config, Settings::default(), Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let (status, created) = post_raw(&client, &server.url("/v1/streams"), "application/json", "").await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let events_url = server.url(&format!("/v1/streams/{id}/events"));
+
+    // A fast subscriber that reports how far it got.
+    let (progress, mut progress_rx) = tokio::sync::watch::channel(0u64);
+    let fast = tokio::spawn({
+        let response = client.get(&events_url).send().await.expect("fast subscriber");
+        assert_sse_headers(&response);
+        async move {
+            let mut body = response.bytes_stream();
+            let mut buffer = Vec::new();
+            let mut events = Vec::new();
+            while let Some(chunk) = tokio::time::timeout(PATIENCE, body.next()).await.expect("fast reads in time") {
+                buffer.extend_from_slice(&chunk.expect("bytes"));
+                let (complete, used) = parse_sse(&buffer);
+                buffer.drain(..used);
+                if let Some(id) = complete.last().and_then(|e| e.id) {
+                    progress.send_replace(id);
+                }
+                events.extend(complete.into_iter().map(|e| (e.id, e.raw.len())));
+            }
+            assert!(buffer.is_empty());
+            events
+        }
+    });
+
+    // Slow subscribers that never read until the producer is done: SSE, per-stream WS, multiplexed WS.
+    let slow_client = reqwest::Client::new();
+    let slow_sse = slow_client.get(&events_url).send().await.expect("slow SSE subscriber");
+    assert_sse_headers(&slow_sse);
+    let mut slow_ws = ws_connect(&server, &format!("/v1/streams/{id}/ws")).await;
+    let mut slow_many = ws_connect(&server, "/v1/ws").await;
+    ws_send(&mut slow_many, &json!({ "op": "subscribe", "stream": id })).await;
+    assert_eq!(ws_json(&mut slow_many).await, json!({ "stream": id, "subscribed": true }));
+
+    // The producer: 4 messages of 4 KiB per POST, about 9 MiB in all. It waits for the fast subscriber
+    // to have read up to the batch before the last one, so that one never falls 64 KiB behind. (The slow
+    // ones lag after 4-5 MiB: what the kernel and the transports buffer for a reader that never reads.)
+    let filler = "x".repeat(4000);
+    let messages_url = server.url(&format!("/v1/streams/{id}/messages"));
+    let mut slowest = Duration::ZERO;
+    let mut previous_last = 0;
+    let mut sent_bytes = 0;
+    let mut waiting = Duration::ZERO;
+    let started = Instant::now();
+    for batch in 0..560 {
+        let body: Vec<Value> = (0..4)
+            .map(|i| json!({ "type": "text", "props": { "content": format!("{batch}/{i} {filler}") } }))
+            .collect();
+        sent_bytes += body.iter().map(|m| m.to_string().len()).sum::<usize>();
+        let posted = Instant::now();
+        let (status, reply) = post_json(&client, &messages_url, &json!(body)).await;
+        slowest = slowest.max(posted.elapsed());
+        assert_eq!(status, 200, "{reply}");
+        let sequences = reply["sequences"].as_array().expect("sequences");
+        assert_eq!(sequences.len(), 4);
+        let waited = Instant::now();
+        tokio::time::timeout(PATIENCE, progress_rx.wait_for(|seen| *seen >= previous_last))
+            .await
+            .expect("the fast subscriber keeps up")
+            .expect("fast subscriber alive");
+        waiting += waited.elapsed();
+        previous_last = sequences[3].as_u64().expect("sequence");
+    }
+    let producing = started.elapsed();
+    let (status, ended) =
+        post_raw(&client, &server.url(&format!("/v1/streams/{id}/end")), "application/json", "").await;
+    assert_eq!(status, 200, "{ended}");
+    let last = ended["last_sequence"].as_u64().expect("last_sequence");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "no POST waited for a subscriber: slowest {slowest:?}, all {producing:?} for {sent_bytes} bytes"
+    );
+
+    // The fast subscriber got everything.
+    let fast = fast.await.expect("fast subscriber");
+    let ids: Vec<Option<u64>> = fast.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=last).map(Some).collect::<Vec<_>>(), "the fast subscriber misses nothing");
+
+    // The slow SSE subscriber: what fit in the buffers, without gaps, then `lagged` naming where to resume.
+    let slow = read_body(slow_sse).await;
+    let (events, used) = parse_sse(&slow);
+    assert_eq!(used, slow.len());
+    let (notice, delivered) = events.split_last().expect("events");
+    assert_eq!(notice.id, None, "the notice is not part of the log: {}", notice.data);
+    let notice = notice.json();
+    assert_eq!(notice["type"], "error", "{notice}");
+    assert_eq!(notice["props"]["code"], "lagged", "{notice}");
+    let resume = delivered.len() as u64;
+    assert!(resume < last, "the slow SSE subscriber lagged before the end ({resume} of {last})");
+    assert_eq!(notice["props"]["details"]["resume_from"], json!(resume), "{notice}");
+    for (index, event) in delivered.iter().enumerate() {
+        assert_eq!(event.id, Some(index as u64 + 1), "nothing skipped before the notice");
+    }
+    eprintln!(
+        "produced {sent_bytes} bytes in {producing:?} (slowest POST {slowest:?}); slow SSE lagged at {resume}/{last}; waited {waiting:?}"
+    );
+    // It can resume from there.
+    let response = client.get(format!("{events_url}?from={resume}")).send().await.expect("resume after lag");
+    let (rest, _) = parse_sse(&read_body(response).await);
+    assert_eq!(rest.first().and_then(|e| e.id), Some(resume + 1));
+    assert_eq!(rest.last().and_then(|e| e.id), Some(last));
+
+    // The slow per-stream WebSocket: frames without gaps, the lagged error, a close frame.
+    let mut seq = 0;
+    let error = loop {
+        let frame = ws_json(&mut slow_ws).await;
+        if frame.get("error").is_some() {
+            break frame;
+        }
+        seq += 1;
+        assert_eq!(frame["seq"], json!(seq), "nothing skipped before the notice");
+    };
+    assert!(seq < last, "the slow WebSocket lagged before the end ({seq} of {last})");
+    assert_eq!(error["stream"], json!(id));
+    assert_eq!(error["error"]["code"], "lagged", "{error}");
+    assert_eq!(error["error"]["resume_from"], json!(seq), "{error}");
+    eprintln!("slow per-stream WebSocket lagged at {seq}/{last}");
+    match ws_next(&mut slow_ws).await {
+        Some(WsMessage::Close(Some(frame))) => assert_eq!(u16::from(frame.code), 1000, "{frame:?}"),
+        other => panic!("expected a close frame after lagged, got {other:?}"),
+    }
+
+    // The slow multiplexed WebSocket: the same notice; the connection stays and can resubscribe from there.
+    let mut seq = 0;
+    let error = loop {
+        let frame = ws_json(&mut slow_many).await;
+        if frame.get("error").is_some() {
+            break frame;
+        }
+        seq += 1;
+        assert_eq!(frame["seq"], json!(seq));
+    };
+    assert!(seq < last, "the slow multiplexed WebSocket lagged before the end ({seq} of {last})");
+    assert_eq!(error["error"]["code"], "lagged", "{error}");
+    assert_eq!(error["error"]["resume_from"], json!(seq), "{error}");
+    eprintln!("slow multiplexed WebSocket lagged at {seq}/{last}");
+    ws_send(&mut slow_many, &json!({ "op": "subscribe", "stream": id, "from": seq })).await;
+    assert_eq!(ws_json(&mut slow_many).await, json!({ "stream": id, "subscribed": true }));
+    loop {
+        let frame = ws_json(&mut slow_many).await;
+        if frame.get("done").is_some() {
+            assert_eq!(frame, json!({ "stream": id, "done": true, "status": "completed" }));
+            break;
+        }
+        seq += 1;
+        assert_eq!(frame["seq"], json!(seq), "the resubscription continues where the notice said");
+    }
+    assert_eq!(seq, last);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 4. Cancel.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_over_http_and_websocket_reaches_the_agent() {
+    let (server, ticker) = server_with_ticker(HubConfig::default(), Settings::default()).await;
+    let client = reqwest::Client::new();
+
+    // POST /v1/streams/{id}/cancel.
+    let run = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&ticker_request(500, 10))
+        .send()
+        .await
+        .expect("chat request");
+    let id = header(&run, "x-agentmux-stream-id").to_owned();
+    let body = tokio::spawn(read_body(run));
+    let watcher = client.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("watch");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (status, reply) =
+        post_raw(&client, &server.url(&format!("/v1/streams/{id}/cancel")), "application/json", "").await;
+    assert_eq!(status, 202, "{reply}");
+    assert_eq!(reply, json!({ "id": id, "status": "cancelled" }));
+    assert_eq!(snapshot(&client, &server, &id).await["status"], "cancelled");
+    until_count(&ticker.cancels, 1, "the agent sees the HTTP cancel").await;
+    let body = String::from_utf8(body.await.expect("the run's response")).expect("utf-8");
+    assert!(body.ends_with("data: [DONE]\n\n"), "the run's OpenAI response ends: {body}");
+    let (events, _) = parse_sse(&read_body(watcher).await);
+    assert_whole_cui(&events, "cancelled");
+    let (status, reply) =
+        post_raw(&client, &server.url(&format!("/v1/streams/{id}/cancel")), "application/json", "").await;
+    assert_eq!(status, 409, "cancelling an ended stream");
+    assert_envelope(&reply, None, "stream_ended");
+
+    // {"op":"cancel"} over a WebSocket.
+    let run = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&ticker_request(500, 10))
+        .send()
+        .await
+        .expect("chat request");
+    let id = header(&run, "x-agentmux-stream-id").to_owned();
+    let body = tokio::spawn(read_body(run));
+    let mut ws = ws_connect(&server, "/v1/ws").await;
+    ws_send(&mut ws, &json!({ "op": "cancel", "stream": id })).await;
+    assert_eq!(ws_json(&mut ws).await, json!({ "stream": id, "cancelled": true }));
+    assert_eq!(snapshot(&client, &server, &id).await["status"], "cancelled");
+    until_count(&ticker.cancels, 2, "the agent sees the WebSocket cancel").await;
+    assert!(String::from_utf8(body.await.expect("response")).expect("utf-8").ends_with("data: [DONE]\n\n"));
+    ws_send(&mut ws, &json!({ "op": "cancel", "stream": id })).await;
+    assert_eq!(ws_json(&mut ws).await["error"]["code"], "stream_ended");
+    ws_send(&mut ws, &json!({ "op": "cancel", "stream": "no-such-stream" })).await;
+    assert_eq!(ws_json(&mut ws).await["error"]["code"], "stream_not_found");
+    assert_eq!(ticker.completions.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_cancels_only_when_asked() {
+    let (server, ticker) = server_with_ticker(HubConfig::default(), Settings::default()).await;
+    let client = reqwest::Client::new();
+    let (mut cancels, mut completions) = (0, 0);
+
+    for (streaming, cancel) in [(true, false), (true, true), (false, false), (false, true)] {
+        // Its own client, so dropping the response closes its connection.
+        let leaving = reqwest::Client::new();
+        let mut body = ticker_request(30, 10);
+        body["stream"] = json!(streaming);
+        let mut request = leaving.post(server.url("/v1/chat/completions")).json(&body);
+        if cancel {
+            request = request.header("x-agentmux-on-disconnect", "cancel");
+        }
+        let id = if streaming {
+            let response = request.send().await.expect("chat request");
+            assert_sse_headers(&response);
+            let id = header(&response, "x-agentmux-stream-id").to_owned();
+            let mut body = response.bytes_stream();
+            let first = tokio::time::timeout(PATIENCE, body.next()).await.expect("first chunk").expect("a chunk");
+            assert!(first.expect("bytes").starts_with(b"data: {"));
+            id
+        } else {
+            // The answer comes at the end of the run; find the run's stream in the hub and leave before.
+            let pending = tokio::spawn(request.send());
+            let deadline = Instant::now() + PATIENCE;
+            let stream = loop {
+                if let Some(stream) = server.hub.open_streams().pop() {
+                    break stream;
+                }
+                assert!(Instant::now() < deadline, "the run starts");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            pending.abort();
+            let _ = pending.await;
+            stream.id().to_owned()
+        };
+        drop(leaving);
+        let state = until_ended(&client, &server, &id).await;
+        if cancel {
+            cancels += 1;
+            assert_eq!(
+                state["status"], "cancelled",
+                "stream {streaming}: x-agentmux-on-disconnect: cancel stops the run"
+            );
+            until_count(&ticker.cancels, cancels, "the agent sees the disconnect").await;
+        } else {
+            completions += 1;
+            assert_eq!(state["status"], "completed", "stream {streaming}: a plain disconnect does not stop the run");
+            // 30 messages, and the lifecycle events around them.
+            assert!(state["last_sequence"].as_u64().expect("last_sequence") > 30, "{state}");
+        }
+        assert_eq!(ticker.completions.load(Ordering::SeqCst), completions);
+        assert_eq!(ticker.cancels.load(Ordering::SeqCst), cancels);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// 5. Bad input, and the stream endpoints' happy path.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_chat_requests_get_their_status_and_envelope() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let url = server.url("/v1/chat/completions");
+    let user = json!([{ "role": "user", "content": "hi" }]);
+    let cases: Vec<(&str, String, u16, Option<&str>, &str)> = vec![
+        ("malformed JSON", r#"{"model": "echo", "messages": [{"role""#.into(), 400, None, "invalid_json"),
+        ("not JSON at all", "hello".into(), 400, None, "invalid_json"),
+        (
+            "stream is not a boolean",
+            json!({ "model": "echo", "messages": user, "stream": "yes" }).to_string(),
+            400,
+            Some("stream"),
+            "invalid_value",
+        ),
+        (
+            "an unknown role",
+            json!({ "model": "echo", "messages": [{ "role": "robot", "content": "hi" }] }).to_string(),
+            400,
+            Some("messages[0].role"),
+            "invalid_value",
+        ),
+        (
+            "content that is a number",
+            json!({ "model": "echo", "messages": [{ "role": "user", "content": 5 }] }).to_string(),
+            400,
+            Some("messages[0].content"),
+            "invalid_value",
+        ),
+        (
+            "messages that is not an array",
+            json!({ "model": "echo", "messages": "hi" }).to_string(),
+            400,
+            Some("messages"),
+            "invalid_value",
+        ),
+        ("missing messages", json!({ "model": "echo" }).to_string(), 400, Some("messages"), "invalid_value"),
+        (
+            "empty messages",
+            json!({ "model": "echo", "messages": [] }).to_string(),
+            400,
+            Some("messages"),
+            "invalid_value",
+        ),
+        (
+            "a tool message without tool_call_id",
+            json!({ "model": "echo", "messages": [{ "role": "user", "content": "hi" }, { "role": "tool", "content": "42" }] })
+                .to_string(),
+            400,
+            Some("messages[1].tool_call_id"),
+            "invalid_value",
+        ),
+        (
+            "an unknown model",
+            json!({ "model": "gpt-nope", "messages": user, "stream": true }).to_string(),
+            404,
+            Some("model"),
+            "model_not_found",
+        ),
+    ];
+    for (what, body, status, param, code) in cases {
+        let response =
+            client.post(&url).header("content-type", "application/json").body(body.clone()).send().await.expect("POST");
+        assert_eq!(response.status().as_u16(), status, "{what}: {body}");
+        assert_eq!(header(&response, "content-type"), "application/json", "{what}: never SSE");
+        let reply: Value = response.json().await.expect("JSON");
+        assert_envelope(&reply, param, code);
+    }
+    // Nothing was started by any of them.
+    assert!(server.hub.is_empty(), "no stream for a refused request");
+
+    // A body over the limit.
+    let small =
+        TestServer::with(HubConfig::default(), Settings { body_limit: 1024, ..Settings::default() }, Agents::builtin())
+            .await;
+    let big = json!({ "model": "echo", "messages": [{ "role": "user", "content": "x".repeat(4096) }] }).to_string();
+    let (status, reply) = post_raw(&client, &small.url("/v1/chat/completions"), "application/json", big.clone()).await;
+    assert_eq!(status, 413);
+    assert_envelope(&reply, None, "body_too_large");
+    let (status, created) = post_raw(&client, &small.url("/v1/streams"), "application/json", "").await;
+    assert_eq!(status, 201);
+    let id = created["id"].as_str().expect("id");
+    let message = json!({ "type": "text", "props": { "content": "x".repeat(4096) } }).to_string();
+    let (status, reply) =
+        post_raw(&client, &small.url(&format!("/v1/streams/{id}/messages")), "application/json", message).await;
+    assert_eq!(status, 413);
+    assert_envelope(&reply, None, "body_too_large");
+    // Under the limit, the same server answers.
+    let ok = json!({ "model": "echo", "messages": [{ "role": "user", "content": "fits" }] });
+    let (status, reply) = post_json(&client, &small.url("/v1/chat/completions"), &ok).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["choices"][0]["message"]["content"], "fits");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_endpoints_append_end_and_refuse() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+
+    // Unknown streams: 404 on every endpoint.
+    for (method, path) in [
+        ("GET", "/v1/streams/nope"),
+        ("GET", "/v1/streams/nope/events"),
+        ("POST", "/v1/streams/nope/messages"),
+        ("POST", "/v1/streams/nope/end"),
+        ("POST", "/v1/streams/nope/cancel"),
+    ] {
+        let request = if method == "GET" { client.get(server.url(path)) } else { client.post(server.url(path)) };
+        let response = request.header("content-type", "application/json").body("{}").send().await.expect("send");
+        assert_eq!(response.status(), 404, "{method} {path}");
+        assert_envelope(&response.json().await.expect("JSON"), None, "stream_not_found");
+    }
+    match connect_async(format!("ws://{}/v1/streams/nope/ws", server.addr).as_str()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => assert_eq!(response.status(), 404),
+        other => panic!("a WebSocket to an unknown stream is refused with 404: {:?}", other.map(|_| ())),
+    }
+
+    // Create.
+    let (status, created) = post_raw(&client, &server.url("/v1/streams"), "application/json", "").await;
+    assert_eq!(status, 201, "{created}");
+    let mut keys: Vec<&str> = created.as_object().expect("object").keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["epoch", "id"]);
+    let id = created["id"].as_str().expect("id").to_owned();
+    assert!(id.len() >= 22 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{id}");
+    let messages_url = server.url(&format!("/v1/streams/{id}/messages"));
+
+    // Append: one object, an array, NDJSON.
+    let (status, reply) =
+        post_json(&client, &messages_url, &json!({ "type": "text", "props": { "content": "plain" } })).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply, json!({ "sequences": [2] }), "after stream_start");
+    let array = json!([
+        { "type": "text", "props": { "content": "Hel" }, "message_id": "reply-1", "delta": true },
+        { "type": "text", "props": { "content": "lo" }, "message_id": "reply-1", "delta": true, "delta_action": "append" },
+    ]);
+    let (status, reply) = post_json(&client, &messages_url, &array).await;
+    assert_eq!(status, 200, "{reply}");
+    let array_sequences = sequences(&reply, 2);
+    assert!(array_sequences[0] > 2 && array_sequences[1] > array_sequences[0], "{reply}");
+    let ndjson = concat!(
+        r#"{"type":"text","props":{"content":", world"},"message_id":"reply-1","delta":true}"#,
+        "\n\n",
+        r#"{"type":"text","props":{"content":"Hello, world!"},"message_id":"reply-1","delta":true,"delta_action":"replace"}"#,
+        "\n",
+    );
+    let (status, reply) = post_raw(&client, &messages_url, "application/x-ndjson", ndjson).await;
+    assert_eq!(status, 200, "{reply}");
+    let ndjson_sequences = sequences(&reply, 2);
+    assert_eq!(ndjson_sequences, [array_sequences[1] + 1, array_sequences[1] + 2], "{reply}");
+    let state = snapshot(&client, &server, &id).await;
+    assert_eq!(state["status"], "open");
+    assert_eq!(state["last_sequence"], json!(ndjson_sequences[1]));
+    let before = ndjson_sequences[1];
+
+    // Subscribing past the last sequence of an open stream is refused.
+    let (status, reply) = get_json(&client, &server.url(&format!("/v1/streams/{id}/events?from={}", before + 5))).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_envelope(&reply, Some("from"), "sequence_ahead");
+
+    // Refused batches append nothing, and name the message.
+    let bad_ndjson = concat!(
+        r#"{"type":"text","props":{"content":"a"}}"#,
+        "\n\n",
+        r#"{"type":"text","props":{"content":"b"}}"#,
+        "\n",
+        r#"{"type":"image","props":{"url":"ftp://example.com/x.png"}}"#,
+        "\n",
+        r#"{"type":"text","props":{"content":"d"}}"#,
+        "\n",
+    );
+    let (status, reply) = post_raw(&client, &messages_url, "application/x-ndjson", bad_ndjson).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_envelope(&reply, Some("messages[2].props.url"), "invalid_message");
+    assert!(reply["error"]["message"].as_str().expect("message").contains("line 4"), "names the line: {reply}");
+    let bad_array = json!([
+        { "type": "text", "props": { "content": "a" } },
+        { "type": "image", "props": { "url": "/relative.png" } },
+    ]);
+    let (status, reply) = post_json(&client, &messages_url, &bad_array).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_envelope(&reply, Some("messages[1].props.url"), "invalid_message");
+    let (status, reply) = post_raw(&client, &messages_url, "application/json", r#"[{"type":"text""#).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_envelope(&reply, None, "invalid_json");
+    let (status, reply) = post_raw(&client, &messages_url, "application/x-ndjson", "{\"type\":\n").await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["error"]["param"], "messages[0]", "{reply}");
+    assert_eq!(snapshot(&client, &server, &id).await["last_sequence"], json!(before), "nothing of a refused batch");
+
+    // End; the snapshot has every message with its deltas applied.
+    let (status, reply) =
+        post_raw(&client, &server.url(&format!("/v1/streams/{id}/end")), "application/json", "").await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["status"], "completed");
+    let state = snapshot(&client, &server, &id).await;
+    assert_eq!(state["status"], "completed");
+    assert_eq!(state["epoch"], created["epoch"]);
+    assert_eq!(state["last_sequence"], reply["last_sequence"]);
+    let messages = state["messages"].as_array().expect("messages");
+    let m1: Vec<&Value> = messages.iter().filter(|m| m["message_id"] == "reply-1").collect();
+    assert_eq!(m1.len(), 1, "one state per message: {state}");
+    assert_eq!(m1[0]["props"]["content"], "Hello, world!", "deltas applied: {state}");
+    assert!(m1[0].get("delta").is_none() && m1[0].get("delta_action").is_none(), "{state}");
+    assert!(messages.iter().any(|m| m["props"]["content"] == "plain"), "{state}");
+    let events: Vec<&str> = messages.iter().filter_map(|m| m["props"]["event"].as_str()).collect();
+    assert!(events.contains(&"stream_start") && events.contains(&"stream_end"), "{events:?}");
+
+    // Ended: appending, ending and cancelling again are 409.
+    let (status, reply) =
+        post_json(&client, &messages_url, &json!({ "type": "text", "props": { "content": "late" } })).await;
+    assert_eq!(status, 409, "{reply}");
+    assert_envelope(&reply, None, "stream_ended");
+    for action in ["end", "cancel"] {
+        let url = server.url(&format!("/v1/streams/{id}/{action}"));
+        let (status, reply) = post_raw(&client, &url, "application/json", "").await;
+        assert_eq!(status, 409, "{action}: {reply}");
+        assert_envelope(&reply, None, "stream_ended");
+    }
+}
+
+fn sequences(reply: &Value, count: usize) -> Vec<u64> {
+    let sequences: Vec<u64> = reply["sequences"]
+        .as_array()
+        .unwrap_or_else(|| panic!("sequences: {reply}"))
+        .iter()
+        .map(|s| s.as_u64().expect("a sequence"))
+        .collect();
+    assert_eq!(sequences.len(), count, "{reply}");
+    sequences
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_survives_frames_it_cannot_use() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let (_, created) = post_raw(&client, &server.url("/v1/streams"), "application/json", "").await;
+    let id = created["id"].as_str().expect("id").to_owned();
+    let mut ws = ws_connect(&server, "/v1/ws").await;
+
+    ws_send(&mut ws, &json!("valid JSON, but not an op")).await;
+    let reply = ws_json(&mut ws).await;
+    assert_eq!(reply["error"]["code"], "invalid_op", "{reply}");
+    ws.send(WsMessage::text("this is not json {")).await.expect("send");
+    let reply = ws_json(&mut ws).await;
+    assert_eq!(reply["error"]["code"], "invalid_json", "{reply}");
+    assert!(reply["error"]["message"].is_string(), "{reply}");
+    ws_send(&mut ws, &json!({ "op": "dance", "stream": id })).await;
+    assert_eq!(ws_json(&mut ws).await["error"]["code"], "invalid_op");
+    ws_send(&mut ws, &json!({ "op": "subscribe", "stream": "no-such-stream" })).await;
+    assert_eq!(ws_json(&mut ws).await["error"]["code"], "stream_not_found");
+    ws_send(&mut ws, &json!({ "op": "publish", "stream": id, "message": { "type": "image", "props": {} } })).await;
+    let reply = ws_json(&mut ws).await;
+    assert_eq!(reply["error"]["code"], "invalid_message", "{reply}");
+    assert_eq!(reply["error"]["param"], "message.props.url", "{reply}");
+
+    // Still usable: publish, subscribe, see it, end, see done.
+    ws_send(
+        &mut ws,
+        &json!({ "op": "publish", "stream": id, "message": { "type": "text", "props": { "content": "via ws" } } }),
+    )
+    .await;
+    assert_eq!(ws_json(&mut ws).await, json!({ "stream": id, "published": 2 }));
+    ws_send(&mut ws, &json!({ "op": "subscribe", "stream": id })).await;
+    assert_eq!(ws_json(&mut ws).await, json!({ "stream": id, "subscribed": true }));
+    let start = ws_json(&mut ws).await;
+    assert_eq!((start["seq"].as_u64(), start["message"]["props"]["event"].as_str()), (Some(1), Some("stream_start")));
+    let text = ws_json(&mut ws).await;
+    assert_eq!((text["seq"].as_u64(), text["message"]["props"]["content"].as_str()), (Some(2), Some("via ws")));
+    let (status, _) = post_raw(&client, &server.url(&format!("/v1/streams/{id}/end")), "application/json", "").await;
+    assert_eq!(status, 200);
+    let end = ws_json(&mut ws).await;
+    assert_eq!(end["message"]["props"]["event"], "stream_end", "{end}");
+    assert_eq!(ws_json(&mut ws).await, json!({ "stream": id, "done": true, "status": "completed" }));
+    ws.close(None).await.expect("close");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Bugs found while writing these tests, now fixed; each test states the contract.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_of_the_wrong_type_names_the_field() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    for role in [json!(5), json!(null), json!(true)] {
+        let body = json!({ "model": "echo", "messages": [{ "role": role, "content": "hi" }] });
+        let (status, reply) = post_json(&client, &server.url("/v1/chat/completions"), &body).await;
+        assert_eq!(status, 400, "{reply}");
+        assert_envelope(&reply, Some("messages[0].role"), "invalid_value");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_message_ids_do_not_collide_with_a_producers() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+
+    // The built-in fixture `text-deltas` streams message "m1"; the stream has already named its
+    // stream_start "m1", so the replay ends with an error instead of the text.
+    let request = json!({ "model": "replay/text-deltas", "messages": [{ "role": "user", "content": "x" }] });
+    let (status, reply) = post_json(&client, &server.url("/v1/chat/completions"), &request).await;
+    assert_eq!(status, 200, "replay/text-deltas completes: {reply}");
+    assert_eq!(reply["choices"][0]["message"]["content"], "The quick brown fox jumps over the lazy dog.");
+
+    // An outside producer's new message "m2" is silently merged into the message the stream named "m2".
+    let (_, created) = post_raw(&client, &server.url("/v1/streams"), "application/json", "").await;
+    let id = created["id"].as_str().expect("id").to_owned();
+    let messages_url = server.url(&format!("/v1/streams/{id}/messages"));
+    let (status, _) =
+        post_json(&client, &messages_url, &json!({ "type": "text", "props": { "content": "plain" } })).await;
+    assert_eq!(status, 200);
+    let mine = json!({ "type": "text", "props": { "content": "mine" }, "message_id": "m2", "delta": true });
+    let (status, reply) = post_json(&client, &messages_url, &mine).await;
+    assert_eq!(status, 200, "{reply}");
+    let state = snapshot(&client, &server, &id).await;
+    let texts: Vec<&str> = state["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["type"] == "text")
+        .filter_map(|m| m["props"]["content"].as_str())
+        .collect();
+    assert_eq!(texts, ["plain", "mine"], "two messages, each as its producer sent it: {state}");
+}
