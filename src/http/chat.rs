@@ -51,18 +51,8 @@ impl Wants {
                 ));
             }
         };
-        let reasoning = match header("x-agentmux-reasoning").as_deref() {
-            None | Some("reasoning_content") => ReasoningField::ReasoningContent,
-            Some("reasoning") => ReasoningField::Reasoning,
-            Some("both") => ReasoningField::Both,
-            Some(other) => {
-                return Err(HttpError::bad_request(
-                    format!("x-agentmux-reasoning must be reasoning_content, reasoning or both, not {other:?}"),
-                    Some("x-agentmux-reasoning".into()),
-                    "invalid_value",
-                ));
-            }
-        };
+        let reasoning =
+            super::streams::parse_reasoning(header("x-agentmux-reasoning").as_deref(), "x-agentmux-reasoning")?;
         let cancel_on_disconnect = header("x-agentmux-on-disconnect").as_deref() == Some("cancel");
         Ok(Wants { cui, reasoning, cancel_on_disconnect })
     }

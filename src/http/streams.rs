@@ -166,24 +166,27 @@ impl SubscribeQuery {
     }
 }
 
+/// Where reasoning goes, by name (`reasoning_content`, `reasoning`, `both`); `param` names the field at fault.
+pub(crate) fn parse_reasoning(name: Option<&str>, param: &str) -> Result<ReasoningField, HttpError> {
+    match name {
+        None | Some("reasoning_content") => Ok(ReasoningField::ReasoningContent),
+        Some("reasoning") => Ok(ReasoningField::Reasoning),
+        Some("both") => Ok(ReasoningField::Both),
+        Some(other) => Err(HttpError::bad_request(
+            format!("{param} must be reasoning_content, reasoning or both, not {other:?}"),
+            Some(param.into()),
+            "invalid_value",
+        )),
+    }
+}
+
 /// A format by name: `cui` or `openai`, with the OpenAI options.
 pub(crate) fn parse_format(
     name: Option<&str>,
     include_usage: bool,
     reasoning: Option<&str>,
 ) -> Result<Format, HttpError> {
-    let reasoning = match reasoning {
-        None | Some("reasoning_content") => ReasoningField::ReasoningContent,
-        Some("reasoning") => ReasoningField::Reasoning,
-        Some("both") => ReasoningField::Both,
-        Some(other) => {
-            return Err(HttpError::bad_request(
-                format!("reasoning must be reasoning_content, reasoning or both, not {other:?}"),
-                Some("reasoning".into()),
-                "invalid_value",
-            ));
-        }
-    };
+    let reasoning = parse_reasoning(reasoning, "reasoning")?;
     match name {
         None | Some("cui") => Ok(Format::Cui),
         Some("openai") => Ok(Format::OpenAi { include_usage, reasoning }),
