@@ -1,0 +1,297 @@
+//! The ceiling: a minimal hyper server, no agentmux code, that does only the transport part of fan-out.
+//!
+//! It speaks the subset of agentmux's API the fan-out scenarios use (create a stream, append NDJSON or one
+//! JSON object, end, subscribe over SSE) and keeps agentmux's transport design: each appended message
+//! becomes one pre-rendered CUI frame (`id:` line, the producer's JSON with the `metadata` agentmux stamps,
+//! byte for byte the same size) shared by every subscriber; a subscriber takes every frame it is behind,
+//! up to 256 KiB, as one body chunk, so hyper sends it in one write; more than 1 MiB behind ends it with a
+//! `lagged` frame; `: ping` after 15 s of silence. What it leaves out is what agentmux adds on top: JSON
+//! parsing and validation, the delta reducer, lifecycle events, routing and tracing.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
+
+const QUEUE_BYTES: u64 = 1 << 20;
+const BATCH_BYTES: u64 = 256 << 10;
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+const PING: Bytes = Bytes::from_static(b": ping\n\n");
+
+type Body = BoxBody<Bytes, Infallible>;
+
+#[derive(Default)]
+struct Log {
+    frames: Vec<Bytes>,
+    /// `offsets[i]`: bytes in frames `0..=i`.
+    offsets: Vec<u64>,
+    ended: bool,
+}
+
+impl Log {
+    fn push(&mut self, frame: Bytes) {
+        let total = self.offsets.last().copied().unwrap_or(0);
+        self.offsets.push(total + frame.len() as u64);
+        self.frames.push(frame);
+    }
+
+    fn bytes_from(&self, from: usize) -> u64 {
+        let total = self.offsets.last().copied().unwrap_or(0);
+        let before = from.checked_sub(1).and_then(|i| self.offsets.get(i)).copied().unwrap_or(0);
+        total - before
+    }
+}
+
+struct Stream {
+    log: Mutex<Log>,
+    changes: watch::Sender<u64>,
+}
+
+impl Stream {
+    fn lock(&self) -> MutexGuard<'_, Log> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Default)]
+struct Streams {
+    next: AtomicU64,
+    by_id: Mutex<HashMap<String, Arc<Stream>>>,
+}
+
+impl Streams {
+    fn get(&self, id: &str) -> Option<Arc<Stream>> {
+        self.by_id.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `id: n` and the message with `metadata` added, as agentmux's CUI adapter writes it.
+fn frame(sequence: usize, message: &[u8]) -> Bytes {
+    let without_brace = &message[..message.len() - 1];
+    let metadata = format!(",\"metadata\":{{\"sequence\":{sequence},\"timestamp\":{}}}}}\n\n", now_ms());
+    let id = format!("id: {sequence}\ndata: ");
+    let mut out = BytesMut::with_capacity(id.len() + without_brace.len() + metadata.len());
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(without_brace);
+    out.extend_from_slice(metadata.as_bytes());
+    out.freeze()
+}
+
+fn full(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Full::new(body.into()).boxed());
+    *response.status_mut() = status;
+    if let Ok(value) = content_type.parse() {
+        response.headers_mut().insert("content-type", value);
+    }
+    response
+}
+
+fn json(status: StatusCode, body: String) -> Response<Body> {
+    full(status, "application/json", body)
+}
+
+fn not_found() -> Response<Body> {
+    json(StatusCode::NOT_FOUND, r#"{"error":{"message":"not found","code":"not_found"}}"#.into())
+}
+
+async fn handle(streams: Arc<Streams>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let response = match (&method, parts.as_slice()) {
+        (&Method::GET, ["healthz"]) => full(StatusCode::OK, "text/plain", "ok"),
+        (&Method::POST, ["v1", "streams"]) => {
+            let id = format!("c{}", streams.next.fetch_add(1, Ordering::Relaxed) + 1);
+            let mut log = Log::default();
+            log.push(frame(1, br#"{"type":"event","props":{"event":"stream_start"}}"#));
+            let stream = Arc::new(Stream { log: Mutex::new(log), changes: watch::channel(0).0 });
+            streams.by_id.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), stream);
+            json(StatusCode::CREATED, format!(r#"{{"id":"{id}","epoch":"ceiling"}}"#))
+        }
+        (&Method::POST, ["v1", "streams", id, "messages"]) => match streams.get(id) {
+            None => not_found(),
+            Some(stream) => match request.into_body().collect().await {
+                Err(_) => json(StatusCode::BAD_REQUEST, r#"{"error":{"message":"bad body"}}"#.into()),
+                Ok(body) => append(&stream, &body.to_bytes()),
+            },
+        },
+        (&Method::POST, ["v1", "streams", id, "end"]) => match streams.get(id) {
+            None => not_found(),
+            Some(stream) => {
+                let mut log = stream.lock();
+                let sequence = log.frames.len() + 1;
+                let end = br#"{"type":"event","props":{"event":"stream_end","data":{"status":"completed"}}}"#;
+                log.push(frame(sequence, end));
+                log.ended = true;
+                drop(log);
+                stream.changes.send_modify(|n| *n += 1);
+                json(StatusCode::OK, format!(r#"{{"status":"completed","last_sequence":{sequence}}}"#))
+            }
+        },
+        (&Method::GET, ["v1", "streams", id, "events"]) => match streams.get(id) {
+            None => not_found(),
+            Some(stream) => subscribe(stream),
+        },
+        _ => not_found(),
+    };
+    Ok(response)
+}
+
+/// One frame per line (NDJSON) or for the whole body (one object).
+fn append(stream: &Stream, body: &[u8]) -> Response<Body> {
+    let mut log = stream.lock();
+    let mut sequences = String::from("{\"sequences\":[");
+    for line in body.split(|&b| b == b'\n').map(<[u8]>::trim_ascii).filter(|l| !l.is_empty()) {
+        if line.last() != Some(&b'}') {
+            return json(StatusCode::BAD_REQUEST, r#"{"error":{"message":"not a JSON object"}}"#.into());
+        }
+        let sequence = log.frames.len() + 1;
+        log.push(frame(sequence, line));
+        if !sequences.ends_with('[') {
+            sequences.push(',');
+        }
+        sequences.push_str(&sequence.to_string());
+    }
+    drop(log);
+    stream.changes.send_modify(|n| *n += 1);
+    sequences.push_str("]}");
+    json(StatusCode::OK, sequences)
+}
+
+struct Subscriber {
+    stream: Arc<Stream>,
+    cursor: usize,
+    joined: usize,
+    changes: watch::Receiver<u64>,
+    done: bool,
+}
+
+impl Subscriber {
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if self.done {
+                return None;
+            }
+            self.changes.borrow_and_update();
+            if let Some(batch) = self.take() {
+                return Some(batch);
+            }
+            if self.done || self.changes.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    fn take(&mut self) -> Option<Bytes> {
+        let log = self.stream.lock();
+        let end = log.frames.len();
+        if self.cursor >= end {
+            self.done = log.ended;
+            return None;
+        }
+        if log.bytes_from(self.cursor.max(self.joined)) > QUEUE_BYTES && end - self.cursor > 1 {
+            self.done = true;
+            return Some(Bytes::from_static(
+                b"data: {\"type\":\"error\",\"props\":{\"message\":\"fell behind\",\"code\":\"lagged\"}}\n\n",
+            ));
+        }
+        let mut taken = 0;
+        let mut until = self.cursor;
+        while until < end {
+            let len = log.frames[until].len() as u64;
+            if until > self.cursor && taken + len > BATCH_BYTES {
+                break;
+            }
+            taken += len;
+            until += 1;
+        }
+        let frames = log.frames[self.cursor..until].to_vec();
+        drop(log);
+        self.cursor = until;
+        if frames.len() == 1 {
+            return frames.into_iter().next();
+        }
+        let mut out = BytesMut::with_capacity(taken as usize);
+        frames.iter().for_each(|f| out.extend_from_slice(f));
+        Some(out.freeze())
+    }
+}
+
+fn subscribe(stream: Arc<Stream>) -> Response<Body> {
+    let changes = stream.changes.subscribe();
+    let joined = stream.lock().frames.len();
+    let subscriber = Subscriber { stream, cursor: 0, joined, changes, done: false };
+    let body = futures::stream::unfold(subscriber, |mut subscriber| async move {
+        match tokio::time::timeout(KEEP_ALIVE, subscriber.next()).await {
+            Ok(Some(batch)) => Some((Ok::<_, Infallible>(Frame::data(batch)), subscriber)),
+            Ok(None) => None,
+            Err(_) => Some((Ok(Frame::data(PING)), subscriber)),
+        }
+    });
+    let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));
+    let headers = response.headers_mut();
+    headers.insert("content-type", hyper::header::HeaderValue::from_static("text/event-stream"));
+    headers.insert("cache-control", hyper::header::HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// `load --ceiling-server --addr A`: serves until killed.
+pub fn main(addr: &str) -> ExitCode {
+    let addr: SocketAddr = match addr.parse() {
+        Ok(addr) => addr,
+        Err(e) => {
+            eprintln!("ceiling: bad --addr {addr}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ceiling: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(async move {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                eprintln!("ceiling: listening on {addr}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let streams = Arc::new(Streams::default());
+        loop {
+            let tcp = match listener.accept().await {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Out of file descriptors, most likely: let connections close before trying again.
+                    eprintln!("ceiling: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            };
+            let streams = Arc::clone(&streams);
+            tokio::spawn(async move {
+                let service = service_fn(move |request| handle(Arc::clone(&streams), request));
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(tcp), service).await;
+            });
+        }
+    })
+}

@@ -1,0 +1,436 @@
+//! The load benchmark: starts `target/release/agentmux` (and a ceiling server) as child processes, drives
+//! them over real loopback connections and prints one table: deliveries per second, publish-to-receive
+//! latency, server CPU and peak RSS, errors and `lagged` subscribers, per scenario (medians of the runs).
+//!
+//! ```sh
+//! ./bench --quick                  # one short run of every scenario
+//! ./bench --json target/bench.json # three runs, medians, and every run as JSON
+//! cargo bench --bench load -- --only fanout,latency --runs 1
+//! ```
+//!
+//! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
+//! - `scenarios.rs`: fan-out, latency, many streams, idle connections, OpenAI mix, chat;
+//! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with;
+//! - `procfs.rs`: the child servers and their CPU and memory from `/proc`;
+//! - `hist.rs`: the latency histogram.
+
+mod ceiling;
+mod client;
+mod hist;
+mod procfs;
+mod scenarios;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde::Serialize;
+
+use procfs::Target;
+use scenarios::{Kind, RunResult, Scenario, Settings};
+
+#[derive(Parser, Debug)]
+#[command(name = "load", about = "Load benchmark for agentmux over loopback")]
+struct Args {
+    /// One short run: fewer messages and subscribers (under 2 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Runs of each scenario; the table shows medians (default 3, 1 with --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Also write every run and the medians here, as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Only the scenarios whose names start with one of these (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// The agentmux binary.
+    #[arg(long, default_value = "target/release/agentmux")]
+    server: PathBuf,
+    /// Skip the ceiling server.
+    #[arg(long)]
+    no_ceiling: bool,
+    /// Messages per POST in the fan-out scenarios.
+    #[arg(long, default_value_t = 128)]
+    batch: usize,
+    /// Text deltas per message before the producer starts a new message id.
+    #[arg(long, default_value_t = 256)]
+    deltas_per_message: usize,
+    /// In fan-out scenarios, parse the latency stamp of one event in this many.
+    #[arg(long, default_value_t = 16)]
+    sample_every: u64,
+    /// Internal: run as the ceiling server.
+    #[arg(long, hide = true)]
+    ceiling_server: bool,
+    /// Internal: the ceiling server's address.
+    #[arg(long, hide = true)]
+    addr: Option<String>,
+    /// Passed by `cargo bench`. Without it (`cargo test --all-targets` runs bench targets too) nothing runs.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn fanout(name: &str, cui: usize, openai: usize, messages: usize) -> Scenario {
+    Scenario { name: name.into(), kind: Kind::Fanout { cui, openai, messages }, ceiling: true }
+}
+
+fn scenarios(quick: bool) -> Vec<Scenario> {
+    let other = |name: &str, kind| Scenario { name: name.into(), kind, ceiling: false };
+    if quick {
+        vec![
+            fanout("fanout-100", 100, 0, 60_000),
+            fanout("fanout-1000", 1000, 0, 20_000),
+            fanout("fanout-2000", 2000, 0, 10_000),
+            Scenario {
+                name: "latency-500".into(),
+                kind: Kind::Latency { subscribers: 500, rate: 100.0, seconds: 5.0 },
+                ceiling: true,
+            },
+            other("many-streams-2000", Kind::ManyStreams { streams: 2000, seconds: 3.0 }),
+            other("idle-2000", Kind::Idle { connections: 2000, hold: 1.0 }),
+            fanout("openai-mix-1000", 500, 500, 10_000),
+            other("chat-200", Kind::Chat { concurrency: 200, requests: 1, words: 2000 }),
+        ]
+    } else {
+        vec![
+            // A stream holds at most 100,000 messages, lifecycle events included.
+            fanout("fanout-100", 100, 0, 90_000),
+            fanout("fanout-1000", 1000, 0, 30_000),
+            fanout("fanout-5000", 5000, 0, 6_000),
+            Scenario {
+                name: "latency-1000".into(),
+                kind: Kind::Latency { subscribers: 1000, rate: 100.0, seconds: 10.0 },
+                ceiling: true,
+            },
+            other("many-streams-10000", Kind::ManyStreams { streams: 10_000, seconds: 10.0 }),
+            other("idle-10000", Kind::Idle { connections: 10_000, hold: 5.0 }),
+            fanout("openai-mix-2000", 1000, 1000, 15_000),
+            other("chat-200", Kind::Chat { concurrency: 200, requests: 3, words: 2000 }),
+        ]
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.ceiling_server {
+        return ceiling::main(args.addr.as_deref().unwrap_or("127.0.0.1:8090"));
+    }
+    if !args.bench {
+        eprintln!("load: not started by `cargo bench`: skipped (run ./bench, or cargo bench --bench load)");
+        return ExitCode::SUCCESS;
+    }
+    client::now_ns();
+    // Children inherit the raised limit: both ends of 10,000 connections need their own descriptors.
+    let nofile = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("load: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(bench(args, nofile))
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    mode: &'a str,
+    runs: usize,
+    cores: usize,
+    nofile: u64,
+    batch: usize,
+    deltas_per_message: usize,
+    sample_every: u64,
+    medians: Vec<RunResult>,
+    all_runs: Vec<RunResult>,
+}
+
+async fn bench(args: Args, nofile: u64) -> ExitCode {
+    if !args.server.exists() {
+        eprintln!("load: {} not found: build it with `cargo build --release` (or use ./bench)", args.server.display());
+        return ExitCode::FAILURE;
+    }
+    let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
+    let settings = Settings {
+        agentmux: args.server.clone(),
+        batch: args.batch.max(1),
+        deltas_per_message: args.deltas_per_message.max(1),
+        sample_every: args.sample_every,
+        drain: Duration::from_secs(if args.quick { 20 } else { 60 }),
+    };
+    let selected: Vec<Scenario> = scenarios(args.quick)
+        .into_iter()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| s.name.starts_with(o.as_str())))
+        .collect();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    eprintln!(
+        "load: {} scenario(s), {runs} run(s) each, {cores} cores, open-file limit {nofile}, batch {}, {} deltas per \
+         message, latency sampled 1/{} in fan-out",
+        selected.len(),
+        settings.batch,
+        settings.deltas_per_message,
+        settings.sample_every
+    );
+    let started = Instant::now();
+    let mut all = Vec::new();
+    for run in 1..=runs {
+        for scenario in &selected {
+            let targets: &[Target] = if scenario.ceiling && !args.no_ceiling {
+                &[Target::Agentmux, Target::Ceiling]
+            } else {
+                &[Target::Agentmux]
+            };
+            for &target in targets {
+                let began = Instant::now();
+                let needed = scenario.connections() as u64 + 64;
+                let result = if nofile < needed {
+                    Err(std::io::Error::other(format!("needs {needed} open files, the limit is {nofile}")))
+                } else {
+                    scenarios::run(scenario, target, run, &settings).await
+                };
+                let result = result.unwrap_or_else(|e| RunResult {
+                    scenario: scenario.name.clone(),
+                    target: target.name().into(),
+                    run,
+                    connections: scenario.connections(),
+                    errors: 1,
+                    notes: vec![format!("failed: {e}")],
+                    ..RunResult::default()
+                });
+                eprintln!(
+                    "  run {run} {:<20} {:<8} {:>10}/s  p99 {:>8}  errors {}  lagged {}  ({:.1}s){}",
+                    scenario.name,
+                    target.name(),
+                    rate(result.deliveries_per_s),
+                    ms(result.p99_ms),
+                    result.errors,
+                    result.lagged,
+                    began.elapsed().as_secs_f64(),
+                    if result.notes.is_empty() { String::new() } else { format!("  {}", result.notes.join("; ")) }
+                );
+                all.push(result);
+                // Let the sockets of the last run close before the next server starts.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+    }
+    let medians = medians(&selected, &all);
+    print_table(&medians, runs, args.quick);
+    println!("total {:.0}s", started.elapsed().as_secs_f64());
+    if let Some(path) = &args.json {
+        let report = Report {
+            mode: if args.quick { "quick" } else { "full" },
+            runs,
+            cores,
+            nofile,
+            batch: settings.batch,
+            deltas_per_message: settings.deltas_per_message,
+            sample_every: settings.sample_every,
+            medians,
+            all_runs: all,
+        };
+        let written = serde_json::to_vec_pretty(&report).map_err(std::io::Error::other).and_then(|json| {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, json)
+        });
+        match written {
+            Ok(()) => eprintln!("load: wrote {}", path.display()),
+            Err(e) => {
+                eprintln!("load: writing {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
+}
+
+fn median_opt(values: Vec<Option<f64>>) -> Option<f64> {
+    let present: Vec<f64> = values.into_iter().flatten().collect();
+    (!present.is_empty()).then(|| median(present))
+}
+
+/// Per scenario and server, the median of each figure over the runs (errors and lagged: the median too).
+fn medians(selected: &[Scenario], all: &[RunResult]) -> Vec<RunResult> {
+    let mut out = Vec::new();
+    for scenario in selected {
+        for target in [Target::Agentmux, Target::Ceiling] {
+            let runs: Vec<&RunResult> =
+                all.iter().filter(|r| r.scenario == scenario.name && r.target == target.name()).collect();
+            let Some(first) = runs.first() else { continue };
+            let m = |f: fn(&RunResult) -> f64| median(runs.iter().map(|r| f(r)).collect());
+            let mo = |f: fn(&RunResult) -> Option<f64>| median_opt(runs.iter().map(|r| f(r)).collect());
+            let mut extra = BTreeMap::new();
+            for key in runs.iter().flat_map(|r| r.extra.keys()) {
+                let values = runs.iter().filter_map(|r| r.extra.get(key).copied()).collect();
+                extra.insert(key.clone(), median(values));
+            }
+            let mut notes: Vec<String> = Vec::new();
+            for note in runs.iter().flat_map(|r| r.notes.iter()) {
+                if notes.len() < 4 && !notes.contains(note) {
+                    notes.push(note.clone());
+                }
+            }
+            out.push(RunResult {
+                scenario: first.scenario.clone(),
+                target: first.target.clone(),
+                run: 0,
+                connections: first.connections,
+                messages: m(|r| r.messages as f64) as u64,
+                deliveries: m(|r| r.deliveries as f64) as u64,
+                seconds: m(|r| r.seconds),
+                deliveries_per_s: m(|r| r.deliveries_per_s),
+                latency_samples: m(|r| r.latency_samples as f64) as u64,
+                p50_ms: mo(|r| r.p50_ms),
+                p99_ms: mo(|r| r.p99_ms),
+                p999_ms: mo(|r| r.p999_ms),
+                server_cpu_s: m(|r| r.server_cpu_s),
+                server_peak_rss_mib: m(|r| r.server_peak_rss_mib),
+                client_cpu_s: m(|r| r.client_cpu_s),
+                errors: m(|r| r.errors as f64).round() as u64,
+                lagged: m(|r| r.lagged as f64).round() as u64,
+                extra,
+                notes,
+            });
+        }
+    }
+    out
+}
+
+fn rate(per_s: f64) -> String {
+    match per_s {
+        r if r >= 1e6 => format!("{:.2}M", r / 1e6),
+        r if r >= 1e4 => format!("{:.0}k", r / 1e3),
+        r if r >= 1e3 => format!("{:.1}k", r / 1e3),
+        r => format!("{r:.0}"),
+    }
+}
+
+fn ms(value: Option<f64>) -> String {
+    match value {
+        None => "-".into(),
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) if v >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// What a row adds beside the common columns.
+fn notes(row: &RunResult) -> String {
+    let get = |key: &str| row.extra.get(key).copied();
+    let mut parts = Vec::new();
+    if let Some(rps) = get("requests_per_s") {
+        parts.push(format!("{rps:.1} req/s, {} chunks/s; latency = time to first chunk", rate(row.deliveries_per_s)));
+    }
+    if let (Some(rate_now), Some(target)) = (get("publish_msgs_per_s"), get("target_msgs_per_s")) {
+        parts.push(format!("published {}/s of {}/s", rate(rate_now), rate(target)));
+    } else if let Some(published) = get("publish_msgs_per_s") {
+        parts.push(format!("published {} msg/s", rate(published)));
+    }
+    if let Some(mib) = get("received_mib_per_s") {
+        parts.push(format!("{mib:.0} MiB/s"));
+    }
+    if let Some(server) = get("server_rss_kib_per_conn") {
+        parts.push(format!(
+            "RSS/conn: server {server:.1} KiB, client {:.1} KiB; kernel/conn pair {:.1} KiB; {:.0} connects/s",
+            get("client_rss_kib_per_conn").unwrap_or(0.0),
+            get("kernel_kib_per_conn_pair").unwrap_or(0.0),
+            get("connect_per_s").unwrap_or(0.0)
+        ));
+    }
+    if let Some(overflows) = get("listen_overflows") {
+        parts.push(format!("{overflows:.0} SYNs dropped by a full listen queue"));
+    }
+    parts.extend(row.notes.iter().cloned());
+    parts.join("; ")
+}
+
+fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
+    let header = [
+        "scenario",
+        "server",
+        "conns",
+        "msgs",
+        "deliv/s",
+        "vs ceil",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "srv CPU s",
+        "srv RSS MiB",
+        "cli CPU s",
+        "errors",
+        "lagged",
+    ];
+    let mut lines: Vec<Vec<String>> = Vec::new();
+    for row in rows {
+        let ceiling = rows.iter().find(|r| r.scenario == row.scenario && r.target == "ceiling");
+        let ratio = match (row.target.as_str(), ceiling) {
+            ("agentmux", Some(c)) if c.deliveries_per_s > 0.0 => {
+                format!("{:.2}x", row.deliveries_per_s / c.deliveries_per_s)
+            }
+            _ => "".into(),
+        };
+        let idle = row.deliveries_per_s == 0.0 && row.deliveries == 0;
+        lines.push(vec![
+            row.scenario.clone(),
+            row.target.clone(),
+            row.connections.to_string(),
+            row.messages.to_string(),
+            if idle { "-".into() } else { rate(row.deliveries_per_s) },
+            ratio,
+            ms(row.p50_ms),
+            ms(row.p99_ms),
+            ms(row.p999_ms),
+            format!("{:.2}", row.server_cpu_s),
+            format!("{:.1}", row.server_peak_rss_mib),
+            format!("{:.2}", row.client_cpu_s),
+            row.errors.to_string(),
+            row.lagged.to_string(),
+            notes(row),
+        ]);
+    }
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| lines.iter().map(|l| l[i].len()).chain([header[i].len()]).max().unwrap_or(0))
+        .collect();
+    let format_line = |cells: &[String]| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            match widths.get(i) {
+                Some(&w) if i < 2 => out.push_str(&format!("{cell:<w$}  ")),
+                Some(&w) => out.push_str(&format!("{cell:>w$}  ")),
+                None => out.push_str(cell),
+            }
+        }
+        out.trim_end().to_owned()
+    };
+    println!();
+    println!(
+        "agentmux load benchmark ({}; {}):",
+        if quick { "quick" } else { "full" },
+        if runs > 1 { format!("medians of {runs} runs") } else { "one run".into() }
+    );
+    let mut head: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    head.push("notes".into());
+    println!("{}", format_line(&head));
+    lines.iter().for_each(|l| println!("{}", format_line(l)));
+    println!();
+    println!(
+        "deliv/s: SSE events received per second by all subscribers (pings and the initial stream_start excluded) \
+         from the first publish to the last event; vs ceil: agentmux / the minimal hyper server doing the same \
+         transport; latency: publish (stamped in the message) to receipt, sampled; srv CPU: during that window; \
+         srv RSS: the server's VmHWM; cli CPU: the load generator during the window."
+    );
+}

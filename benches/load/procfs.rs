@@ -1,0 +1,152 @@
+//! CPU time and memory of a process from `/proc`, and the child server processes the harness runs.
+
+use std::fs::File;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::client;
+
+fn getconf(name: &str, default: f64) -> f64 {
+    Command::new("getconf")
+        .arg(name)
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+fn clock_ticks() -> f64 {
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    *TICKS.get_or_init(|| getconf("CLK_TCK", 100.0))
+}
+
+/// User plus system CPU seconds of a process (`"self"` or a pid) so far.
+pub fn cpu_seconds(pid: &str) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // The command name is in parentheses and may hold spaces: count fields after the last ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // fields[0] is field 3 (state); utime is field 14, stime field 15.
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+/// A `kB` line of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in KiB.
+pub fn status_kib(pid: &str, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Kernel slab memory in KiB (`Slab` of `/proc/meminfo`): where socket structures live.
+pub fn slab_kib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("Slab:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Connections dropped because a listen queue was full, machine-wide (`TcpExt: ListenOverflows`).
+pub fn listen_overflows() -> u64 {
+    let netstat = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "ListenOverflows")
+        .and_then(|(_, value)| value.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Which server a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Agentmux,
+    Ceiling,
+}
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Agentmux => "agentmux",
+            Target::Ceiling => "ceiling",
+        }
+    }
+}
+
+/// A server child process on a free loopback port; killed when dropped.
+pub struct Server {
+    child: Child,
+    pid: String,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// Starts `target` and waits until `/healthz` answers.
+    pub async fn start(target: Target, agentmux: &Path, label: &str) -> io::Result<Server> {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let logs = PathBuf::from("target/bench/logs");
+        std::fs::create_dir_all(&logs)?;
+        let log = File::create(logs.join(format!("{label}-{}.log", target.name())))?;
+        let mut command = match target {
+            Target::Agentmux => Command::new(agentmux),
+            Target::Ceiling => {
+                let mut c = Command::new(std::env::current_exe()?);
+                c.arg("--ceiling-server");
+                c
+            }
+        };
+        command.arg("--addr").arg(addr.to_string());
+        let child = command.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn().map_err(|e| {
+            io::Error::new(e.kind(), format!("starting {}: {e} (build it: cargo build --release)", agentmux.display()))
+        })?;
+        let server = Server { pid: child.id().to_string(), child, addr };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut conn) = client::Conn::open(addr, client::source_ip(0)).await
+                && let Ok((200, _)) = conn.request("GET", "/healthz", None, b"").await
+            {
+                return Ok(server);
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::other(format!("{} did not answer /healthz on {addr}", target.name())));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(&self.pid)
+    }
+
+    pub fn rss_kib(&self) -> u64 {
+        status_kib(&self.pid, "VmRSS")
+    }
+
+    pub fn peak_rss_kib(&self) -> u64 {
+        status_kib(&self.pid, "VmHWM")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

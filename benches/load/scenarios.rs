@@ -1,0 +1,652 @@
+//! The scenarios: each starts its own server process, drives it over loopback and measures one run.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{self, Conn, Ctx, Sse, now_ns, source_ip};
+use crate::hist::Histogram;
+use crate::procfs::{self, Server, Target};
+
+/// How the scenarios run.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub agentmux: PathBuf,
+    /// Messages per POST in the fan-out scenarios.
+    pub batch: usize,
+    /// Text deltas per message id before the producer starts a new message.
+    pub deltas_per_message: usize,
+    /// In fan-out scenarios, parse the latency stamp of one event in this many.
+    pub sample_every: u64,
+    /// How long readers may take after the producer is done.
+    pub drain: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum Kind {
+    /// One stream, `cui` + `openai` SSE subscribers, `messages` text deltas as fast as the server takes them.
+    Fanout { cui: usize, openai: usize, messages: usize },
+    /// One stream, `subscribers` CUI subscribers, one message per POST at `rate` per second.
+    Latency { subscribers: usize, rate: f64, seconds: f64 },
+    /// `streams` streams with one subscriber each, a message per stream per second.
+    ManyStreams { streams: usize, seconds: f64 },
+    /// `connections` SSE subscribers to one silent stream.
+    Idle { connections: usize, hold: f64 },
+    /// `concurrency` clients each making `requests` streaming chat requests to `echo`, `words` words each.
+    Chat { concurrency: usize, requests: usize, words: usize },
+}
+
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub kind: Kind,
+    /// Also run against the ceiling server.
+    pub ceiling: bool,
+}
+
+impl Scenario {
+    /// File descriptors the client needs (the server as many).
+    pub fn connections(&self) -> usize {
+        match self.kind {
+            Kind::Fanout { cui, openai, .. } => cui + openai,
+            Kind::Latency { subscribers, .. } => subscribers,
+            Kind::ManyStreams { streams, .. } => streams,
+            Kind::Idle { connections, .. } => connections,
+            Kind::Chat { concurrency, .. } => concurrency,
+        }
+    }
+}
+
+/// What one run of one scenario against one server measured.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunResult {
+    pub scenario: String,
+    pub target: String,
+    pub run: usize,
+    pub connections: usize,
+    /// Messages published (chat: requests made).
+    pub messages: u64,
+    /// SSE events received, pings and each subscriber's initial `stream_start` excluded; lifecycle events
+    /// sent while publishing included (chat: every chunk, `[DONE]` included).
+    pub deliveries: u64,
+    /// The measured window: first publish to last event received.
+    pub seconds: f64,
+    pub deliveries_per_s: f64,
+    /// Publish-to-receive latency (chat: time to first chunk), in milliseconds.
+    pub latency_samples: u64,
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    pub p999_ms: Option<f64>,
+    /// Server CPU (user + system) during the window.
+    pub server_cpu_s: f64,
+    /// Server `VmHWM` over its life.
+    pub server_peak_rss_mib: f64,
+    /// The load generator's CPU during the window.
+    pub client_cpu_s: f64,
+    /// Failed subscriptions, requests or reads, and bodies that ended early without a `lagged` notice.
+    pub errors: u64,
+    /// Subscribers cut off with a `lagged` notice.
+    pub lagged: u64,
+    pub extra: BTreeMap<String, f64>,
+    pub notes: Vec<String>,
+}
+
+impl RunResult {
+    fn new(scenario: &Scenario, target: Target, run: usize) -> Self {
+        RunResult {
+            scenario: scenario.name.clone(),
+            target: target.name().into(),
+            run,
+            connections: scenario.connections(),
+            ..RunResult::default()
+        }
+    }
+
+    fn note(&mut self, note: String) {
+        if self.notes.len() < 4 && !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    fn latency(&mut self, histogram: &Histogram) {
+        let ms = |q| histogram.quantile(q).map(|ns| ns as f64 / 1e6);
+        self.latency_samples = histogram.count();
+        self.p50_ms = ms(0.5);
+        self.p99_ms = ms(0.99);
+        self.p999_ms = ms(0.999);
+    }
+
+    /// Adds up the readers: deliveries (less each one's initial `stream_start`), lagged, errors.
+    fn readers(&mut self, readers: &[Sse], initial_events: u64, time_bound: bool) {
+        for sse in readers {
+            self.deliveries += sse.events.saturating_sub(initial_events);
+            if sse.lagged {
+                self.lagged += 1;
+            } else if let Some(error) = &sse.error {
+                self.errors += 1;
+                self.note(error.clone());
+            } else if !(sse.complete || (time_bound && sse.cancelled)) {
+                self.errors += 1;
+                self.note(if sse.cancelled { "timed out".into() } else { "body ended early".into() });
+            }
+        }
+    }
+}
+
+/// Runs `make()` on a thread of its own with a current-thread runtime, so the producer is not queued behind
+/// thousands of reader tasks.
+fn on_own_thread<T, F>(make: impl FnOnce() -> F + Send + 'static) -> oneshot::Receiver<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T>,
+{
+    let (tx, rx) = oneshot::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        if let Ok(runtime) = runtime {
+            let _ = tx.send(runtime.block_on(make()));
+        }
+    });
+    rx
+}
+
+const FILLER: &str = "lorem ipsum dolor sit amet, consectetur adip";
+
+/// A ~60-byte text delta (or whole message) whose content starts with the stamp.
+fn push_message(out: &mut Vec<u8>, message_id: Option<usize>, stamp: u64) {
+    use std::io::Write;
+    let _ = match message_id {
+        Some(id) => writeln!(
+            out,
+            r#"{{"type":"text","props":{{"content":"@@{stamp:013} {FILLER}"}},"message_id":"b{id}","delta":true}}"#
+        ),
+        None => writeln!(out, r#"{{"type":"text","props":{{"content":"@@{stamp:013} {FILLER}"}}}}"#),
+    };
+}
+
+#[derive(Debug, Default)]
+struct Published {
+    messages: u64,
+    posts: u64,
+    first_ns: u64,
+    last_ns: u64,
+    error: Option<String>,
+}
+
+enum Pace {
+    /// Batches of this many, each POST as soon as the last was answered.
+    Burst { messages: usize, batch: usize },
+    /// One message per POST at this rate.
+    Steady { rate: f64, seconds: f64 },
+}
+
+async fn create_stream(conn: &mut Conn) -> io::Result<String> {
+    let (status, body) = conn.request("POST", "/v1/streams", None, b"").await?;
+    let value: serde_json::Value = serde_json::from_slice(&body).map_err(io::Error::other)?;
+    match (status, value["id"].as_str()) {
+        (201, Some(id)) => Ok(id.to_owned()),
+        _ => Err(io::Error::other(format!("POST /v1/streams: {status} {}", String::from_utf8_lossy(&body)))),
+    }
+}
+
+/// Publishes text deltas to one stream, then ends it.
+async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message: usize) -> Published {
+    let mut out = Published::default();
+    let mut conn = match Conn::open(server, source_ip(0)).await {
+        Ok(conn) => conn,
+        Err(e) => {
+            out.error = Some(format!("producer connect: {e}"));
+            return out;
+        }
+    };
+    let path = format!("/v1/streams/{id}/messages");
+    let mut body = Vec::new();
+    out.first_ns = now_ns();
+    let dpm = deltas_per_message.max(1);
+    match pace {
+        Pace::Burst { messages, batch } => {
+            let mut sent = 0;
+            while sent < messages {
+                let n = batch.min(messages - sent);
+                body.clear();
+                let stamp = now_ns();
+                (sent..sent + n).for_each(|i| push_message(&mut body, Some(i / dpm), stamp));
+                match conn.request("POST", &path, Some("application/x-ndjson"), &body).await {
+                    Ok((200, _)) => {
+                        sent += n;
+                        out.posts += 1;
+                    }
+                    Ok((status, reply)) => {
+                        out.error = Some(format!("append: {status} {}", String::from_utf8_lossy(&reply)));
+                        break;
+                    }
+                    Err(e) => {
+                        out.error = Some(format!("append: {e}"));
+                        break;
+                    }
+                }
+            }
+            out.messages = sent as u64;
+        }
+        Pace::Steady { rate, seconds } => {
+            let total = (rate * seconds).round() as usize;
+            let mut every = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            for i in 0..total {
+                every.tick().await;
+                body.clear();
+                push_message(&mut body, Some(i / dpm), now_ns());
+                match conn.request("POST", &path, Some("application/json"), &body).await {
+                    Ok((200, _)) => out.posts += 1,
+                    Ok((status, reply)) => {
+                        out.error = Some(format!("append: {status} {}", String::from_utf8_lossy(&reply)));
+                        break;
+                    }
+                    Err(e) => {
+                        out.error = Some(format!("append: {e}"));
+                        break;
+                    }
+                }
+            }
+            out.messages = out.posts;
+        }
+    }
+    out.last_ns = now_ns();
+    match conn.request("POST", &format!("/v1/streams/{id}/end"), None, b"").await {
+        Ok((200, _)) => {}
+        Ok((status, _)) => out.error = out.error.take().or(Some(format!("end: status {status}"))),
+        Err(e) => out.error = out.error.take().or(Some(format!("end: {e}"))),
+    }
+    out
+}
+
+/// Handshakes in flight at once: below the 128 connections agentmux's listen queue holds (tokio's default
+/// backlog), which a burst of connects overflows, each dropped SYN costing a second.
+const HANDSHAKES: usize = 64;
+
+/// Opens an SSE subscription per path (at most [`HANDSHAKES`] at a time) and reads each in a task of its
+/// own. Returns once every handshake is done.
+async fn subscribe_all(
+    server: SocketAddr,
+    paths: Vec<String>,
+    ctx: &Arc<Ctx>,
+    cancel: &CancellationToken,
+) -> JoinSet<Sse> {
+    let handshakes = Arc::new(Semaphore::new(HANDSHAKES));
+    let (ready_tx, mut ready_rx) = mpsc::unbounded_channel::<()>();
+    let mut readers = JoinSet::new();
+    let total = paths.len();
+    for (i, path) in paths.into_iter().enumerate() {
+        let (handshakes, ready, ctx, cancel) =
+            (Arc::clone(&handshakes), ready_tx.clone(), Arc::clone(ctx), cancel.clone());
+        readers.spawn(async move {
+            let permit = handshakes.acquire_owned().await;
+            let opened = client::open_sse(server, source_ip(i), "GET", &path, b"", &ctx).await;
+            drop(permit);
+            let _ = ready.send(());
+            match opened {
+                Ok((stream, sse)) => sse.read(stream, &ctx, &cancel).await,
+                Err(e) => Sse::failed(format!("subscribe: {e}")),
+            }
+        });
+    }
+    for _ in 0..total {
+        if ready_rx.recv().await.is_none() {
+            break;
+        }
+    }
+    readers
+}
+
+/// Waits for every task until `deadline`, then cancels the rest and collects them too; a task that failed
+/// becomes `failed(why)`.
+async fn collect<T: Send + 'static>(
+    mut tasks: JoinSet<T>,
+    cancel: &CancellationToken,
+    deadline: Instant,
+    failed: impl Fn(String) -> T,
+) -> Vec<T> {
+    let mut done = Vec::with_capacity(tasks.len());
+    let mut join = |joined: Result<T, tokio::task::JoinError>| match joined {
+        Ok(value) => done.push(value),
+        Err(e) => done.push(failed(format!("task: {e}"))),
+    };
+    loop {
+        match tokio::time::timeout_at(deadline.into(), tasks.join_next()).await {
+            Ok(Some(joined)) => join(joined),
+            Ok(None) => break,
+            Err(_) => {
+                cancel.cancel();
+                while let Some(joined) = tasks.join_next().await {
+                    join(joined);
+                }
+                break;
+            }
+        }
+    }
+    done
+}
+
+fn failed_reader(error: String) -> Sse {
+    Sse::failed(error)
+}
+
+struct Window {
+    server_cpu: f64,
+    client_cpu: f64,
+}
+
+impl Window {
+    fn start(server: &Server) -> Self {
+        Window { server_cpu: server.cpu_seconds(), client_cpu: procfs::cpu_seconds("self") }
+    }
+
+    fn end(self, server: &Server, result: &mut RunResult) {
+        result.server_cpu_s = server.cpu_seconds() - self.server_cpu;
+        result.client_cpu_s = procfs::cpu_seconds("self") - self.client_cpu;
+        result.server_peak_rss_mib = server.peak_rss_kib() as f64 / 1024.0;
+    }
+}
+
+/// One run of `scenario` against `target`.
+pub async fn run(scenario: &Scenario, target: Target, run: usize, settings: &Settings) -> io::Result<RunResult> {
+    let label = format!("{}-run{run}", scenario.name);
+    let server = Server::start(target, &settings.agentmux, &label).await?;
+    let mut result = RunResult::new(scenario, target, run);
+    let overflows = procfs::listen_overflows();
+    match scenario.kind {
+        Kind::Fanout { cui, openai, messages } => {
+            let pace = Pace::Burst { messages, batch: settings.batch };
+            fanout(&server, settings, cui, openai, pace, settings.sample_every, &mut result).await?;
+        }
+        Kind::Latency { subscribers, rate, seconds } => {
+            fanout(&server, settings, subscribers, 0, Pace::Steady { rate, seconds }, 1, &mut result).await?;
+        }
+        Kind::ManyStreams { streams, seconds } => {
+            many_streams(&server, settings, streams, seconds, &mut result).await?
+        }
+        Kind::Idle { connections, hold } => idle(&server, connections, hold, &mut result).await?,
+        Kind::Chat { concurrency, requests, words } => {
+            chat(&server, settings, concurrency, requests, words, &mut result).await?;
+        }
+    }
+    let overflows = procfs::listen_overflows().saturating_sub(overflows);
+    if overflows > 0 {
+        result.extra.insert("listen_overflows".into(), overflows as f64);
+    }
+    Ok(result)
+}
+
+async fn fanout(
+    server: &Server,
+    settings: &Settings,
+    cui: usize,
+    openai: usize,
+    pace: Pace,
+    sample_every: u64,
+    result: &mut RunResult,
+) -> io::Result<()> {
+    let mut control = Conn::open(server.addr, source_ip(0)).await?;
+    let id = create_stream(&mut control).await?;
+    let ctx = Arc::new(Ctx { latency: Histogram::default(), sample_every });
+    let cancel = CancellationToken::new();
+    // Alternate the formats so both kinds of subscriber are spread over the handshakes.
+    let paths: Vec<String> = (0..cui + openai)
+        .map(|i| {
+            let as_openai = if i < 2 * cui.min(openai) { i % 2 == 1 } else { openai > cui };
+            let query = if as_openai { "?format=openai" } else { "" };
+            format!("/v1/streams/{id}/events{query}")
+        })
+        .collect();
+    let readers = subscribe_all(server.addr, paths, &ctx, &cancel).await;
+    let window = Window::start(server);
+    let (addr, dpm) = (server.addr, settings.deltas_per_message);
+    let published = on_own_thread(move || publish(addr, id, pace, dpm)).await.unwrap_or_default();
+    let readers = collect(readers, &cancel, Instant::now() + settings.drain, failed_reader).await;
+    window.end(server, result);
+    result.messages = published.messages;
+    result.readers(&readers, 1, false);
+    if let Some(error) = published.error {
+        result.errors += 1;
+        result.note(error);
+    }
+    let last = readers.iter().map(|r| r.last_event_ns).max().unwrap_or(0);
+    result.seconds = last.saturating_sub(published.first_ns) as f64 / 1e9;
+    result.deliveries_per_s = result.deliveries as f64 / result.seconds.max(1e-9);
+    result.latency(&ctx.latency);
+    let publishing = published.last_ns.saturating_sub(published.first_ns) as f64 / 1e9;
+    result.extra.insert("publish_msgs_per_s".into(), published.messages as f64 / publishing.max(1e-9));
+    result.extra.insert("publish_posts".into(), published.posts as f64);
+    let bytes: u64 = readers.iter().map(|r| r.bytes).sum();
+    result.extra.insert("received_mib_per_s".into(), bytes as f64 / (1 << 20) as f64 / result.seconds.max(1e-9));
+    Ok(())
+}
+
+async fn many_streams(
+    server: &Server,
+    settings: &Settings,
+    streams: usize,
+    seconds: f64,
+    result: &mut RunResult,
+) -> io::Result<()> {
+    const PRODUCERS: usize = 8;
+    // Create the streams over a few connections at once.
+    let mut creators = JoinSet::new();
+    for c in 0..PRODUCERS {
+        let addr = server.addr;
+        let count = streams / PRODUCERS + usize::from(c < streams % PRODUCERS);
+        creators.spawn(async move {
+            let mut conn = Conn::open(addr, source_ip(c)).await?;
+            let mut ids = Vec::with_capacity(count);
+            for _ in 0..count {
+                ids.push(create_stream(&mut conn).await?);
+            }
+            io::Result::Ok(ids)
+        });
+    }
+    let mut ids = Vec::with_capacity(streams);
+    while let Some(created) = creators.join_next().await {
+        ids.extend(created.map_err(io::Error::other)??);
+    }
+    let ctx = Arc::new(Ctx { latency: Histogram::default(), sample_every: 1 });
+    let cancel = CancellationToken::new();
+    let paths = ids.iter().map(|id| format!("/v1/streams/{id}/events")).collect();
+    let readers = subscribe_all(server.addr, paths, &ctx, &cancel).await;
+
+    let window = Window::start(server);
+    let addr = server.addr;
+    let ids = Arc::new(ids);
+    let published = on_own_thread(move || async move {
+        let start = tokio::time::Instant::now() + Duration::from_millis(50);
+        let first_ns = now_ns() + 50_000_000;
+        let producers = (0..PRODUCERS).map(|c| {
+            let ids = Arc::clone(&ids);
+            async move {
+                // A whole text message per POST (not a delta): no lifecycle events to tell apart.
+                let mut out = Published::default();
+                let mine: Vec<&String> = ids.iter().skip(c).step_by(PRODUCERS).collect();
+                let mut conn = match Conn::open(addr, source_ip(c)).await {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        out.error = Some(format!("producer connect: {e}"));
+                        return out;
+                    }
+                };
+                let mut body = Vec::new();
+                for round in 0..seconds.ceil() as usize {
+                    for (j, id) in mine.iter().enumerate() {
+                        let offset = (j as f64 + c as f64 / PRODUCERS as f64) / mine.len() as f64;
+                        tokio::time::sleep_until(start + Duration::from_secs_f64(round as f64 + offset)).await;
+                        body.clear();
+                        push_message(&mut body, None, now_ns());
+                        let path = format!("/v1/streams/{id}/messages");
+                        match conn.request("POST", &path, Some("application/json"), &body).await {
+                            Ok((200, _)) => out.messages += 1,
+                            Ok((status, _)) => out.error = Some(format!("append: status {status}")),
+                            Err(e) => {
+                                out.error = Some(format!("append: {e}"));
+                                return out;
+                            }
+                        }
+                    }
+                }
+                out.last_ns = now_ns();
+                out
+            }
+        });
+        let all = futures::future::join_all(producers).await;
+        Published {
+            messages: all.iter().map(|p| p.messages).sum(),
+            posts: all.iter().map(|p| p.messages).sum(),
+            first_ns,
+            last_ns: all.iter().map(|p| p.last_ns).max().unwrap_or(0),
+            error: all.into_iter().find_map(|p| p.error),
+        }
+    })
+    .await
+    .unwrap_or_default();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cancel.cancel();
+    let readers = collect(readers, &cancel, Instant::now() + settings.drain, failed_reader).await;
+    window.end(server, result);
+    result.messages = published.messages;
+    result.readers(&readers, 1, true);
+    if let Some(error) = published.error {
+        result.errors += 1;
+        result.note(error);
+    }
+    let last = readers.iter().map(|r| r.last_event_ns).max().unwrap_or(0);
+    result.seconds = last.saturating_sub(published.first_ns) as f64 / 1e9;
+    result.deliveries_per_s = result.deliveries as f64 / result.seconds.max(1e-9);
+    result.latency(&ctx.latency);
+    let publishing = published.last_ns.saturating_sub(published.first_ns) as f64 / 1e9;
+    result.extra.insert("publish_msgs_per_s".into(), published.messages as f64 / publishing.max(1e-9));
+    result.extra.insert("target_msgs_per_s".into(), streams as f64);
+    Ok(())
+}
+
+async fn idle(server: &Server, connections: usize, hold: f64, result: &mut RunResult) -> io::Result<()> {
+    let mut control = Conn::open(server.addr, source_ip(0)).await?;
+    let id = create_stream(&mut control).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (rss0, kernel0, client0) = (server.rss_kib(), procfs::slab_kib(), procfs::status_kib("self", "VmRSS"));
+    let ctx = Arc::new(Ctx::default());
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    let readers =
+        subscribe_all(server.addr, vec![format!("/v1/streams/{id}/events"); connections], &ctx, &cancel).await;
+    let connect_s = started.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (rss1, kernel1, client1) = (server.rss_kib(), procfs::slab_kib(), procfs::status_kib("self", "VmRSS"));
+    let window = Window::start(server);
+    tokio::time::sleep(Duration::from_secs_f64(hold)).await;
+    window.end(server, result);
+    result.seconds = hold;
+    cancel.cancel();
+    let readers = collect(readers, &cancel, Instant::now() + Duration::from_secs(10), failed_reader).await;
+    result.readers(&readers, 1, true);
+    let open = readers.iter().filter(|r| r.error.is_none()).count().max(1) as f64;
+    let per = |before: u64, after: u64| after.saturating_sub(before) as f64 / open;
+    result.extra.insert("open_connections".into(), open);
+    result.extra.insert("server_rss_kib_per_conn".into(), per(rss0, rss1));
+    result.extra.insert("client_rss_kib_per_conn".into(), per(client0, client1));
+    // Both ends of each connection are on this machine: slab growth is the kernel's memory for the pair.
+    result.extra.insert("kernel_kib_per_conn_pair".into(), per(kernel0, kernel1));
+    result.extra.insert("connect_per_s".into(), open / connect_s.max(1e-9));
+    Ok(())
+}
+
+#[derive(Default)]
+struct ChatClient {
+    completed: u64,
+    failed: u64,
+    chunks: u64,
+    error: Option<String>,
+}
+
+fn chat_body(words: usize) -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dogs", "while", "agents", "stream", "typed",
+        "messages", "to", "every", "client",
+    ];
+    let content: Vec<&str> = (0..words).map(|i| WORDS[i % WORDS.len()]).collect();
+    serde_json::json!({
+        "model": "echo",
+        "stream": true,
+        "messages": [{"role": "user", "content": content.join(" ")}],
+    })
+    .to_string()
+    .into_bytes()
+}
+
+async fn chat(
+    server: &Server,
+    settings: &Settings,
+    concurrency: usize,
+    requests: usize,
+    words: usize,
+    result: &mut RunResult,
+) -> io::Result<()> {
+    let body: Arc<[u8]> = chat_body(words).into();
+    let ctx = Arc::new(Ctx::default());
+    let first_chunk = Arc::new(Histogram::default());
+    let cancel = CancellationToken::new();
+    let window = Window::start(server);
+    let started = now_ns();
+    let mut clients = JoinSet::new();
+    for c in 0..concurrency {
+        let (addr, body, ctx, first_chunk, cancel) =
+            (server.addr, Arc::clone(&body), Arc::clone(&ctx), Arc::clone(&first_chunk), cancel.clone());
+        clients.spawn(async move {
+            let mut client = ChatClient::default();
+            for _ in 0..requests {
+                let sent = now_ns();
+                let sse = match client::open_sse(addr, source_ip(c), "POST", "/v1/chat/completions", &body, &ctx).await
+                {
+                    Ok((stream, sse)) => sse.read(stream, &ctx, &cancel).await,
+                    Err(e) => failed_reader(format!("chat: {e}")),
+                };
+                if let Some(first) = sse.first_event_ns {
+                    first_chunk.record(first.saturating_sub(sent));
+                }
+                client.chunks += sse.events;
+                match (sse.complete, sse.error) {
+                    (true, None) => client.completed += 1,
+                    (_, error) => {
+                        client.failed += 1;
+                        let why = if sse.cancelled { "timed out".into() } else { "body ended early".into() };
+                        client.error = client.error.take().or(error).or(Some(why));
+                    }
+                }
+                if sse.cancelled {
+                    break;
+                }
+            }
+            client
+        });
+    }
+    let failed = |error| ChatClient { failed: 1, error: Some(error), ..ChatClient::default() };
+    let clients = collect(clients, &cancel, Instant::now() + settings.drain * 2, failed).await;
+    let finished = now_ns();
+    window.end(server, result);
+    let completed: u64 = clients.iter().map(|c| c.completed).sum();
+    result.messages = (concurrency * requests) as u64;
+    result.deliveries = clients.iter().map(|c| c.chunks).sum();
+    result.errors = clients.iter().map(|c| c.failed).sum();
+    clients.iter().filter_map(|c| c.error.clone()).for_each(|e| result.note(e));
+    result.seconds = finished.saturating_sub(started) as f64 / 1e9;
+    result.deliveries_per_s = result.deliveries as f64 / result.seconds.max(1e-9);
+    result.latency(&first_chunk);
+    result.extra.insert("requests_per_s".into(), completed as f64 / result.seconds.max(1e-9));
+    result.extra.insert("completed_requests".into(), completed as f64);
+    Ok(())
+}
