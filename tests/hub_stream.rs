@@ -195,3 +195,33 @@ fn producer_ids_never_meet_the_streams_own() {
     let events = snapshot.messages.iter().filter(|m| m.kind == "event").count();
     assert_eq!(events, 1 + 5 + 5 + 1, "stream_start, five message_start, five message_end, stream_end");
 }
+
+/// One burst the producer makes in one go (here the `message_end` events that close 2,000 open messages at
+/// the end) does not count against the bound of a subscriber that kept up with everything before it.
+#[tokio::test]
+async fn a_burst_at_the_end_does_not_lag_a_subscriber_that_kept_up() {
+    use agentmux::hub::Format;
+    use futures::FutureExt;
+
+    let hub = Hub::new(HubConfig { queue_bytes: 16 * 1024, ..HubConfig::default() });
+    let stream = hub.create("m").expect("create");
+    let mut subscriber = stream.subscribe(Format::Cui, 0).expect("subscribe");
+    let mut frames = 0;
+    for i in 0..2_000 {
+        let delta = OutputMessage::text("x").with_message_id(format!("d{i}")).as_delta(DeltaAction::Append, None);
+        stream.append(delta).expect("append");
+        while let Some(Some(batch)) = subscriber.next().now_or_never() {
+            assert!(!batch.lagged, "lagged while keeping up");
+            frames += batch.frames.len();
+        }
+    }
+    assert!(stream.end(Outcome::completed()));
+    let mut last = None;
+    while let Some(batch) = subscriber.next().await {
+        assert!(!batch.lagged, "lagged by the end's burst");
+        frames += batch.frames.len();
+        last = batch.frames.last().cloned();
+    }
+    assert_eq!(frames as u64, stream.last_sequence());
+    assert!(String::from_utf8_lossy(&last.expect("frames")).contains("stream_end"));
+}

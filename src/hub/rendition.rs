@@ -73,10 +73,10 @@ impl Rendition {
         self.ends.partition_point(|&end| end <= cursor) as u64
     }
 
-    /// Bytes in frames `from..`.
-    pub(crate) fn bytes_from(&self, from: usize) -> u64 {
-        let total = self.offsets.last().copied().unwrap_or(0);
-        total - self.offsets.get(from).copied().unwrap_or(total)
+    /// Bytes in frames `from..to` (none when `to <= from`).
+    pub(crate) fn bytes_between(&self, from: usize, to: usize) -> u64 {
+        let at = |i: usize| self.offsets.get(i).or(self.offsets.last()).copied().unwrap_or(0);
+        at(to).saturating_sub(at(from))
     }
 
     /// Bytes of frame `index`.

@@ -126,6 +126,9 @@ pub(crate) struct State {
     reducer: Reducer,
     lifecycle: Lifecycle,
     pub(crate) end: Option<Outcome>,
+    /// The first sequence of the latest append (a batch, lifecycle events, the end): a burst the producer
+    /// made in one go, which does not count against a subscriber's bound (see `subscription.rs`).
+    pub(crate) latest_append: u64,
     started_ms: u64,
     pub(crate) renditions: Vec<Rendition>,
 }
@@ -165,6 +168,7 @@ impl Stream {
                 reducer: Reducer::default(),
                 lifecycle: Lifecycle::default(),
                 end: None,
+                latest_append: 1,
                 started_ms: now_ms,
                 renditions: Vec::new(),
             }),
@@ -303,6 +307,7 @@ impl Stream {
             return Err(error);
         }
         state.bytes += staged.bytes;
+        state.latest_append = state.log.len() as u64 + 1;
         state.log.extend(staged.messages);
         drop(state);
         self.changes.send_modify(|n| *n += 1);
@@ -388,6 +393,7 @@ impl Stream {
         }
         let now_ms = self.shared.config.clock.now_ms();
         let events = events(&mut state.lifecycle, now_ms);
+        state.latest_append = state.log.len() as u64 + 1;
         let sequences = events.into_iter().map(|e| self.push(&mut state, e, now_ms)).collect();
         drop(state);
         self.changes.send_modify(|n| *n += 1);
@@ -402,6 +408,7 @@ impl Stream {
             return false;
         }
         let now_ms = self.shared.config.clock.now_ms();
+        state.latest_append = state.log.len() as u64 + 1;
         for event in state.lifecycle.end_all(now_ms) {
             self.push(&mut state, event, now_ms);
         }

@@ -103,13 +103,17 @@ impl Subscription {
         let (queue_bytes, batch_bytes) = (config.queue_bytes, config.batch_bytes);
         let stream = Arc::clone(&self.stream);
         let mut state = stream.lock();
+        let latest_append = state.latest_append;
         let rendition = stream.rendition(&mut state, self.format);
         let end = rendition.frames.len();
         if self.cursor >= end {
             self.done = rendition.finished;
             return None;
         }
-        let backlog = rendition.bytes_from(self.cursor.max(self.joined));
+        // Behind by what was rendered since joining, except the latest append: one burst (a big batch, the
+        // events that end a stream) does not make a subscriber that kept up a slow one.
+        let burst = rendition.frame_after(latest_append.saturating_sub(1));
+        let backlog = rendition.bytes_between(self.cursor.max(self.joined), burst);
         if backlog > queue_bytes && end - self.cursor > 1 {
             let resume = rendition.sequence_before(self.cursor);
             let error = ErrorProps {
