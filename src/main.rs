@@ -131,7 +131,7 @@ fn run_serve(serve: Serve) -> ExitCode {
         Err(e) => return fail(&format!("starting the runtime: {e}")),
     };
     runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(&serve.addr).await {
+        let listener = match listen(&serve.addr).await {
             Ok(listener) => listener,
             Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
         };
@@ -155,6 +155,22 @@ fn run_serve(serve: Serve) -> ExitCode {
             Err(e) => fail(&format!("serving: {e}")),
         }
     })
+}
+
+/// Listens on `addr` with a backlog of 4096 connections, not the default 128: a burst of clients connecting
+/// at once (200 chat requests, a reconnect storm) must not have its SYNs dropped and retried a second later.
+async fn listen(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = std::io::Error::other("the address resolves to nothing");
+    for address in tokio::net::lookup_host(addr).await? {
+        let socket =
+            if address.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        match socket.bind(address).and_then(|()| socket.listen(4096)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// SIGINT or SIGTERM.

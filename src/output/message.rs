@@ -244,9 +244,16 @@ impl OutputMessage {
         if !text.trim_start().starts_with('{') {
             return Err(ValidationError::Syntax("a message must be a JSON object".into()));
         }
-        let mut de = serde_json::Deserializer::from_str(text);
-        let message: OutputMessage = serde_path_to_error::deserialize(&mut de).map_err(ValidationError::from_serde)?;
-        de.end().map_err(|e| ValidationError::Syntax(e.to_string()))?;
+        // The common case parses once; only a failure parses again to learn the path of the bad field.
+        let message: OutputMessage = match serde_json::from_str(text) {
+            Ok(message) => message,
+            Err(_) => {
+                let mut de = serde_json::Deserializer::from_str(text);
+                let message = serde_path_to_error::deserialize(&mut de).map_err(ValidationError::from_serde)?;
+                de.end().map_err(|e| ValidationError::Syntax(e.to_string()))?;
+                message
+            }
+        };
         message.validate()?;
         Ok(message)
     }
@@ -256,7 +263,10 @@ impl OutputMessage {
         if !value.is_object() {
             return Err(ValidationError::Syntax("a message must be a JSON object".into()));
         }
-        let message: OutputMessage = serde_path_to_error::deserialize(value).map_err(ValidationError::from_serde)?;
+        let message = match OutputMessage::deserialize(&value) {
+            Ok(message) => message,
+            Err(_) => serde_path_to_error::deserialize(&value).map_err(ValidationError::from_serde)?,
+        };
         message.validate()?;
         Ok(message)
     }

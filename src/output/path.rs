@@ -48,6 +48,15 @@ pub(crate) fn get<'a>(root: &'a Value, path: &[&str]) -> Option<&'a Value> {
     })
 }
 
+/// The value at `path` inside `root`, mutably.
+pub(crate) fn get_mut<'a>(root: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    path.iter().try_fold(root, |node, segment| match node {
+        Value::Object(map) => map.get_mut(*segment),
+        Value::Array(items) => index(segment).and_then(|i| items.get_mut(i)),
+        _ => None,
+    })
+}
+
 /// Applies `action` with `value` at `path` inside `root` (an empty path is `root` itself).
 pub(crate) fn apply(root: &mut Value, path: &[&str], action: DeltaAction, value: &Value) -> Result<(), PathError> {
     let Some((leaf, parents)) = path.split_last() else {

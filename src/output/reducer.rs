@@ -80,6 +80,15 @@ pub(crate) enum Undo {
     Created { message_id: Option<String> },
     /// A message was changed: restore it.
     Changed { slot: usize, previous: Box<OutputMessage> },
+    /// Text or items were appended at `path`: cut back to `len`, restore the small fields.
+    Truncate {
+        slot: usize,
+        path: Vec<String>,
+        len: usize,
+        metadata: Option<crate::output::Metadata>,
+        block_id: Option<String>,
+        thread_id: Option<String>,
+    },
 }
 
 /// The current state of every message of a stream.
@@ -132,9 +141,11 @@ impl Reducer {
                 Ok(slot)
             }
             Some(slot) => {
-                let previous = Box::new(self.messages[slot].clone());
+                let state = &self.messages[slot];
+                let step = cheap_undo(slot, state, message)
+                    .unwrap_or_else(|| Undo::Changed { slot, previous: Box::new(state.clone()) });
                 self.apply(message)?;
-                undo.push(Undo::Changed { slot, previous });
+                undo.push(step);
                 Ok(slot)
             }
         }
@@ -151,6 +162,20 @@ impl Reducer {
                     }
                 }
                 Undo::Changed { slot, previous } => self.messages[slot] = *previous,
+                Undo::Truncate { slot, path, len, metadata, block_id, thread_id } => {
+                    let state = &mut self.messages[slot];
+                    let segments: Vec<&str> = path.iter().map(String::as_str).collect();
+                    if let Some((first, rest)) = segments.split_first() {
+                        match state.props.get_mut(*first).and_then(|v| path::get_mut(v, rest)) {
+                            Some(Value::String(text)) => text.truncate(len),
+                            Some(Value::Array(items)) => items.truncate(len),
+                            _ => {}
+                        }
+                    }
+                    state.metadata = metadata;
+                    state.block_id = block_id;
+                    state.thread_id = thread_id;
+                }
             }
         }
     }
@@ -190,6 +215,34 @@ pub(crate) fn delta_segments(message: &OutputMessage) -> Vec<&str> {
     }
 }
 
+/// A delta's action: its own, or `append`, except on the whole props, where appending means nothing: merge.
+fn resolved_action(delta: &OutputMessage, segments: &[&str]) -> DeltaAction {
+    delta.delta_action.unwrap_or(if segments.is_empty() { DeltaAction::Merge } else { DeltaAction::Append })
+}
+
+/// How to take back `delta` on `state` without copying the message: for an append to a string or an array
+/// (the way text and arguments stream), the length before it. `None` when only a copy will do.
+fn cheap_undo(slot: usize, state: &OutputMessage, delta: &OutputMessage) -> Option<Undo> {
+    let segments = delta_segments(delta);
+    if !delta.delta || delta.kind != state.kind || resolved_action(delta, &segments) != DeltaAction::Append {
+        return None;
+    }
+    let (first, rest) = segments.split_first()?;
+    let len = match path::get(state.props.get(*first)?, rest)? {
+        Value::String(text) => text.len(),
+        Value::Array(items) => items.len(),
+        _ => return None,
+    };
+    Some(Undo::Truncate {
+        slot,
+        path: segments.iter().map(|s| (*s).to_owned()).collect(),
+        len,
+        metadata: state.metadata.clone(),
+        block_id: state.block_id.clone(),
+        thread_id: state.thread_id.clone(),
+    })
+}
+
 /// The value a delta carries at `segments` of its own props.
 pub(crate) fn delta_value<'a>(props: &'a Map<String, Value>, segments: &[&str]) -> Option<&'a Value> {
     let (first, rest) = segments.split_first()?;
@@ -206,9 +259,7 @@ fn apply_delta(state: &mut OutputMessage, delta: &OutputMessage) -> Result<(), D
     }
     let segments = delta_segments(delta);
     let field = || if segments.is_empty() { "props".to_owned() } else { format!("props.{}", segments.join(".")) };
-    // Without an action a delta appends, except to the whole props, where appending means nothing: merge.
-    let action =
-        delta.delta_action.unwrap_or(if segments.is_empty() { DeltaAction::Merge } else { DeltaAction::Append });
+    let action = resolved_action(delta, &segments);
     let whole;
     let value = if segments.is_empty() {
         whole = Value::Object(delta.props.clone());
@@ -238,4 +289,45 @@ fn apply_delta(state: &mut OutputMessage, delta: &OutputMessage) -> Result<(), D
         state.thread_id.clone_from(&delta.thread_id);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(value: serde_json::Value) -> OutputMessage {
+        serde_json::from_value(value).expect("message")
+    }
+
+    /// Logged applies of every kind, rolled back, leave exactly the state before them.
+    #[test]
+    fn rollback_restores_the_state_before() {
+        let mut reducer = Reducer::default();
+        reducer.apply(&message(json!({"type": "text", "props": {"content": "ab"}, "message_id": "t"}))).expect("t");
+        let list = json!({"type": "event", "props": {"event": "e", "data": {"items": [1]}}, "message_id": "e"});
+        reducer.apply(&message(list)).expect("e");
+        let before: Vec<OutputMessage> = reducer.messages().to_vec();
+        let mut undo = Vec::new();
+        let batch = [
+            json!({"type": "text", "props": {"content": "cd"}, "message_id": "t", "delta": true,
+                "metadata": {"sequence": 9}, "block_id": "b"}),
+            json!({"type": "event", "props": {"data": {"items": [2, 3]}}, "message_id": "e", "delta": true,
+                "delta_path": "data.items"}),
+            json!({"type": "event", "props": {"data": {"x": 1}}, "message_id": "e", "delta": true,
+                "delta_action": "merge", "delta_path": "data"}),
+            json!({"type": "text", "props": {"content": "new"}, "message_id": "n"}),
+            json!({"type": "loading", "props": {"message": "z"}, "message_id": "t", "delta": true,
+                "type_change": true, "delta_action": "replace", "delta_path": ""}),
+            json!({"type": "loading", "props": {"message": "!"}, "message_id": "t", "delta": true}),
+        ];
+        for delta in batch {
+            reducer.apply_logged(&message(delta), &mut undo).expect("applies");
+        }
+        assert!(undo.iter().any(|u| matches!(u, Undo::Truncate { .. })), "appends take the cheap path");
+        assert_ne!(reducer.messages(), &before[..]);
+        reducer.rollback(undo);
+        assert_eq!(reducer.messages(), &before[..]);
+        assert!(reducer.get("n").is_none());
+    }
 }
