@@ -86,7 +86,7 @@ struct Serve {
     /// Address to listen on.
     #[arg(long, env = "AGENTMUX_ADDR", default_value = "127.0.0.1:8080")]
     addr: String,
-    /// A `: ping` after this long without an event.
+    /// A `: ping` after this long without an event (0s: no pings).
     #[arg(long, env = "AGENTMUX_KEEP_ALIVE", default_value = "15s", value_parser = humantime::parse_duration)]
     keep_alive: Duration,
     /// A subscriber's outbound bound in bytes; past it, it gets `lagged`.

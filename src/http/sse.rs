@@ -1,7 +1,7 @@
 //! Server-sent event responses from a [`Subscription`]: one body chunk per batch, `: ping` in silences.
 //!
 //! Each batch the hub hands out (every frame a subscriber is behind, up to the batch limit) becomes one body
-//! chunk, so hyper sends it in one write. After `keep_alive` without a batch a `: ping` comment goes out,
+//! chunk, so hyper sends it in one write. After `keep_alive` without a batch (zero: never) a `: ping` comment goes out,
 //! which every SSE client and OpenAI SDK ignores. The body ends when the subscription does: after
 //! `data: [DONE]` for OpenAI, after `stream_end` or a `lagged` notice for CUI. `Cache-Control: no-cache` and
 //! `X-Accel-Buffering: no` keep proxies from holding the events back.
@@ -64,7 +64,13 @@ pub(crate) fn response(
 ) -> Response {
     let body =
         futures::stream::unfold((subscription, on_disconnect), move |(mut subscription, mut guard)| async move {
-            match tokio::time::timeout(keep_alive, subscription.next()).await {
+            // A zero keep-alive turns pings off.
+            let next = if keep_alive.is_zero() {
+                Ok(subscription.next().await)
+            } else {
+                tokio::time::timeout(keep_alive, subscription.next()).await
+            };
+            match next {
                 Ok(Some(batch)) => Some((Ok::<_, Infallible>(join(batch)), (subscription, guard))),
                 Ok(None) => {
                     guard.disarm();
