@@ -225,3 +225,22 @@ async fn a_burst_at_the_end_does_not_lag_a_subscriber_that_kept_up() {
     assert_eq!(frames as u64, stream.last_sequence());
     assert!(String::from_utf8_lossy(&last.expect("frames")).contains("stream_end"));
 }
+
+/// A custom type started with `Output::start` streams text into `content` like a built-in one.
+#[test]
+fn a_custom_message_streams_into_content() {
+    let hub = hub(Limits::default());
+    let stream = hub.create("m").expect("create");
+    let output = Output::new(Arc::clone(&stream));
+    let mut card = output.start(OutputMessage::new("card", Default::default()).with_prop("title", "T")).expect("start");
+    card.append("Hel").expect("append");
+    card.append("lo").expect("append");
+    card.set("meta.done", true).expect("set");
+    card.end().expect("end");
+    let snapshot = stream.snapshot();
+    let card = snapshot.messages.iter().find(|m| m.kind == "card").expect("the card");
+    assert_eq!(
+        serde_json::Value::Object(card.props.clone()),
+        json!({"title": "T", "content": "Hello", "meta": {"done": true}})
+    );
+}

@@ -211,7 +211,7 @@ impl StreamingMessage {
         &self.message_id
     }
 
-    /// Appends text to the main field (`content`, `message`, `arguments`).
+    /// Appends text to the main field (`content`, `message`, `arguments`; `content` for a custom type).
     pub fn append(&mut self, text: impl Into<String>) -> Result<u64, AppendError> {
         self.at_main(DeltaAction::Append, text.into())
     }
@@ -245,10 +245,14 @@ impl StreamingMessage {
     }
 
     fn at_main(&mut self, action: DeltaAction, text: String) -> Result<u64, AppendError> {
-        let field = main_field(&self.kind).unwrap_or("content");
+        // A type without a main field (a custom one) streams into `content`, named explicitly.
+        let (field, path) = match main_field(&self.kind) {
+            Some(field) => (field, None),
+            None => ("content", Some("content")),
+        };
         let mut props = Map::new();
         props.insert(field.to_owned(), Value::String(text));
-        self.delta(action, None, props)
+        self.delta(action, path, props)
     }
 
     fn delta(
