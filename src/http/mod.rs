@@ -24,6 +24,7 @@ use axum::extract::Request;
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
@@ -120,6 +121,13 @@ pub async fn serve(
     let router = router(app);
     // A make-service clones the router per connection cheaply (an Arc); serving the Router itself rebuilds its
     // route table for every connection (about 2 KiB each, for as long as the connection lives).
+    // Events are small and latency matters more than packet count: no Nagle delay behind an unacknowledged
+    // write.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY not set");
+        }
+    });
     let result = axum::serve(listener, router.into_make_service())
         .with_graceful_shutdown(async move {
             shutdown.await;
