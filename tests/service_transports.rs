@@ -178,6 +178,23 @@ fn lifecycle(event: &Sse) -> Option<String> {
     (message["type"] == "event").then(|| message["props"]["event"].as_str().unwrap_or_default().to_owned())
 }
 
+/// Starts a streaming chat run of the ticker agent; returns its response and its stream id.
+async fn start_ticker(
+    client: &reqwest::Client,
+    server: &TestServer,
+    count: u64,
+    pause_ms: u64,
+) -> (reqwest::Response, String) {
+    let response = client
+        .post(server.url("/v1/chat/completions"))
+        .json(&ticker_request(count, pause_ms))
+        .send()
+        .await
+        .expect("chat request");
+    let id = header(&response, "x-agentmux-stream-id").to_owned();
+    (response, id)
+}
+
 fn header<'r>(response: &'r reqwest::Response, name: &str) -> &'r str {
     response.headers().get(name).unwrap_or_else(|| panic!("header {name} is present")).to_str().expect("header is text")
 }
@@ -301,14 +318,8 @@ fn assert_ws_frames_match(frames: &[Value], stream: &str, events: &[Sse]) {
 async fn one_run_watched_by_every_transport_at_once() {
     let (server, ticker) = server_with_ticker(HubConfig::default(), Settings::default()).await;
     let client = reqwest::Client::new();
-    let response = client
-        .post(server.url("/v1/chat/completions"))
-        .json(&ticker_request(48, 15))
-        .send()
-        .await
-        .expect("chat request");
+    let (response, id) = start_ticker(&client, &server, 48, 15).await;
     assert_sse_headers(&response);
-    let id = header(&response, "x-agentmux-stream-id").to_owned();
     assert!(id.len() >= 22 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{id}");
     // Every watcher reports its first event here, so the test knows they all joined while the run was live.
     let (joined, mut joined_rx) = tokio::sync::mpsc::channel::<&'static str>(8);
@@ -489,13 +500,7 @@ async fn one_run_watched_by_every_transport_at_once() {
 async fn a_subscriber_resumes_without_gap_or_duplicate() {
     let (server, _ticker) = server_with_ticker(HubConfig::default(), Settings::default()).await;
     let client = reqwest::Client::new();
-    let run = client
-        .post(server.url("/v1/chat/completions"))
-        .json(&ticker_request(60, 10))
-        .send()
-        .await
-        .expect("chat request");
-    let id = header(&run, "x-agentmux-stream-id").to_owned();
+    let (run, id) = start_ticker(&client, &server, 60, 10).await;
     let drain = tokio::spawn(read_body(run));
     let events_url = server.url(&format!("/v1/streams/{id}/events"));
 
@@ -725,13 +730,7 @@ async fn cancel_over_http_and_websocket_reaches_the_agent() {
     let client = reqwest::Client::new();
 
     // POST /v1/streams/{id}/cancel.
-    let run = client
-        .post(server.url("/v1/chat/completions"))
-        .json(&ticker_request(500, 10))
-        .send()
-        .await
-        .expect("chat request");
-    let id = header(&run, "x-agentmux-stream-id").to_owned();
+    let (run, id) = start_ticker(&client, &server, 500, 10).await;
     let body = tokio::spawn(read_body(run));
     let watcher = client.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("watch");
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -751,13 +750,7 @@ async fn cancel_over_http_and_websocket_reaches_the_agent() {
     assert_envelope(&reply, None, "stream_ended");
 
     // {"op":"cancel"} over a WebSocket.
-    let run = client
-        .post(server.url("/v1/chat/completions"))
-        .json(&ticker_request(500, 10))
-        .send()
-        .await
-        .expect("chat request");
-    let id = header(&run, "x-agentmux-stream-id").to_owned();
+    let (run, id) = start_ticker(&client, &server, 500, 10).await;
     let body = tokio::spawn(read_body(run));
     let mut ws = ws_connect(&server, "/v1/ws").await;
     ws_send(&mut ws, &json!({ "op": "cancel", "stream": id })).await;
