@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use std::convert::Infallible;
 
 use async_openai::error::WrappedError;
-use async_openai::types::chat::{
-    ChatCompletionMessageToolCalls, CreateChatCompletionResponse, CreateChatCompletionStreamResponse, FinishReason,
-};
+use async_openai::types::chat::{CreateChatCompletionResponse, CreateChatCompletionStreamResponse, FinishReason};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 
@@ -103,18 +101,7 @@ async fn every_golden_chunk_parses_as_async_openai_types() {
                     } else {
                         assert_eq!(content, final_content, "{case}/{file}");
                     }
-                    let final_calls: Vec<(String, String, String)> = choice
-                        .message
-                        .tool_calls
-                        .iter()
-                        .flatten()
-                        .map(|call| match call {
-                            ChatCompletionMessageToolCalls::Function(f) => {
-                                (f.id.clone(), f.function.name.clone(), f.function.arguments.clone())
-                            }
-                            other => panic!("{case}: unexpected tool call {other:?}"),
-                        })
-                        .collect();
+                    let final_calls = common::tool_calls(response);
                     assert_eq!(calls.into_values().collect::<Vec<_>>(), final_calls, "{case}/{file}");
                     if finish == Some(FinishReason::ToolCalls) {
                         assert!(!final_calls.is_empty(), "{case}");

@@ -22,9 +22,9 @@ use async_openai::Client;
 use async_openai::config::OpenAIConfig;
 use async_openai::error::{ApiErrorResponse, OpenAIError, WrappedError};
 use async_openai::types::chat::{
-    ChatCompletionMessageToolCalls, ChatCompletionRequestUserMessage, ChatCompletionStreamOptions, CompletionUsage,
-    CreateChatCompletionRequest, CreateChatCompletionRequestArgs, CreateChatCompletionResponse,
-    CreateChatCompletionStreamResponse, FinishReason, Role,
+    ChatCompletionRequestUserMessage, ChatCompletionStreamOptions, CompletionUsage, CreateChatCompletionRequest,
+    CreateChatCompletionRequestArgs, CreateChatCompletionResponse, CreateChatCompletionStreamResponse, FinishReason,
+    Role,
 };
 use common::server::TestServer;
 use futures::{Stream, StreamExt};
@@ -166,22 +166,6 @@ fn accumulate(model: &str, chunks: &[CreateChatCompletionStreamResponse]) -> Acc
         }
     }
     out
-}
-
-/// (id, name, arguments) of each tool call of a response.
-fn tool_calls(response: &CreateChatCompletionResponse) -> Vec<(String, String, String)> {
-    response.choices[0]
-        .message
-        .tool_calls
-        .iter()
-        .flatten()
-        .map(|call| match call {
-            ChatCompletionMessageToolCalls::Function(f) => {
-                (f.id.clone(), f.function.name.clone(), f.function.arguments.clone())
-            }
-            other => panic!("unexpected tool call {other:?}"),
-        })
-        .collect()
 }
 
 /// A response compared with the golden one after taking the server's id and created.
@@ -384,7 +368,7 @@ async fn parallel_tool_calls_accumulate_by_index() {
     for case in ["two-tool-calls-interleaved", "tool-call-fragments"] {
         let model = format!("replay/{case}");
         let golden = golden_response(case);
-        let expected = tool_calls(&golden);
+        let expected = common::tool_calls(&golden);
         assert!(!expected.is_empty(), "{case}");
 
         let chunks = chunks(
@@ -405,7 +389,7 @@ async fn parallel_tool_calls_accumulate_by_index() {
         assert_same_as_golden(&chunks, golden_chunks(case, "openai.sse"));
 
         let response = client.chat().create(request(&model, "weather?", false, false)).await.expect("a completion");
-        assert_eq!(tool_calls(&response), expected, "{case}");
+        assert_eq!(common::tool_calls(&response), expected, "{case}");
         assert_eq!(response.choices[0].finish_reason, Some(FinishReason::ToolCalls), "{case}");
         assert_eq!(response.choices[0].message.content, None, "{case}");
         assert_response_as_golden(case, &response);
@@ -413,7 +397,7 @@ async fn parallel_tool_calls_accumulate_by_index() {
     let expected =
         [("call_a", "get_weather", r#"{"city": "Paris"}"#), ("call_b", "get_time", r#"{"tz": "Europe/Paris"}"#)]
             .map(|(a, b, c)| (a.to_owned(), b.to_owned(), c.to_owned()));
-    assert_eq!(tool_calls(&golden_response("two-tool-calls-interleaved")), expected);
+    assert_eq!(common::tool_calls(&golden_response("two-tool-calls-interleaved")), expected);
 }
 
 // 4. Errors after the stream started.

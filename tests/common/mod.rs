@@ -98,3 +98,20 @@ pub fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
         ("openai.json", json),
     ]
 }
+
+/// (id, name, arguments) of each tool call of an async-openai response.
+pub fn tool_calls(response: &async_openai::types::chat::CreateChatCompletionResponse) -> Vec<(String, String, String)> {
+    use async_openai::types::chat::ChatCompletionMessageToolCalls;
+    response.choices[0]
+        .message
+        .tool_calls
+        .iter()
+        .flatten()
+        .map(|call| match call {
+            ChatCompletionMessageToolCalls::Function(f) => {
+                (f.id.clone(), f.function.name.clone(), f.function.arguments.clone())
+            }
+            other => panic!("unexpected tool call {other:?}"),
+        })
+        .collect()
+}
