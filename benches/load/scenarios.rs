@@ -126,6 +126,23 @@ impl RunResult {
     }
 
     /// Adds up the readers: deliveries (less each one's initial `stream_start`), lagged, errors.
+    /// Fills the figures of a run with a producer: messages, deliveries and their rate from the first
+    /// publish to the last event received, latency, the publish rate, and the producer's error.
+    fn published(&mut self, readers: &[Sse], published: Published, latency: &Histogram, time_bound: bool) {
+        self.messages = published.messages;
+        self.readers(readers, 1, time_bound);
+        if let Some(error) = published.error {
+            self.errors += 1;
+            self.note(error);
+        }
+        let last = readers.iter().map(|r| r.last_event_ns).max().unwrap_or(0);
+        self.seconds = last.saturating_sub(published.first_ns) as f64 / 1e9;
+        self.deliveries_per_s = self.deliveries as f64 / self.seconds.max(1e-9);
+        self.latency(latency);
+        let publishing = published.last_ns.saturating_sub(published.first_ns) as f64 / 1e9;
+        self.extra.insert("publish_msgs_per_s".into(), published.messages as f64 / publishing.max(1e-9));
+    }
+
     fn readers(&mut self, readers: &[Sse], initial_events: u64, time_bound: bool) {
         for sse in readers {
             self.deliveries += sse.events.saturating_sub(initial_events);
@@ -413,19 +430,8 @@ async fn fanout(
     let published = on_own_thread(move || publish(addr, id, pace, dpm)).await.unwrap_or_default();
     let readers = collect(readers, &cancel, Instant::now() + settings.drain, failed_reader).await;
     window.end(server, result);
-    result.messages = published.messages;
-    result.readers(&readers, 1, false);
-    if let Some(error) = published.error {
-        result.errors += 1;
-        result.note(error);
-    }
-    let last = readers.iter().map(|r| r.last_event_ns).max().unwrap_or(0);
-    result.seconds = last.saturating_sub(published.first_ns) as f64 / 1e9;
-    result.deliveries_per_s = result.deliveries as f64 / result.seconds.max(1e-9);
-    result.latency(&ctx.latency);
-    let publishing = published.last_ns.saturating_sub(published.first_ns) as f64 / 1e9;
-    result.extra.insert("publish_msgs_per_s".into(), published.messages as f64 / publishing.max(1e-9));
     result.extra.insert("publish_posts".into(), published.posts as f64);
+    result.published(&readers, published, &ctx.latency, false);
     let bytes: u64 = readers.iter().map(|r| r.bytes).sum();
     result.extra.insert("received_mib_per_s".into(), bytes as f64 / (1 << 20) as f64 / result.seconds.max(1e-9));
     Ok(())
@@ -518,18 +524,7 @@ async fn many_streams(
     cancel.cancel();
     let readers = collect(readers, &cancel, Instant::now() + settings.drain, failed_reader).await;
     window.end(server, result);
-    result.messages = published.messages;
-    result.readers(&readers, 1, true);
-    if let Some(error) = published.error {
-        result.errors += 1;
-        result.note(error);
-    }
-    let last = readers.iter().map(|r| r.last_event_ns).max().unwrap_or(0);
-    result.seconds = last.saturating_sub(published.first_ns) as f64 / 1e9;
-    result.deliveries_per_s = result.deliveries as f64 / result.seconds.max(1e-9);
-    result.latency(&ctx.latency);
-    let publishing = published.last_ns.saturating_sub(published.first_ns) as f64 / 1e9;
-    result.extra.insert("publish_msgs_per_s".into(), published.messages as f64 / publishing.max(1e-9));
+    result.published(&readers, published, &ctx.latency, true);
     result.extra.insert("target_msgs_per_s".into(), streams as f64);
     Ok(())
 }
