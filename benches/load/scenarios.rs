@@ -199,6 +199,15 @@ struct Published {
     error: Option<String>,
 }
 
+/// One POST of messages; the error as text when it is not a 200.
+async fn append(conn: &mut Conn, path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
+    match conn.request("POST", path, Some(content_type), body).await {
+        Ok((200, _)) => Ok(()),
+        Ok((status, reply)) => Err(format!("append: {status} {}", String::from_utf8_lossy(&reply))),
+        Err(e) => Err(format!("append: {e}")),
+    }
+}
+
 enum Pace {
     /// Batches of this many, each POST as soon as the last was answered.
     Burst { messages: usize, batch: usize },
@@ -237,20 +246,12 @@ async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message:
                 body.clear();
                 let stamp = now_ns();
                 (sent..sent + n).for_each(|i| push_message(&mut body, Some(i / dpm), stamp));
-                match conn.request("POST", &path, Some("application/x-ndjson"), &body).await {
-                    Ok((200, _)) => {
-                        sent += n;
-                        out.posts += 1;
-                    }
-                    Ok((status, reply)) => {
-                        out.error = Some(format!("append: {status} {}", String::from_utf8_lossy(&reply)));
-                        break;
-                    }
-                    Err(e) => {
-                        out.error = Some(format!("append: {e}"));
-                        break;
-                    }
+                if let Err(error) = append(&mut conn, &path, "application/x-ndjson", &body).await {
+                    out.error = Some(error);
+                    break;
                 }
+                sent += n;
+                out.posts += 1;
             }
             out.messages = sent as u64;
         }
@@ -262,17 +263,11 @@ async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message:
                 every.tick().await;
                 body.clear();
                 push_message(&mut body, Some(i / dpm), now_ns());
-                match conn.request("POST", &path, Some("application/json"), &body).await {
-                    Ok((200, _)) => out.posts += 1,
-                    Ok((status, reply)) => {
-                        out.error = Some(format!("append: {status} {}", String::from_utf8_lossy(&reply)));
-                        break;
-                    }
-                    Err(e) => {
-                        out.error = Some(format!("append: {e}"));
-                        break;
-                    }
+                if let Err(error) = append(&mut conn, &path, "application/json", &body).await {
+                    out.error = Some(error);
+                    break;
                 }
+                out.posts += 1;
             }
             out.messages = out.posts;
         }
