@@ -1,12 +1,12 @@
 //! The ceiling: a minimal hyper server, no agentmux code, that does only the transport part of fan-out.
 //!
 //! It speaks the subset of agentmux's API the fan-out scenarios use (create a stream, append NDJSON or one
-//! JSON object, end, subscribe over SSE) and keeps agentmux's transport design: each appended message
-//! becomes one pre-rendered CUI frame (`id:` line, the producer's JSON with the `metadata` agentmux stamps,
-//! byte for byte the same size) shared by every subscriber; a subscriber takes every frame it is behind,
-//! up to 256 KiB, as one body chunk, so hyper sends it in one write; more than 1 MiB behind ends it with a
-//! `lagged` frame; `: ping` after 15 s of silence. What it leaves out is what agentmux adds on top: JSON
-//! parsing and validation, the delta reducer, lifecycle events, routing and tracing.
+//! JSON object, end, subscribe over SSE). Each appended message becomes one pre-rendered frame (`id:` line
+//! and the producer's JSON with the `metadata` agentmux stamps, byte for byte the size of agentmux's) in a
+//! log shared by every subscriber; a subscriber is a cursor, woken by a `watch` channel, that sends every
+//! frame it is behind as one body chunk (so hyper writes it at once). That is the least a fan-out server
+//! can do and stay fair; everything agentmux adds on top is left out: parsing and validation, the delta
+//! reducer, lifecycle events, the bound on a slow subscriber, keep-alive pings, routing and tracing.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -26,33 +26,16 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 
-const QUEUE_BYTES: u64 = 1 << 20;
-const BATCH_BYTES: u64 = 256 << 10;
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
-const PING: Bytes = Bytes::from_static(b": ping\n\n");
+/// The most one write carries: a subscriber far behind catches up in chunks of this size.
+const BATCH_BYTES: usize = 256 << 10;
 
 type Body = BoxBody<Bytes, Infallible>;
 
+/// A stream's frames, pre-rendered once and shared by every subscriber.
 #[derive(Default)]
 struct Log {
     frames: Vec<Bytes>,
-    /// `offsets[i]`: bytes in frames `0..=i`.
-    offsets: Vec<u64>,
     ended: bool,
-}
-
-impl Log {
-    fn push(&mut self, frame: Bytes) {
-        let total = self.offsets.last().copied().unwrap_or(0);
-        self.offsets.push(total + frame.len() as u64);
-        self.frames.push(frame);
-    }
-
-    fn bytes_from(&self, from: usize) -> u64 {
-        let total = self.offsets.last().copied().unwrap_or(0);
-        let before = from.checked_sub(1).and_then(|i| self.offsets.get(i)).copied().unwrap_or(0);
-        total - before
-    }
 }
 
 struct Stream {
@@ -120,7 +103,7 @@ async fn handle(streams: Arc<Streams>, request: Request<Incoming>) -> Result<Res
         (&Method::POST, ["v1", "streams"]) => {
             let id = format!("c{}", streams.next.fetch_add(1, Ordering::Relaxed) + 1);
             let mut log = Log::default();
-            log.push(frame(1, br#"{"type":"event","props":{"event":"stream_start"}}"#));
+            log.frames.push(frame(1, br#"{"type":"event","props":{"event":"stream_start"}}"#));
             let stream = Arc::new(Stream { log: Mutex::new(log), changes: watch::channel(0).0 });
             streams.by_id.lock().unwrap_or_else(|p| p.into_inner()).insert(id.clone(), stream);
             json(StatusCode::CREATED, format!(r#"{{"id":"{id}","epoch":"ceiling"}}"#))
@@ -138,7 +121,7 @@ async fn handle(streams: Arc<Streams>, request: Request<Incoming>) -> Result<Res
                 let mut log = stream.lock();
                 let sequence = log.frames.len() + 1;
                 let end = br#"{"type":"event","props":{"event":"stream_end","data":{"status":"completed"}}}"#;
-                log.push(frame(sequence, end));
+                log.frames.push(frame(sequence, end));
                 log.ended = true;
                 drop(log);
                 stream.changes.send_modify(|n| *n += 1);
@@ -163,7 +146,7 @@ fn append(stream: &Stream, body: &[u8]) -> Response<Body> {
             return json(StatusCode::BAD_REQUEST, r#"{"error":{"message":"not a JSON object"}}"#.into());
         }
         let sequence = log.frames.len() + 1;
-        log.push(frame(sequence, line));
+        log.frames.push(frame(sequence, line));
         if !sequences.ends_with('[') {
             sequences.push(',');
         }
@@ -175,75 +158,51 @@ fn append(stream: &Stream, body: &[u8]) -> Response<Body> {
     json(StatusCode::OK, sequences)
 }
 
+/// A cursor into a stream's frames.
 struct Subscriber {
     stream: Arc<Stream>,
     cursor: usize,
-    joined: usize,
     changes: watch::Receiver<u64>,
-    done: bool,
 }
 
 impl Subscriber {
+    /// Every frame past the cursor (up to [`BATCH_BYTES`]) as one chunk; `None` once the stream has ended and
+    /// everything was sent.
     async fn next(&mut self) -> Option<Bytes> {
         loop {
-            if self.done {
-                return None;
-            }
             self.changes.borrow_and_update();
-            if let Some(batch) = self.take() {
-                return Some(batch);
-            }
-            if self.done || self.changes.changed().await.is_err() {
+            let ended = {
+                let log = self.stream.lock();
+                let mut until = self.cursor;
+                let mut taken = 0;
+                while let Some(frame) = log.frames.get(until) {
+                    if until > self.cursor && taken + frame.len() > BATCH_BYTES {
+                        break;
+                    }
+                    taken += frame.len();
+                    until += 1;
+                }
+                if until > self.cursor {
+                    let mut out = BytesMut::with_capacity(taken);
+                    log.frames[self.cursor..until].iter().for_each(|f| out.extend_from_slice(f));
+                    self.cursor = until;
+                    return Some(out.freeze());
+                }
+                log.ended
+            };
+            if ended || self.changes.changed().await.is_err() {
                 return None;
             }
         }
-    }
-
-    fn take(&mut self) -> Option<Bytes> {
-        let log = self.stream.lock();
-        let end = log.frames.len();
-        if self.cursor >= end {
-            self.done = log.ended;
-            return None;
-        }
-        if log.bytes_from(self.cursor.max(self.joined)) > QUEUE_BYTES && end - self.cursor > 1 {
-            self.done = true;
-            return Some(Bytes::from_static(
-                b"data: {\"type\":\"error\",\"props\":{\"message\":\"fell behind\",\"code\":\"lagged\"}}\n\n",
-            ));
-        }
-        let mut taken = 0;
-        let mut until = self.cursor;
-        while until < end {
-            let len = log.frames[until].len() as u64;
-            if until > self.cursor && taken + len > BATCH_BYTES {
-                break;
-            }
-            taken += len;
-            until += 1;
-        }
-        let frames = log.frames[self.cursor..until].to_vec();
-        drop(log);
-        self.cursor = until;
-        if frames.len() == 1 {
-            return frames.into_iter().next();
-        }
-        let mut out = BytesMut::with_capacity(taken as usize);
-        frames.iter().for_each(|f| out.extend_from_slice(f));
-        Some(out.freeze())
     }
 }
 
 fn subscribe(stream: Arc<Stream>) -> Response<Body> {
     let changes = stream.changes.subscribe();
-    let joined = stream.lock().frames.len();
-    let subscriber = Subscriber { stream, cursor: 0, joined, changes, done: false };
+    let subscriber = Subscriber { stream, cursor: 0, changes };
     let body = futures::stream::unfold(subscriber, |mut subscriber| async move {
-        match tokio::time::timeout(KEEP_ALIVE, subscriber.next()).await {
-            Ok(Some(batch)) => Some((Ok::<_, Infallible>(Frame::data(batch)), subscriber)),
-            Ok(None) => None,
-            Err(_) => Some((Ok(Frame::data(PING)), subscriber)),
-        }
+        let batch = subscriber.next().await?;
+        Some((Ok::<_, Infallible>(Frame::data(batch)), subscriber))
     });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(body)));
     let headers = response.headers_mut();
@@ -287,6 +246,7 @@ pub fn main(addr: &str) -> ExitCode {
                     continue;
                 }
             };
+            let _ = tcp.set_nodelay(true);
             let streams = Arc::clone(&streams);
             tokio::spawn(async move {
                 let service = service_fn(move |request| handle(Arc::clone(&streams), request));

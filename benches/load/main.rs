@@ -339,6 +339,13 @@ fn notes(row: &RunResult) -> String {
     } else if let Some(published) = get("publish_msgs_per_s") {
         parts.push(format!("published {} msg/s", rate(published)));
     }
+    if let Some(floor) = get("burst_floor_ms") {
+        parts.push(format!(
+            "kernel CPU per delivery: server {:.1} µs + reader {:.1} µs, so one message to all takes ≥ {floor:.1} ms",
+            get("server_kernel_us_per_delivery").unwrap_or(0.0),
+            get("client_kernel_us_per_delivery").unwrap_or(0.0),
+        ));
+    }
     if let Some(mib) = get("received_mib_per_s") {
         parts.push(format!("{mib:.0} MiB/s"));
     }

@@ -25,17 +25,35 @@ fn clock_ticks() -> f64 {
     *TICKS.get_or_init(|| getconf("CLK_TCK", 100.0))
 }
 
-/// User plus system CPU seconds of a process (`"self"` or a pid) so far.
-pub fn cpu_seconds(pid: &str) -> f64 {
+/// CPU seconds of a process, in user space and in the kernel (system calls, and the TCP work they do).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cpu {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl Cpu {
+    pub fn total(self) -> f64 {
+        self.user + self.system
+    }
+
+    /// The CPU used since `earlier`.
+    pub fn since(self, earlier: Cpu) -> Cpu {
+        Cpu { user: self.user - earlier.user, system: self.system - earlier.system }
+    }
+}
+
+/// The CPU seconds of a process (`"self"` or a pid) so far.
+pub fn cpu_seconds(pid: &str) -> Cpu {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
+        return Cpu::default();
     };
     // The command name is in parentheses and may hold spaces: count fields after the last ')'.
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
     // fields[0] is field 3 (state); utime is field 14, stime field 15.
-    (ticks(11) + ticks(12)) / clock_ticks()
+    Cpu { user: ticks(11) / clock_ticks(), system: ticks(12) / clock_ticks() }
 }
 
 /// A `kB` line of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in KiB.
@@ -131,7 +149,7 @@ impl Server {
         }
     }
 
-    pub fn cpu_seconds(&self) -> f64 {
+    pub fn cpu_seconds(&self) -> Cpu {
         cpu_seconds(&self.pid)
     }
 

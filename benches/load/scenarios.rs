@@ -143,6 +143,18 @@ impl RunResult {
         self.extra.insert("publish_msgs_per_s".into(), published.messages as f64 / publishing.max(1e-9));
     }
 
+    /// The least time one message can take to reach all `subscribers` on this machine: the kernel CPU a
+    /// delivery cost (the server's write, which on loopback also runs the receiver's TCP, plus the reader's
+    /// read), times the subscribers, spread perfectly over every core. No user-space code can beat it.
+    fn burst_floor(&mut self, subscribers: usize) {
+        let per_delivery = |key: &str| self.extra.get(key).copied().unwrap_or(0.0) / self.deliveries.max(1) as f64;
+        let (server, client) = (per_delivery("server_system_cpu_s"), per_delivery("client_system_cpu_s"));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        self.extra.insert("server_kernel_us_per_delivery".into(), server * 1e6);
+        self.extra.insert("client_kernel_us_per_delivery".into(), client * 1e6);
+        self.extra.insert("burst_floor_ms".into(), (server + client) * subscribers as f64 / cores * 1e3);
+    }
+
     fn readers(&mut self, readers: &[Sse], initial_events: u64, time_bound: bool) {
         for sse in readers {
             self.deliveries += sse.events.saturating_sub(initial_events);
@@ -353,8 +365,8 @@ fn failed_reader(error: String) -> Sse {
 }
 
 struct Window {
-    server_cpu: f64,
-    client_cpu: f64,
+    server_cpu: procfs::Cpu,
+    client_cpu: procfs::Cpu,
 }
 
 impl Window {
@@ -363,8 +375,14 @@ impl Window {
     }
 
     fn end(self, server: &Server, result: &mut RunResult) {
-        result.server_cpu_s = server.cpu_seconds() - self.server_cpu;
-        result.client_cpu_s = procfs::cpu_seconds("self") - self.client_cpu;
+        let server_cpu = server.cpu_seconds().since(self.server_cpu);
+        let client_cpu = procfs::cpu_seconds("self").since(self.client_cpu);
+        result.server_cpu_s = server_cpu.total();
+        result.client_cpu_s = client_cpu.total();
+        // The kernel's share: on loopback a write also runs the receiving side's TCP, so this is what the
+        // transport itself costs, whatever the code above it does.
+        result.extra.insert("server_system_cpu_s".into(), server_cpu.system);
+        result.extra.insert("client_system_cpu_s".into(), client_cpu.system);
         result.server_peak_rss_mib = server.peak_rss_kib() as f64 / 1024.0;
     }
 }
@@ -382,6 +400,7 @@ pub async fn run(scenario: &Scenario, target: Target, run: usize, settings: &Set
         }
         Kind::Latency { subscribers, rate, seconds } => {
             fanout(&server, settings, subscribers, 0, Pace::Steady { rate, seconds }, 1, &mut result).await?;
+            result.burst_floor(subscribers);
         }
         Kind::ManyStreams { streams, seconds } => {
             many_streams(&server, settings, streams, seconds, &mut result).await?

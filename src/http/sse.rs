@@ -7,12 +7,14 @@
 //! `X-Accel-Buffering: no` keep proxies from holding the events back.
 
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::BytesMut;
+use tokio::time::{Instant, Sleep};
 
 use crate::hub::{Batch, Subscription};
 
@@ -62,23 +64,18 @@ pub(crate) fn response(
     keep_alive: Duration,
     on_disconnect: OnDisconnect,
 ) -> Response {
-    let body =
-        futures::stream::unfold((subscription, on_disconnect), move |(mut subscription, mut guard)| async move {
-            // A zero keep-alive turns pings off.
-            let next = if keep_alive.is_zero() {
-                Ok(subscription.next().await)
-            } else {
-                tokio::time::timeout(keep_alive, subscription.next()).await
-            };
-            match next {
-                Ok(Some(batch)) => Some((Ok::<_, Infallible>(join(batch)), (subscription, guard))),
-                Ok(None) => {
-                    guard.disarm();
-                    None
-                }
-                Err(_) => Some((Ok(PING), (subscription, guard))),
+    // A zero keep-alive turns pings off.
+    let pings = (!keep_alive.is_zero()).then(|| Pings::new(keep_alive));
+    let relay = Relay { subscription, on_disconnect, pings };
+    let body = futures::stream::unfold(relay, |mut relay| async move {
+        match relay.next().await {
+            Some(chunk) => Some((Ok::<_, Infallible>(chunk), relay)),
+            None => {
+                relay.on_disconnect.disarm();
+                None
             }
-        });
+        }
+    });
     let mut response = Response::new(Body::from_stream(body));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -88,4 +85,66 @@ pub(crate) fn response(
         headers.insert("x-agentmux-stream-id", id);
     }
     response
+}
+
+/// What a response body holds: the subscription, the disconnect action, the ping timer.
+struct Relay {
+    subscription: Subscription,
+    on_disconnect: OnDisconnect,
+    pings: Option<Pings>,
+}
+
+impl Relay {
+    /// The next chunk: a batch, or a ping after a silence; `None` when the subscription ended.
+    async fn next(&mut self) -> Option<Bytes> {
+        let Some(pings) = self.pings.as_mut() else {
+            return self.subscription.next().await.map(join);
+        };
+        // `Subscription::next` only waits on a watch channel, so dropping it when a ping wins loses nothing.
+        tokio::select! {
+            biased;
+            batch = self.subscription.next() => {
+                pings.sent();
+                batch.map(join)
+            }
+            () = pings.due() => Some(PING),
+        }
+    }
+}
+
+/// The keep-alive timer: one timer per subscriber, moved only when it fires.
+///
+/// A fresh timeout around every wait cost a timer-wheel insert and removal per batch per subscriber, which
+/// in fan-out is per delivery; this one notes when the last chunk went out (a clock read) and, when it
+/// fires early, sleeps again until a whole period has passed since then.
+struct Pings {
+    timer: Pin<Box<Sleep>>,
+    period: Duration,
+    last_sent: Instant,
+}
+
+impl Pings {
+    fn new(period: Duration) -> Self {
+        let now = Instant::now();
+        Pings { timer: Box::pin(tokio::time::sleep_until(now + period)), period, last_sent: now }
+    }
+
+    fn sent(&mut self) {
+        self.last_sent = Instant::now();
+    }
+
+    /// Completes when a period has passed without a chunk; the ping then counts as one.
+    async fn due(&mut self) {
+        loop {
+            self.timer.as_mut().await;
+            let now = Instant::now();
+            let due = self.last_sent + self.period;
+            if now >= due {
+                self.last_sent = now;
+                self.timer.as_mut().reset(now + self.period);
+                return;
+            }
+            self.timer.as_mut().reset(due);
+        }
+    }
 }
