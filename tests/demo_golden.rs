@@ -17,7 +17,7 @@ async fn read_all(stream: &Arc<Stream>, format: Format) -> Vec<u8> {
     let mut subscription = stream.subscribe(format, 0).expect("subscribe");
     let mut body = Vec::new();
     while let Some(batch) = subscription.next().await {
-        batch.frames.iter().for_each(|frame| body.extend_from_slice(frame));
+        batch.frames().iter().for_each(|frame| body.extend_from_slice(frame));
     }
     body
 }

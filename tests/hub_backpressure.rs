@@ -99,8 +99,8 @@ fn stream_end_data(frame: &[u8]) -> Value {
 async fn read_to_end(subscription: &mut Subscription) -> Vec<Bytes> {
     let mut frames = Vec::new();
     while let Some(batch) = next(subscription).await {
-        assert!(!batch.lagged, "unexpected lagged notice: {:?}", batch.frames);
-        frames.extend(batch.frames);
+        assert!(!batch.lagged, "unexpected lagged notice: {:?}", batch.frames());
+        frames.extend(batch.frames());
     }
     frames
 }
@@ -161,7 +161,7 @@ async fn read_fast(mut subscription: Subscription, progress: Arc<AtomicU64>) -> 
     let mut frames = Vec::new();
     while let Some(batch) = next(&mut subscription).await {
         assert!(!batch.lagged, "a fast subscriber lagged at sequence {}", batch.last_sequence);
-        frames.extend(batch.frames);
+        frames.extend(batch.frames());
         progress.store(batch.last_sequence, Ordering::Release);
     }
     progress.store(u64::MAX, Ordering::Release);
@@ -178,7 +178,7 @@ async fn read_then_stall(
     while last < STALL_AT {
         let batch = next(&mut subscription).await.expect("the stream is still open");
         assert!(!batch.lagged, "lagged before stalling");
-        frames.extend(batch.frames);
+        frames.extend(batch.frames());
         last = batch.last_sequence;
         batches += 1;
         progress.store(last, Ordering::Release);
@@ -217,8 +217,8 @@ async fn produce(stream: Arc<Stream>, readers: Vec<Arc<AtomicU64>>) -> Vec<(u64,
 fn assert_cui_lagged(batch: &Batch, resume: u64) {
     assert!(batch.lagged);
     assert_eq!(batch.last_sequence, resume);
-    assert_eq!(batch.frames.len(), 1, "the notice is one frame: {:?}", batch.frames);
-    let (id, json) = cui(&batch.frames[0]);
+    assert_eq!(batch.frames().len(), 1, "the notice is one frame: {:?}", batch.frames());
+    let (id, json) = cui(&batch.frames()[0]);
     assert_eq!(id, None, "the notice is not part of the log, so it has no id");
     assert_eq!(json["type"], "error", "{json}");
     assert_eq!(json["props"]["code"], "lagged", "{json}");
@@ -230,11 +230,11 @@ fn assert_cui_lagged(batch: &Batch, resume: u64) {
 fn assert_openai_lagged(batch: &Batch, resume: u64) {
     assert!(batch.lagged);
     assert_eq!(batch.last_sequence, resume);
-    assert_eq!(batch.frames.len(), 2, "error then [DONE]: {:?}", batch.frames);
-    let error = openai(&batch.frames[0]).expect("an error frame first");
+    assert_eq!(batch.frames().len(), 2, "error then [DONE]: {:?}", batch.frames());
+    let error = openai(&batch.frames()[0]).expect("an error frame first");
     assert_eq!(error["error"]["code"], "lagged", "{error}");
     assert!(error["error"]["message"].as_str().is_some_and(|m| m.contains(&resume.to_string())), "{error}");
-    assert_eq!(&batch.frames[1][..], DONE);
+    assert_eq!(&batch.frames()[1][..], DONE);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -380,7 +380,7 @@ async fn on_an_open_stream_only_what_is_appended_after_joining_counts() {
     while frames.len() as u64 != history + 5 {
         let batch = next(&mut patient).await.expect("open");
         assert!(!batch.lagged, "history at join must not count");
-        frames.extend(batch.frames);
+        frames.extend(batch.frames());
     }
     assert_cui_ids(&frames, 1, history + 5);
     assert!(stream.end(Outcome::completed()));
@@ -424,30 +424,30 @@ async fn a_backlog_comes_in_batches_bounded_by_batch_bytes_but_never_empty() {
     let mut batches = Vec::new();
     while let Some(batch) = next(&mut subscription).await {
         assert!(!batch.lagged);
-        assert!(!batch.frames.is_empty(), "a batch is never empty");
+        assert!(!batch.frames().is_empty(), "a batch is never empty");
         batches.push(batch);
     }
-    assert!(batches[0].frames.len() > 5, "the first batch holds many frames: {}", batches[0].frames.len());
+    assert!(batches[0].frames().len() > 5, "the first batch holds many frames: {}", batches[0].frames().len());
     assert!(batches.len() < 320 / 5, "many frames per batch: {} batches", batches.len());
     let mut oversized = 0;
     for (i, batch) in batches.iter().enumerate() {
         let len = batch.len() as u64;
-        let last_id = cui_id(batch.frames.last().expect("frames")).expect("id");
+        let last_id = cui_id(batch.frames().last().expect("frames")).expect("id");
         assert_eq!(batch.last_sequence, last_id, "last_sequence is the last frame's");
         if len > batch_bytes {
-            assert_eq!(batch.frames.len(), 1, "over the bound only as a single frame");
+            assert_eq!(batch.frames().len(), 1, "over the bound only as a single frame");
             assert_eq!(last_id, big, "only the big frame is over the bound");
             oversized += 1;
         }
         if let Some(following) = batches.get(i + 1) {
             assert!(
-                len + following.frames[0].len() as u64 > batch_bytes,
+                len + following.frames()[0].len() as u64 > batch_bytes,
                 "batch {i} ({len} bytes) could have taken the next frame"
             );
         }
     }
     assert_eq!(oversized, 1);
-    let frames: Vec<Bytes> = batches.into_iter().flat_map(|b| b.frames).collect();
+    let frames: Vec<Bytes> = batches.into_iter().flat_map(|b| b.frames()).collect();
     assert_cui_ids(&frames, 1, last);
 }
 
@@ -461,7 +461,7 @@ async fn one_frame_larger_than_both_bounds_is_delivered_not_lagged() {
     let sequence = stream.append(OutputMessage::text("z".repeat(4_000))).expect("append");
     let batch = next(&mut subscription).await.expect("the big frame");
     assert!(!batch.lagged, "a single frame is handed out even when larger than the bound");
-    assert_eq!(batch.frames.len(), 1);
+    assert_eq!(batch.frames().len(), 1);
     assert!(batch.len() > 4_000);
     assert_eq!(batch.last_sequence, sequence);
 
@@ -515,7 +515,7 @@ async fn cancel_reaches_the_agent_and_ends_the_stream_cancelled() {
 
     let mut frames = Vec::new();
     while frames.iter().filter(|f: &&Bytes| cui(f).1["type"] == "text").count() < 3 {
-        frames.extend(next(&mut cui_sub).await.expect("open").frames);
+        frames.extend(next(&mut cui_sub).await.expect("open").frames());
     }
     assert_eq!(stream.status(), Status::Open);
     assert!(stream.cancel(), "the first cancel ends the open stream");
@@ -684,8 +684,8 @@ async fn dropping_every_subscriber_does_not_stop_the_agent() {
     {
         let mut cui_sub = stream.subscribe(Format::Cui, 0).expect("subscribe");
         let mut openai_sub = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
-        assert!(!next(&mut cui_sub).await.expect("a batch").frames.is_empty());
-        assert!(!next(&mut openai_sub).await.expect("a batch").frames.is_empty());
+        assert!(!next(&mut cui_sub).await.expect("a batch").frames().is_empty());
+        assert!(!next(&mut openai_sub).await.expect("a batch").frames().is_empty());
         assert_eq!(stream.status(), Status::Open, "dropped while the agent still runs");
     }
     wait_until("the agent completes", || stream.status() != Status::Open).await;

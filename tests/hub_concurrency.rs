@@ -322,7 +322,7 @@ struct Read {
 impl Read {
     fn take(&mut self, batch: agentmux::hub::Batch) {
         assert!(!batch.lagged, "nobody lags with an unbounded queue");
-        assert!(!batch.frames.is_empty(), "a batch holds frames");
+        assert!(!batch.frames().is_empty(), "a batch holds frames");
         if let Some(&previous) = self.last_sequences.last() {
             assert!(
                 batch.last_sequence >= previous,
@@ -331,7 +331,7 @@ impl Read {
             );
         }
         self.last_sequences.push(batch.last_sequence);
-        self.frames.extend(batch.frames);
+        self.frames.extend(batch.frames());
     }
 
     fn bytes(&self) -> Vec<u8> {

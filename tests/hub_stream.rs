@@ -212,15 +212,15 @@ async fn a_burst_at_the_end_does_not_lag_a_subscriber_that_kept_up() {
         stream.append(delta).expect("append");
         while let Some(Some(batch)) = subscriber.next().now_or_never() {
             assert!(!batch.lagged, "lagged while keeping up");
-            frames += batch.frames.len();
+            frames += batch.frames().len();
         }
     }
     assert!(stream.end(Outcome::completed()));
     let mut last = None;
     while let Some(batch) = subscriber.next().await {
         assert!(!batch.lagged, "lagged by the end's burst");
-        frames += batch.frames.len();
-        last = batch.frames.last().cloned();
+        frames += batch.frames().len();
+        last = batch.frames().last().cloned();
     }
     assert_eq!(frames as u64, stream.last_sequence());
     assert!(String::from_utf8_lossy(&last.expect("frames")).contains("stream_end"));

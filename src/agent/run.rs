@@ -48,7 +48,7 @@ impl<A: Agent> DynAgent for A {
 /// let mut subscriber = stream.subscribe(Format::OPENAI, 0).unwrap();
 /// let mut body = Vec::new();
 /// while let Some(batch) = subscriber.next().await {
-///     batch.frames.iter().for_each(|f| body.extend_from_slice(f));
+///     body.extend_from_slice(&batch.bytes);
 /// }
 /// assert!(String::from_utf8(body).unwrap().ends_with("data: [DONE]\n\n"));
 /// # });

@@ -13,10 +13,9 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
-use bytes::BytesMut;
 use tokio::time::{Instant, Sleep};
 
-use crate::hub::{Batch, Subscription};
+use crate::hub::Subscription;
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
@@ -41,18 +40,6 @@ impl Drop for OnDisconnect {
     fn drop(&mut self) {
         if let Some(action) = self.0.take() {
             action();
-        }
-    }
-}
-
-/// One batch as one chunk.
-pub(crate) fn join(batch: Batch) -> Bytes {
-    match <[Bytes; 1]>::try_from(batch.frames) {
-        Ok([frame]) => frame,
-        Err(frames) => {
-            let mut out = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
-            frames.iter().for_each(|frame| out.extend_from_slice(frame));
-            out.freeze()
         }
     }
 }
@@ -98,14 +85,14 @@ impl Relay {
     /// The next chunk: a batch, or a ping after a silence; `None` when the subscription ended.
     async fn next(&mut self) -> Option<Bytes> {
         let Some(pings) = self.pings.as_mut() else {
-            return self.subscription.next().await.map(join);
+            return self.subscription.next().await.map(|batch| batch.bytes);
         };
         // `Subscription::next` only waits on a watch channel, so dropping it when a ping wins loses nothing.
         tokio::select! {
             biased;
             batch = self.subscription.next() => {
                 pings.sent();
-                batch.map(join)
+                batch.map(|batch| batch.bytes)
             }
             () = pings.due() => Some(PING),
         }

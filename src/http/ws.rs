@@ -235,7 +235,7 @@ async fn forward(stream: Arc<Stream>, mut subscription: Subscription, format: Fo
             let _ = tx.send(Outgoing::Ended { stream: id, reason: "lagged" }).await;
             return;
         }
-        let messages = batch.frames.iter().filter_map(|frame| rewrap(&quoted, format, frame)).collect();
+        let messages = batch.frames().iter().filter_map(|frame| rewrap(&quoted, format, frame)).collect();
         if tx.send(Outgoing::Batch(messages)).await.is_err() {
             return;
         }

@@ -155,7 +155,7 @@ impl Shared {
 /// stream.end(Outcome::completed());
 /// let mut events = 0;
 /// while let Some(batch) = subscriber.next().await {
-///     events += batch.frames.len();
+///     events += batch.frames().len();
 /// }
 /// assert_eq!(events, 3); // stream_start, the text, stream_end
 /// # });

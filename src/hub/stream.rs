@@ -454,7 +454,7 @@ impl Stream {
         }
         let rendition = self.rendition(&mut state, format);
         let cursor = rendition.frame_after(after);
-        let joined = rendition.frames.len();
+        let joined = rendition.len();
         drop(state);
         Ok(Subscription::new(Arc::clone(self), format, cursor, joined, changes))
     }

@@ -24,8 +24,8 @@ use crate::output::ErrorProps;
 /// Frames taken from a stream in one go.
 #[derive(Debug, Clone)]
 pub struct Batch {
-    /// Complete frames of the subscription's format, in order.
-    pub frames: Vec<Bytes>,
+    /// Complete frames of the subscription's format, in order, back to back: what a transport writes.
+    pub bytes: Bytes,
     /// The last sequence whose frames are all in this batch or before it: where to resume from.
     pub last_sequence: u64,
     /// True when this is the lagged notice that ends the subscription.
@@ -33,9 +33,21 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The frames one by one, each a slice of [`Batch::bytes`]. Every frame is one SSE event, ended by the
+    /// blank line that SSE ends events with (field values are single-line JSON), so that is where it splits.
+    pub fn frames(&self) -> Vec<Bytes> {
+        let mut rest = self.bytes.clone();
+        let mut frames = Vec::new();
+        while !rest.is_empty() {
+            let end = rest.windows(2).position(|w| w == b"\n\n").map_or(rest.len(), |at| at + 2);
+            frames.push(rest.split_to(end));
+        }
+        frames
+    }
+
     /// Total bytes.
     pub fn len(&self) -> usize {
-        self.frames.iter().map(Bytes::len).sum()
+        self.bytes.len()
     }
 
     /// True when it holds no bytes.
@@ -105,7 +117,7 @@ impl Subscription {
         let mut state = stream.lock();
         let latest_append = state.latest_append;
         let rendition = stream.rendition(&mut state, self.format);
-        let end = rendition.frames.len();
+        let end = rendition.len();
         if self.cursor >= end {
             self.done = rendition.finished;
             return None;
@@ -124,7 +136,8 @@ impl Subscription {
                 details: Some(json!({ "resume_from": resume })),
             };
             self.done = true;
-            return Some(Batch { frames: rendition.interrupt(&error), last_sequence: resume, lagged: true });
+            let bytes = rendition.interrupt(&error).concat().into();
+            return Some(Batch { bytes, last_sequence: resume, lagged: true });
         }
         let mut taken = 0u64;
         let mut until = self.cursor;
@@ -132,10 +145,10 @@ impl Subscription {
             taken += rendition.frame_len(until);
             until += 1;
         }
-        let frames = rendition.frames[self.cursor..until].to_vec();
+        let bytes = rendition.slice(self.cursor, until);
         self.cursor = until;
         let last_sequence = rendition.sequence_before(until);
-        Some(Batch { frames, last_sequence, lagged: false })
+        Some(Batch { bytes, last_sequence, lagged: false })
     }
 
     /// The subscription as a `futures::Stream` of batches.
