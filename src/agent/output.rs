@@ -250,7 +250,8 @@ impl StreamingMessage {
             Some(field) => (field, None),
             None => ("content", Some("content")),
         };
-        let mut props = Map::new();
+        // Sized for its one field: a map grown by insertion reserves four, and the log keeps every delta.
+        let mut props = Map::with_capacity(1);
         props.insert(field.to_owned(), Value::String(text));
         self.delta(action, path, props)
     }

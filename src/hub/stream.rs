@@ -428,6 +428,9 @@ impl Stream {
         let end = event("stream_end", object(data));
         self.push(&mut state, end, now_ms);
         state.end = Some(outcome);
+        // Nothing is appended any more: give back what the log's growth reserved (up to half of it), as the
+        // stream is kept for the retention time.
+        state.log.shrink_to_fit();
         drop(state);
         self.shared.ended(&self.id);
         self.changes.send_modify(|n| *n += 1);
