@@ -1152,3 +1152,40 @@ async fn generated_message_ids_do_not_collide_with_a_producers() {
         .collect();
     assert_eq!(texts, ["plain", "mine"], "two messages, each as its producer sent it: {state}");
 }
+
+#[tokio::test]
+async fn keep_alive_pings_come_only_in_silences() {
+    let keep_alive = Duration::from_millis(400);
+    let settings = Settings { keep_alive, ..Default::default() };
+    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let (_, created) = post_raw(&client, &server.url("/v1/streams"), "application/json", "").await;
+    let id = created["id"].as_str().expect("id").to_owned();
+    let response = client.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("subscribe");
+    let mut body = response.bytes_stream();
+    let mut seen = Vec::new();
+    let mut read_for = async |span: Duration, seen: &mut Vec<u8>| {
+        let until = tokio::time::Instant::now() + span;
+        while let Ok(Some(chunk)) = tokio::time::timeout_at(until, body.next()).await {
+            seen.extend_from_slice(&chunk.expect("body bytes"));
+        }
+    };
+    let pings = |seen: &[u8]| String::from_utf8_lossy(seen).matches(": ping\n\n").count();
+
+    // Messages ten times as often as the keep-alive: never a ping, however long it goes on.
+    let messages_url = server.url(&format!("/v1/streams/{id}/messages"));
+    for n in 0..30 {
+        let (status, _) =
+            post_json(&client, &messages_url, &json!({ "type": "text", "props": { "content": format!("{n}") } })).await;
+        assert_eq!(status, 200);
+        read_for(Duration::from_millis(40), &mut seen).await;
+    }
+    assert_eq!(pings(&seen), 0, "no ping while events flow: {}", String::from_utf8_lossy(&seen));
+
+    // Then silence for three and a half periods: pings, one per period.
+    seen.clear();
+    read_for(keep_alive * 7 / 2, &mut seen).await;
+    let count = pings(&seen);
+    assert!((1..=4).contains(&count), "{count} pings in 3.5 keep-alive periods of silence");
+    assert_eq!(seen.len(), count * ": ping\n\n".len(), "nothing but pings in the silence");
+}
