@@ -1,5 +1,9 @@
 //! Embeds every `fixtures/<name>/input.jsonl` (and its `outcome.json`) so the `replay/<name>` agents work
 //! from any working directory, with nothing to install beside the binary.
+//!
+//! The generated table names each file relative to `CARGO_MANIFEST_DIR`, read when the crate compiles, not
+//! by an absolute path written now: a target directory shared by two checkouts of the repository must
+//! compile each against its own fixtures.
 
 use std::fmt::Write;
 use std::path::Path;
@@ -14,13 +18,17 @@ fn main() {
     cases.sort();
     let mut out = String::from("/// (name, input.jsonl, outcome.json) of every fixture.\n");
     out.push_str("pub(crate) const FIXTURES: &[(&str, &str, Option<&str>)] = &[\n");
+    let embed = |name: &str, file: &str| {
+        format!("include_str!(concat!(env!(\"CARGO_MANIFEST_DIR\"), {:?}))", format!("/fixtures/{name}/{file}"))
+    };
     for case in cases {
         let name = case.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
-        let input = case.join("input.jsonl");
-        let outcome = case.join("outcome.json");
-        let outcome =
-            if outcome.is_file() { format!("Some(include_str!({:?}))", outcome.display()) } else { "None".into() };
-        let _ = writeln!(out, "    ({name:?}, include_str!({:?}), {outcome}),", input.display());
+        let outcome = if case.join("outcome.json").is_file() {
+            format!("Some({})", embed(&name, "outcome.json"))
+        } else {
+            "None".into()
+        };
+        let _ = writeln!(out, "    ({name:?}, {}, {outcome}),", embed(&name, "input.jsonl"));
     }
     out.push_str("];\n");
     let dest = Path::new(&std::env::var("OUT_DIR").unwrap_or_else(|_| ".".into())).join("fixtures.rs");

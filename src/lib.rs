@@ -5,9 +5,13 @@
 //! - [`output`]: the typed output message agents emit (text, thinking, loading, tool_call, error, media,
 //!   action, event, custom types), its validation, and the delta reducer that says what each message looks
 //!   like after its deltas.
-//! - [`adapter`]: deterministic renderers from a stream's messages to wire frames: [`adapter::CuiAdapter`]
-//!   (the typed messages as SSE events) and [`adapter::OpenAiAdapter`] (`chat.completion.chunk` deltas), plus
-//!   [`adapter::OpenAiCompletion`] for non-streaming responses.
+//! - [`adapter`]: deterministic renderers from a stream's messages to frames that know no transport:
+//!   [`adapter::CuiAdapter`] (the typed messages) and [`adapter::OpenAiAdapter`] (`chat.completion.chunk`
+//!   deltas), plus [`adapter::OpenAiCompletion`] for non-streaming responses.
+//! - [`hub`]: streams, the log seam their readers read, renditions shared by every subscriber, retention.
+//! - [`render`]: a format and a transport's encoding (SSE, WebSocket) together, as the hub renders them.
+//! - [`agent`]: the agent API and the built-in agents; [`conversation`]: what agents receive;
+//!   [`http`]: the service.
 //!
 //! ```
 //! use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiOptions};
@@ -35,6 +39,7 @@ pub mod conversation;
 pub mod http;
 pub mod hub;
 pub mod output;
+pub mod render;
 
 /// The README's examples, compiled and run as doc tests so they cannot drift.
 #[doc = include_str!("../README.md")]

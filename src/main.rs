@@ -89,9 +89,6 @@ struct Serve {
     /// A `: ping` after this long without an event (0s: no pings).
     #[arg(long, env = "AGENTMUX_KEEP_ALIVE", default_value = "15s", value_parser = humantime::parse_duration)]
     keep_alive: Duration,
-    /// A subscriber's outbound bound in bytes; past it, it gets `lagged`.
-    #[arg(long, env = "AGENTMUX_QUEUE_BYTES", default_value_t = 1 << 20)]
-    queue_bytes: u64,
     /// How long an ended stream stays readable.
     #[arg(long, env = "AGENTMUX_RETENTION", default_value = "10m", value_parser = humantime::parse_duration)]
     retention: Duration,
@@ -135,8 +132,7 @@ fn run_serve(serve: Serve) -> ExitCode {
             Ok(listener) => listener,
             Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
         };
-        let hub =
-            Hub::new(HubConfig { queue_bytes: serve.queue_bytes, retention: serve.retention, ..HubConfig::default() });
+        let hub = Hub::new(HubConfig { retention: serve.retention, ..HubConfig::default() });
         let settings = Settings {
             keep_alive: serve.keep_alive,
             body_limit: serve.body_limit,
@@ -277,7 +273,7 @@ fn render(adapter: &mut dyn Adapter, messages: &[OutputMessage], outcome: &Outco
         adapter.push(message, &mut frames);
     }
     adapter.finish(outcome, &mut frames);
-    frames.iter().for_each(|frame| out.extend_from_slice(frame));
+    frames.iter().for_each(|frame| out.extend_from_slice(&agentmux::render::encode_sse(frame)));
 }
 
 fn fail(message: &str) -> ExitCode {

@@ -4,6 +4,8 @@
 //! rendered files are left under `target/golden-actual/demo-agent/` for review; the test never rewrites
 //! the golden files.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +13,9 @@ use std::time::Duration;
 use agentmux::adapter::{OpenAiCompletion, ReasoningField};
 use agentmux::agent::{self, DemoAgent};
 use agentmux::conversation::ChatRequest;
-use agentmux::hub::{CountingIds, Format, Hub, HubConfig, SteppingClock, Stream};
+use agentmux::hub::{Hub, HubConfig, Stream};
+use agentmux::render::Format;
+use common::doubles::{CountingIds, SteppingClock};
 
 async fn read_all(stream: &Arc<Stream>, format: Format) -> Vec<u8> {
     let mut subscription = stream.subscribe(format, 0).expect("subscribe");
@@ -36,8 +40,8 @@ async fn demo_agent_stream_matches_its_golden_files() {
     let openai = read_all(&stream, Format::OPENAI).await;
     let usage =
         read_all(&stream, Format::OpenAi { include_usage: true, reasoning: ReasoningField::ReasoningContent }).await;
-    let mut completion = OpenAiCompletion::new(stream.openai_options().clone());
-    stream.log().iter().for_each(|message| completion.push(message));
+    let mut completion = OpenAiCompletion::new(agentmux::adapter::OpenAiOptions::from(stream.info()));
+    stream.history().iter().for_each(|message| completion.push(message));
     let outcome = stream.outcome().expect("ended");
     let json = completion.finish(&outcome).map(|b| b.to_vec()).unwrap_or_else(|e| e.to_json().to_vec());
 

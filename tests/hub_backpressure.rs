@@ -1,28 +1,39 @@
-//! Backpressure, batching, cancellation, agent failures and retention, seen from the outside of the hub.
+//! Slow readers, eviction, batching, cancellation, agent failures and retention, seen from outside the hub.
 //!
-//! - A subscriber that stops reading is cut off with one `lagged` notice (and can resume from the sequence
-//!   it names) while the producer and every other subscriber go on at full speed.
-//! - History that existed when a subscriber joined never counts against its bound.
+//! - Being behind is free: a subscriber that stalls while the producer appends megabytes, then reads on,
+//!   gets every frame, byte for byte what a fast subscriber got, in CUI and OpenAI; the producer is never
+//!   refused or made to wait, and subscribers that are behind add nothing to the hub's byte count.
+//! - `lagged` is only for history that is no longer kept: a subscriber still behind when its stream is
+//!   evicted gets exactly one batch with its format's error frames (naming where the kept history starts),
+//!   then `None`; a subscriber that has every frame ends normally.
 //! - A backlog is handed out in batches bounded by `batch_bytes`, but never less than one frame.
 //! - `Stream::cancel` reaches the agent, ends the stream `cancelled`, and refuses later emits.
 //! - Subscribers going away do not stop an agent; a panic or an error ends the stream with status `error`.
-//! - An ended stream stays readable for the retention time, then `Hub::get` no longer finds it.
+//! - An ended stream stays readable for the retention time by the hub's clock (a [`SteppingClock`] the tests
+//!   move by hand, no wall-clock sleeps), then is evicted and gives its bytes back.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentmux::agent::{self, Agent, AgentError, Output};
 use agentmux::conversation::ChatRequest;
-use agentmux::hub::{AppendError, Batch, Format, Hub, HubConfig, Status, Stream, Subscription};
+use agentmux::hub::{AppendError, Batch, Hub, HubConfig, Status, Stream, Subscription};
 use agentmux::output::{Outcome, OutputMessage};
+use agentmux::render::Format;
 use bytes::Bytes;
+use common::doubles::{CountingIds, SteppingClock};
 use serde_json::Value;
 
 /// How long any single wait in these tests may take before the test fails instead of hanging.
 const PATIENCE: Duration = Duration::from_secs(20);
 
 const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// The two formats every reader test runs in.
+const FORMATS: [Format; 2] = [Format::Cui, Format::OPENAI];
 
 // ---------------------------------------------------------------------------------------------------------
 // Frame helpers
@@ -143,262 +154,334 @@ fn text_after(sent: &[(u64, String)], after: u64) -> String {
     sent.iter().filter(|(sequence, _)| *sequence > after).map(|(_, text)| text.as_str()).collect()
 }
 
-// ---------------------------------------------------------------------------------------------------------
-// 1. A slow subscriber is cut off; the producer and the fast subscribers are not slowed
-// ---------------------------------------------------------------------------------------------------------
-
-const DELTAS: usize = 20_000;
-/// How many messages the producer may run ahead of the readers that keep up. The producer never waits for a
-/// reader that stopped (the whole point); it only keeps the ones that read from being scheduled out of their
-/// 64 KiB bound on a loaded machine, so "fast" means fast by construction, not by luck. 100 messages of
-/// about 250 bytes is well under 64 KiB.
-const WINDOW: u64 = 100;
-/// The stalling readers stop once they have this sequence.
-const STALL_AT: u64 = 500;
-
-/// Reads until the end, publishing how far it got.
-async fn read_fast(mut subscription: Subscription, progress: Arc<AtomicU64>) -> Vec<Bytes> {
+/// Reads batches until one ends at or after sequence `at`, asserting none is a lagged notice.
+async fn read_until(subscription: &mut Subscription, at: u64) -> (Vec<Bytes>, u64) {
     let mut frames = Vec::new();
-    while let Some(batch) = next(&mut subscription).await {
-        assert!(!batch.lagged, "a fast subscriber lagged at sequence {}", batch.last_sequence);
+    loop {
+        let batch = next(subscription).await.expect("the stream is still open");
+        assert!(!batch.lagged, "lagged while the history is kept");
         frames.extend(batch.frames());
-        progress.store(batch.last_sequence, Ordering::Release);
+        if batch.last_sequence >= at {
+            return (frames, batch.last_sequence);
+        }
     }
-    progress.store(u64::MAX, Ordering::Release);
+}
+
+/// Reads `count` batches: the frames and the `last_sequence` of the last one.
+async fn read_batches(subscription: &mut Subscription, count: usize) -> (Vec<Bytes>, u64) {
+    let (mut frames, mut last) = (Vec::new(), 0);
+    for _ in 0..count {
+        let batch = next(subscription).await.expect("a batch");
+        assert!(!batch.lagged, "lagged while the history is kept");
+        frames.extend(batch.frames());
+        last = batch.last_sequence;
+    }
+    (frames, last)
+}
+
+/// Reads until it holds its format's last frame (`stream_end` in CUI, `[DONE]` in OpenAI), without asking
+/// for the `None` that follows.
+async fn read_every_frame(subscription: &mut Subscription, format: Format) -> Vec<Bytes> {
+    let mut frames: Vec<Bytes> = Vec::new();
+    let is_last = |frame: &Bytes| match format {
+        Format::Cui => cui(frame).1["props"]["event"] == "stream_end",
+        _ => &frame[..] == DONE,
+    };
+    while !frames.last().is_some_and(is_last) {
+        let batch = next(subscription).await.expect("frames until the end");
+        assert!(!batch.lagged, "lagged while the history is kept");
+        frames.extend(batch.frames());
+    }
     frames
 }
 
-/// Reads until it has sequence `STALL_AT`, then stops (and tells the producer not to wait for it): returns
-/// the subscription, the frames it read and the `last_sequence` of its last batch.
-async fn read_then_stall(
-    mut subscription: Subscription,
-    progress: Arc<AtomicU64>,
-) -> (Subscription, Vec<Bytes>, u64, usize) {
-    let (mut frames, mut last, mut batches) = (Vec::new(), 0, 0);
-    while last < STALL_AT {
-        let batch = next(&mut subscription).await.expect("the stream is still open");
-        assert!(!batch.lagged, "lagged before stalling");
-        frames.extend(batch.frames());
-        last = batch.last_sequence;
-        batches += 1;
-        progress.store(last, Ordering::Release);
+/// Asserts two reads are byte for byte the same, naming the first frame that differs.
+fn assert_same_frames(got: &[Bytes], want: &[Bytes], what: &str) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+        panic!(
+            "{what}: {} frames, expected {}; first difference at frame {first}: {:?} vs {:?}",
+            got.len(),
+            want.len(),
+            got.get(first),
+            want.get(first)
+        );
     }
-    progress.store(u64::MAX, Ordering::Release);
-    (subscription, frames, last, batches)
 }
 
-/// Appends `DELTAS` text deltas as fast as the readers in `readers` keep up, then ends the stream.
-async fn produce(stream: Arc<Stream>, readers: Vec<Arc<AtomicU64>>) -> Vec<(u64, String)> {
-    let output = Output::new(Arc::clone(&stream));
-    let mut text = output.stream_text();
-    let mut sent = Vec::with_capacity(DELTAS);
-    let mut last = stream.last_sequence();
-    for i in 0..DELTAS {
-        let mut spins = 0u32;
-        while last.saturating_sub(readers.iter().map(|p| p.load(Ordering::Acquire)).min().unwrap_or(u64::MAX)) >= WINDOW
-        {
-            spins += 1;
-            if spins < 32 {
-                tokio::task::yield_now().await;
-            } else {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        }
-        let chunk = delta_text(i);
-        last = text.append(chunk.clone()).expect("the producer is never refused");
-        sent.push((last, chunk));
-    }
-    text.end().expect("end the text");
-    assert!(stream.end(Outcome::completed()));
-    sent
+/// A hub on a [`SteppingClock`] the test moves by hand, with counting ids.
+fn hub_on_clock(retention: Duration, batch_bytes: u64) -> (Hub, Arc<SteppingClock>) {
+    let clock = Arc::new(SteppingClock::new(1_700_000_000_000));
+    let config = HubConfig {
+        retention,
+        batch_bytes,
+        clock: Arc::clone(&clock) as _,
+        ids: Arc::new(CountingIds::default()),
+        ..HubConfig::default()
+    };
+    (Hub::new(config), clock)
 }
 
-/// Checks a CUI lagged notice: one `error` frame without an id, code `lagged`, resume from `resume`.
-fn assert_cui_lagged(batch: &Batch, resume: u64) {
-    assert!(batch.lagged);
-    assert_eq!(batch.last_sequence, resume);
-    assert_eq!(batch.frames().len(), 1, "the notice is one frame: {:?}", batch.frames());
-    let (id, json) = cui(&batch.frames()[0]);
-    assert_eq!(id, None, "the notice is not part of the log, so it has no id");
-    assert_eq!(json["type"], "error", "{json}");
-    assert_eq!(json["props"]["code"], "lagged", "{json}");
-    assert_eq!(json["props"]["details"]["resume_from"], resume, "{json}");
-    assert!(json.get("metadata").is_none(), "the notice carries no sequence: {json}");
+/// Moves the clock past the retention and lets the hub evict: `stream` must be gone afterwards.
+fn evict(hub: &Hub, clock: &SteppingClock, stream: &Stream) {
+    clock.advance(hub.config().retention.as_millis() as u64);
+    assert!(hub.get(stream.id()).is_none(), "evicted once its retention has passed");
 }
 
-/// Checks an OpenAI lagged notice: an error frame with code `lagged`, then `[DONE]`.
-fn assert_openai_lagged(batch: &Batch, resume: u64) {
-    assert!(batch.lagged);
-    assert_eq!(batch.last_sequence, resume);
-    assert_eq!(batch.frames().len(), 2, "error then [DONE]: {:?}", batch.frames());
-    let error = openai(&batch.frames()[0]).expect("an error frame first");
-    assert_eq!(error["error"]["code"], "lagged", "{error}");
-    assert!(error["error"]["message"].as_str().is_some_and(|m| m.contains(&resume.to_string())), "{error}");
-    assert_eq!(&batch.frames()[1][..], DONE);
+// ---------------------------------------------------------------------------------------------------------
+// 1. Being behind is free: a stalled subscriber reads on and gets everything
+// ---------------------------------------------------------------------------------------------------------
+
+/// Deltas the producer appends while the stalled subscribers do not read.
+const STALL_DELTAS: usize = 20_000;
+/// Deltas appended before they stall (they read these first).
+const BEFORE_STALL: usize = 200;
+/// Bytes of text per delta: 20,000 of them make about 5 MB of text, more in each format.
+const LONG_DELTA_BYTES: usize = 250;
+
+/// Delta `i` of the long stream: `LONG_DELTA_BYTES` bytes, distinct.
+fn long_delta_text(i: usize) -> String {
+    let mut text = format!("{i:06}:");
+    while text.len() < LONG_DELTA_BYTES {
+        text.push_str("lorem ipsum dolor sit amet ");
+    }
+    text.truncate(LONG_DELTA_BYTES);
+    text
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn slow_subscriber_gets_lagged_and_resumes_while_producer_and_fast_ones_run_at_full_speed() {
-    let hub = Hub::new(HubConfig { queue_bytes: 64 << 10, batch_bytes: 16 << 10, ..HubConfig::default() });
-    let stream = hub.create("load").expect("create");
-
-    // The slow ones exist before the first delta.
-    let mut never_cui = stream.subscribe(Format::Cui, 0).expect("subscribe");
-    let mut never_openai = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
-    let mut paced = Vec::new();
-    let mut stalling = Vec::new();
-    for format in [Format::Cui, Format::OPENAI] {
-        let progress = Arc::new(AtomicU64::new(0));
-        paced.push(Arc::clone(&progress));
-        let subscription = stream.subscribe(format, 0).expect("subscribe");
-        stalling.push(tokio::spawn(read_then_stall(subscription, progress)));
-    }
-    let mut fast = Vec::new();
-    for i in 0..10 {
-        let format = if i % 2 == 0 { Format::Cui } else { Format::OPENAI };
-        let progress = Arc::new(AtomicU64::new(0));
-        paced.push(Arc::clone(&progress));
-        let subscription = stream.subscribe(format, 0).expect("subscribe");
-        fast.push((format, tokio::spawn(read_fast(subscription, progress))));
-    }
-
-    let started = Instant::now();
-    let producer = tokio::spawn(produce(Arc::clone(&stream), paced));
-    let sent = tokio::time::timeout(PATIENCE, producer).await.expect("the producer finishes").expect("no panic");
-    eprintln!("producer appended {DELTAS} deltas in {:?}", started.elapsed());
-    assert_eq!(sent.len(), DELTAS);
-    assert_eq!(stream.status(), Status::Completed);
-    let last = stream.last_sequence();
-    let everything = text_after(&sent, 0);
-
-    // Every fast subscriber got every message.
-    for (format, reader) in fast {
-        let frames = tokio::time::timeout(PATIENCE, reader).await.expect("a fast reader ends").expect("no panic");
-        if format == Format::Cui {
-            assert_cui_ids(&frames, 1, last);
+/// Asserts a full read of the stream of [`long_delta_text`]s: every sequence once in CUI, all the text once
+/// and a clean finish in OpenAI.
+fn assert_complete(format: Format, frames: &[Bytes], last: u64, text: &str) {
+    match format {
+        Format::Cui => {
+            assert_cui_ids(frames, 1, last);
             assert_eq!(stream_end_data(frames.last().expect("frames"))["status"], "completed");
-        } else {
-            assert_eq!(openai_content(&frames), everything, "an OpenAI reader got all the text once");
+        }
+        _ => {
+            assert!(openai_content(frames) == text, "an OpenAI reader gets all the text, once, in order");
             assert_eq!(&frames.last().expect("frames")[..], DONE);
             let finish = openai(&frames[frames.len() - 2]).expect("the finish chunk");
             assert_eq!(finish["choices"][0]["finish_reason"], "stop", "{finish}");
         }
     }
+}
 
-    // Never read: lagged at 0, then the end; resuming from 0 gives everything.
-    let notice = next(&mut never_cui).await.expect("the notice");
-    assert_cui_lagged(&notice, 0);
-    assert!(next(&mut never_cui).await.is_none(), "nothing after the notice");
-    let mut resumed = stream.subscribe(Format::Cui, 0).expect("resume");
-    assert_cui_ids(&read_to_end(&mut resumed).await, 1, last);
+/// Reads a whole subscription, for a spawned fast reader.
+async fn read_all(mut subscription: Subscription) -> Vec<Bytes> {
+    read_to_end(&mut subscription).await
+}
 
-    let notice = next(&mut never_openai).await.expect("the notice");
-    assert_openai_lagged(&notice, 0);
-    assert!(next(&mut never_openai).await.is_none(), "nothing after the notice");
-    let mut resumed = stream.subscribe(Format::OPENAI, 0).expect("resume");
-    let frames = read_to_end(&mut resumed).await;
-    assert_eq!(openai_content(&frames), everything);
-    assert_eq!(&frames.last().expect("frames")[..], DONE);
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subscriber_that_stalls_while_megabytes_go_by_then_reads_on_gets_exactly_what_a_fast_one_got() {
+    let hub = Hub::new(HubConfig { batch_bytes: 16 << 10, ..HubConfig::default() });
+    let stream = hub.create("load").expect("create");
 
-    // Read a few batches, then stalled: lagged at what they had, and resuming from there gives the rest once.
-    let mut stalled = Vec::new();
-    for reader in stalling {
-        stalled.push(tokio::time::timeout(PATIENCE, reader).await.expect("stalls").expect("no panic"));
+    // In each format: one subscriber that reads the start and then stalls, one that reads nothing until the end.
+    let mut stalled_midway = Vec::new();
+    let mut never_read = Vec::new();
+    for format in FORMATS {
+        stalled_midway.push((format, stream.subscribe(format, 0).expect("subscribe")));
+        never_read.push((format, stream.subscribe(format, 0).expect("subscribe")));
     }
-    let (mut cui_sub, cui_before, cui_n, cui_batches) = stalled.remove(0);
-    assert!(cui_batches >= 1 && cui_n >= STALL_AT);
-    assert_cui_ids(&cui_before, 1, cui_n);
-    let notice = next(&mut cui_sub).await.expect("the notice");
-    assert_cui_lagged(&notice, cui_n);
-    assert!(next(&mut cui_sub).await.is_none(), "nothing after the notice");
-    let mut resumed = stream.subscribe(Format::Cui, cui_n).expect("resume");
-    let after = read_to_end(&mut resumed).await;
-    assert_cui_ids(&after, cui_n + 1, last);
-    assert_eq!(stream_end_data(after.last().expect("frames"))["status"], "completed");
+    // And fast ones that read as the producer goes.
+    let fast: Vec<_> = FORMATS
+        .iter()
+        .cycle()
+        .take(6)
+        .map(|&format| (format, tokio::spawn(read_all(stream.subscribe(format, 0).expect("subscribe")))))
+        .collect();
 
-    let (mut openai_sub, openai_before, openai_n, _) = stalled.remove(0);
-    assert!(openai_n >= STALL_AT);
-    let notice = next(&mut openai_sub).await.expect("the notice");
-    assert_openai_lagged(&notice, openai_n);
-    assert!(next(&mut openai_sub).await.is_none(), "nothing after the notice");
-    let mut resumed = stream.subscribe(Format::OPENAI, openai_n).expect("resume");
-    let after = read_to_end(&mut resumed).await;
-    assert_eq!(
-        openai_content(&openai_before),
-        text_after(&sent, 0).strip_suffix(&text_after(&sent, openai_n)).unwrap()
+    let output = Output::new(Arc::clone(&stream));
+    let mut text = output.stream_text();
+    let mut sent = Vec::with_capacity(STALL_DELTAS);
+    for i in 0..BEFORE_STALL {
+        let chunk = long_delta_text(i);
+        sent.push((text.append(chunk.clone()).expect("append"), chunk));
+    }
+    let mut read_before_stall = Vec::new();
+    for (_, subscription) in &mut stalled_midway {
+        let (frames, _) = read_until(subscription, stream.last_sequence()).await;
+        read_before_stall.push(frames);
+    }
+
+    // They stall; the producer appends megabytes at full speed, never waiting for anyone.
+    let started = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for i in BEFORE_STALL..STALL_DELTAS {
+        let chunk = long_delta_text(i);
+        let append = Instant::now();
+        let sequence = text.append(chunk.clone()).expect("the producer is never refused");
+        slowest = slowest.max(append.elapsed());
+        sent.push((sequence, chunk));
+        if i % 512 == 0 {
+            // Lets the fast readers' tasks run on this worker too; the producer never waits on a reader.
+            tokio::task::yield_now().await;
+        }
+    }
+    text.end().expect("end the text");
+    assert!(stream.end(Outcome::completed()));
+    eprintln!(
+        "producer appended {} deltas in {:?} (slowest append {slowest:?}) while 4 subscribers stalled",
+        STALL_DELTAS - BEFORE_STALL,
+        started.elapsed()
     );
-    assert_eq!(openai_content(&after), text_after(&sent, openai_n), "the rest, once");
-    assert_eq!(openai_content(&openai_before) + &openai_content(&after), everything);
-    assert_eq!(&after.last().expect("frames")[..], DONE);
+    let last = stream.last_sequence();
+    let everything = text_after(&sent, 0);
+
+    // The fast readers got everything; per format they got the same bytes.
+    let mut reference: Vec<(Format, Vec<Bytes>)> = Vec::new();
+    for (format, reader) in fast {
+        let frames = tokio::time::timeout(PATIENCE, reader).await.expect("a fast reader ends").expect("no panic");
+        assert_complete(format, &frames, last, &everything);
+        match reference.iter().find(|(f, _)| *f == format) {
+            Some((_, first)) => assert_same_frames(&frames, first, "two fast readers of one format"),
+            None => reference.push((format, frames)),
+        }
+    }
+    let reference_of = |format: Format| &reference.iter().find(|(f, _)| *f == format).expect("a reference").1;
+    let cui_bytes: usize = reference_of(Format::Cui).iter().map(Bytes::len).sum();
+    assert!(cui_bytes > 5 << 20, "megabytes went by while they stalled: {cui_bytes} bytes of CUI frames");
+
+    // Being behind costs nothing: more subscribers that are as far behind add no bytes, and neither does
+    // reading on (every frame is rendered already, and shared).
+    let held = hub.bytes();
+    let more: Vec<Subscription> =
+        FORMATS.iter().cycle().take(20).map(|&f| stream.subscribe(f, 0).expect("subscribe")).collect();
+    assert_eq!(hub.bytes(), held, "a subscriber that is behind holds nothing of its own");
+
+    // The stalled ones read on, from where they stopped: exactly what a fast one got, without a gap.
+    for ((format, mut subscription), before) in stalled_midway.into_iter().zip(read_before_stall) {
+        let mut frames = before;
+        frames.extend(read_to_end(&mut subscription).await);
+        assert_same_frames(&frames, reference_of(format), &format!("{format:?} stalled midway, then read on"));
+    }
+    for (format, mut subscription) in never_read {
+        let frames = read_to_end(&mut subscription).await;
+        assert_same_frames(&frames, reference_of(format), &format!("{format:?} read nothing until the end"));
+    }
+    assert_eq!(hub.bytes(), held, "reading on adds nothing either");
+    drop(more);
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// 2. History at join does not count
+// 2. Lagged only when the history is gone: eviction
 // ---------------------------------------------------------------------------------------------------------
 
+const RETENTION: Duration = Duration::from_secs(60);
+
+/// Checks a CUI lagged batch: one `error` frame without an id, code `lagged`, `resume_from` where the kept
+/// history starts; the batch's `last_sequence` is what the subscriber had.
+fn assert_cui_lagged(batch: &Batch, had: u64, kept_after: u64) {
+    assert!(batch.lagged, "a lagged batch: {:?}", batch.frames());
+    assert_eq!(batch.last_sequence, had, "the batch names what the subscriber had");
+    assert_eq!(batch.frames().len(), 1, "the notice is one frame: {:?}", batch.frames());
+    let (id, json) = cui(&batch.frames()[0]);
+    assert_eq!(id, None, "the notice is not part of the log, so it has no id");
+    assert_eq!(json["type"], "error", "{json}");
+    assert_eq!(json["props"]["code"], "lagged", "{json}");
+    assert_eq!(json["props"]["details"]["resume_from"], kept_after, "{json}");
+    assert!(json.get("metadata").is_none(), "the notice carries no sequence: {json}");
+}
+
+/// Checks an OpenAI lagged batch: an error envelope with code `lagged` naming where the kept history
+/// starts, then `[DONE]`.
+fn assert_openai_lagged(batch: &Batch, had: u64, kept_after: u64) {
+    assert!(batch.lagged, "a lagged batch: {:?}", batch.frames());
+    assert_eq!(batch.last_sequence, had, "the batch names what the subscriber had");
+    assert_eq!(batch.frames().len(), 2, "error then [DONE]: {:?}", batch.frames());
+    let error = openai(&batch.frames()[0]).expect("an error frame first");
+    assert_eq!(error["error"]["code"], "lagged", "{error}");
+    let message = error["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.ends_with(&format!("sequence {kept_after}")), "names where the history starts: {error}");
+    assert_eq!(&batch.frames()[1][..], DONE);
+}
+
 #[tokio::test]
-async fn resuming_from_zero_through_a_history_far_larger_than_the_bound_is_not_lagged() {
-    let queue_bytes = 4 << 10;
-    let hub = Hub::new(HubConfig { queue_bytes, batch_bytes: 8 << 10, ..HubConfig::default() });
-    let stream = hub.create("history").expect("create");
-    let sent = fill(&stream, 2_000);
+async fn a_subscriber_still_behind_when_its_stream_is_evicted_gets_one_lagged_batch_then_none() {
+    let (hub, clock) = hub_on_clock(RETENTION, 4 << 10);
+    let stream = hub.create("evicted").expect("create");
+    // Subscribed before anything was appended and never read: its rendition renders nothing before eviction.
+    let unrendered_openai = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
+    let sent = fill(&stream, 300);
     assert!(stream.end(Outcome::completed()));
     let last = stream.last_sequence();
 
-    let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
-    let frames = read_to_end(&mut subscription).await;
-    let bytes: usize = frames.iter().map(Bytes::len).sum();
-    assert!(bytes as u64 > 50 * queue_bytes, "the history ({bytes} bytes) dwarfs the bound");
-    assert_cui_ids(&frames, 1, last);
+    let never_read_cui = stream.subscribe(Format::Cui, 0).expect("subscribe");
+    let mut partly_read_cui = stream.subscribe(Format::Cui, 0).expect("subscribe");
+    let (cui_frames, cui_had) = read_batches(&mut partly_read_cui, 2).await;
+    assert_cui_ids(&cui_frames, 1, cui_had);
+    let joined_midway_cui = stream.subscribe(Format::Cui, last / 2).expect("subscribe");
+    let mut partly_read_openai = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
+    let (openai_frames, openai_had) = read_batches(&mut partly_read_openai, 2).await;
+    assert_eq!(openai_content(&openai_frames), text_after(&sent, 0)[..openai_content(&openai_frames).len()]);
+    // Someone read all of the CUI rendition, so the ones behind in it are behind rendered frames.
+    let mut complete = stream.subscribe(Format::Cui, 0).expect("subscribe");
+    assert_cui_ids(&read_to_end(&mut complete).await, 1, last);
+    assert!(cui_had < last && openai_had < last, "they are behind");
 
-    let mut subscription = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
-    let frames = read_to_end(&mut subscription).await;
-    assert_eq!(openai_content(&frames), text_after(&sent, 0));
-    assert_eq!(&frames.last().expect("frames")[..], DONE);
+    evict(&hub, &clock, &stream);
+    assert_eq!(hub.bytes(), 0, "the evicted stream gave back every byte");
 
-    // From the middle too.
-    let mut subscription = stream.subscribe(Format::Cui, last / 2).expect("subscribe");
-    assert_cui_ids(&read_to_end(&mut subscription).await, last / 2 + 1, last);
+    for (mut subscription, had) in [(never_read_cui, 0), (partly_read_cui, cui_had), (joined_midway_cui, last / 2)] {
+        let notice = next(&mut subscription).await.expect("the lagged batch");
+        assert_cui_lagged(&notice, had, last);
+        assert!(next(&mut subscription).await.is_none(), "nothing after the lagged batch");
+        assert!(next(&mut subscription).await.is_none(), "and it stays ended");
+    }
+    for (mut subscription, had) in [(unrendered_openai, 0), (partly_read_openai, openai_had)] {
+        let notice = next(&mut subscription).await.expect("the lagged batch");
+        assert_openai_lagged(&notice, had, last);
+        assert!(next(&mut subscription).await.is_none(), "nothing after the lagged batch");
+    }
+    assert!(next(&mut complete).await.is_none(), "a subscriber that had ended stays ended, without a notice");
 }
 
+/// A subscriber that took every frame and saw its end (`None`) before the eviction is not told anything.
 #[tokio::test]
-async fn on_an_open_stream_only_what_is_appended_after_joining_counts() {
-    let queue_bytes = 4 << 10;
-    let hub = Hub::new(HubConfig { queue_bytes, batch_bytes: 8 << 10, ..HubConfig::default() });
-    let stream = hub.create("history").expect("create");
-    for i in 0..2_000 {
-        stream.append(OutputMessage::text(delta_text(i))).expect("append");
-    }
-    let history = stream.last_sequence();
-
-    // Joined at 0 with a long history, then a little more (well under the bound) before the first read.
-    let mut patient = stream.subscribe(Format::Cui, 0).expect("subscribe");
-    for i in 0..5 {
-        stream.append(OutputMessage::text(delta_text(i))).expect("append");
-    }
-    let mut frames = Vec::new();
-    while frames.len() as u64 != history + 5 {
-        let batch = next(&mut patient).await.expect("open");
-        assert!(!batch.lagged, "history at join must not count");
-        frames.extend(batch.frames());
-    }
-    assert_cui_ids(&frames, 1, history + 5);
+async fn a_subscriber_that_finished_before_its_stream_is_evicted_just_ends() {
+    let (hub, clock) = hub_on_clock(RETENTION, 4 << 10);
+    let stream = hub.create("finished").expect("create");
+    fill(&stream, 50);
     assert!(stream.end(Outcome::completed()));
-    let rest = read_to_end(&mut patient).await;
-    assert_cui_ids(&rest, history + 6, history + 6);
+    let mut finished = Vec::new();
+    for format in FORMATS {
+        let mut subscription = stream.subscribe(format, 0).expect("subscribe");
+        read_to_end(&mut subscription).await;
+        finished.push(subscription);
+    }
+    evict(&hub, &clock, &stream);
+    for mut subscription in finished {
+        assert!(next(&mut subscription).await.is_none(), "no lagged notice for a subscriber that had finished");
+    }
+}
 
-    // Joined at 0 likewise, but more than the bound arrives before it reads: lagged, resume from 0.
-    let stream = hub.create("history").expect("create");
-    for i in 0..2_000 {
-        stream.append(OutputMessage::text(delta_text(i))).expect("append");
+/// A subscriber fully caught up at the eviction (it holds every frame, `stream_end` or `[DONE]` included)
+/// needs nothing more from the history, so it ends normally: `None`, not a lagged notice, even if it had
+/// not yet asked for the `None` that follows its last frame when the stream was evicted.
+#[tokio::test]
+async fn a_subscriber_holding_every_frame_ends_normally_when_its_stream_is_evicted() {
+    let (hub, clock) = hub_on_clock(RETENTION, 4 << 10);
+    let stream = hub.create("caught up").expect("create");
+    fill(&stream, 50);
+    assert!(stream.end(Outcome::completed()));
+    let mut caught_up = Vec::new();
+    for format in FORMATS {
+        let mut subscription = stream.subscribe(format, 0).expect("subscribe");
+        let frames = read_every_frame(&mut subscription, format).await;
+        assert!(!frames.is_empty());
+        caught_up.push((format, subscription));
     }
-    let mut behind = stream.subscribe(Format::Cui, 0).expect("subscribe");
-    for i in 0..100 {
-        stream.append(OutputMessage::text(delta_text(i))).expect("append");
+    evict(&hub, &clock, &stream);
+    let mut wrong = Vec::new();
+    for (format, mut subscription) in caught_up {
+        if let Some(batch) = next(&mut subscription).await {
+            wrong.push((format, batch.lagged, batch.frames()));
+        }
     }
-    let notice = next(&mut behind).await.expect("the notice");
-    assert_cui_lagged(&notice, 0);
-    assert!(next(&mut behind).await.is_none());
+    assert!(
+        wrong.is_empty(),
+        "subscribers holding every frame got a batch after the eviction instead of their end: {wrong:?}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -452,16 +535,23 @@ async fn a_backlog_comes_in_batches_bounded_by_batch_bytes_but_never_empty() {
 }
 
 #[tokio::test]
-async fn one_frame_larger_than_both_bounds_is_delivered_not_lagged() {
-    let hub = Hub::new(HubConfig { queue_bytes: 1024, batch_bytes: 512, ..HubConfig::default() });
+async fn one_frame_larger_than_batch_bytes_reaches_a_waiting_subscriber_whole() {
+    let hub = Hub::new(HubConfig { batch_bytes: 512, ..HubConfig::default() });
     let stream = hub.create("big").expect("create");
     let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
     assert_eq!(next(&mut subscription).await.expect("stream_start").last_sequence, 1);
+    let waiting = tokio::spawn(async move {
+        let batch = next(&mut subscription).await;
+        (subscription, batch)
+    });
+    // Lets the reader start waiting before the append.
+    tokio::task::yield_now().await;
 
     let sequence = stream.append(OutputMessage::text("z".repeat(4_000))).expect("append");
-    let batch = next(&mut subscription).await.expect("the big frame");
-    assert!(!batch.lagged, "a single frame is handed out even when larger than the bound");
-    assert_eq!(batch.frames().len(), 1);
+    let (mut subscription, batch) = waiting.await.expect("no panic");
+    let batch = batch.expect("the big frame");
+    assert!(!batch.lagged);
+    assert_eq!(batch.frames().len(), 1, "one frame, whole, although larger than the batch bound");
     assert!(batch.len() > 4_000);
     assert_eq!(batch.last_sequence, sequence);
 
@@ -775,26 +865,74 @@ async fn an_agent_error_ends_the_stream_with_its_message() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// 7. Retention
+// 7. Retention, by the hub's clock
 // ---------------------------------------------------------------------------------------------------------
 
 #[tokio::test]
 async fn an_ended_stream_is_kept_for_the_retention_time_then_evicted() {
-    let hub = Hub::new(HubConfig { retention: Duration::from_millis(200), ..HubConfig::default() });
+    let (hub, clock) = hub_on_clock(RETENTION, HubConfig::default().batch_bytes);
+    let retention_ms = RETENTION.as_millis() as u64;
     let ended = hub.create("retained").expect("create");
     let open = hub.create("open").expect("create");
     ended.append(OutputMessage::text("kept a while")).expect("append");
+    open.append(OutputMessage::text("still going")).expect("append");
     assert!(ended.end(Outcome::completed()));
     let id = ended.id().to_owned();
+    assert!(ended.held_bytes() > 0 && open.held_bytes() > 0);
+    assert_eq!(hub.bytes(), ended.held_bytes() + open.held_bytes(), "the hub counts what its streams hold");
 
     let found = hub.get(&id).expect("readable right after ending");
     assert_eq!(found.status(), Status::Completed);
     let mut subscription = found.subscribe(Format::Cui, 0).expect("subscribe");
     assert_eq!(read_to_end(&mut subscription).await.len(), 3, "stream_start, the text, stream_end");
-    drop((found, subscription));
+    assert_eq!(hub.bytes(), ended.held_bytes() + open.held_bytes(), "renditions are counted with their stream");
 
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(hub.get(&id).is_none(), "evicted after the retention time");
+    clock.advance(retention_ms - 1_000);
+    let found = hub.get(&id).expect("still readable within its retention");
+    let mut subscription = found.subscribe(Format::OPENAI, 0).expect("subscribe");
+    let frames = read_to_end(&mut subscription).await;
+    assert_eq!(openai_content(&frames), "kept a while");
+    assert_eq!(&frames.last().expect("frames")[..], DONE);
+
+    clock.advance(1_000);
+    assert!(hub.get(&id).is_none(), "evicted once its retention has passed");
     assert!(hub.get(open.id()).is_some(), "an open stream is never evicted");
     assert_eq!(hub.len(), 1);
+    assert_eq!(ended.held_bytes(), 0, "the evicted stream holds nothing, though handles to it remain");
+    assert_eq!(hub.bytes(), open.held_bytes(), "the hub holds only what the remaining stream holds");
+
+    // `create` evicts too, and an open stream stays however long it is open.
+    let second = hub.create("second").expect("create");
+    second.append(OutputMessage::text("short-lived")).expect("append");
+    assert!(second.end(Outcome::completed()));
+    clock.advance(10 * retention_ms);
+    let third = hub.create("third").expect("create");
+    assert_eq!(hub.len(), 2, "creating a stream evicted the one whose retention had passed");
+    assert!(hub.get(second.id()).is_none());
+    assert!(hub.get(open.id()).is_some(), "an open stream is never evicted");
+    assert_eq!(hub.bytes(), open.held_bytes() + third.held_bytes());
+}
+
+/// An evicted stream holds nothing, even through a handle kept past the eviction (a request that looked the
+/// stream up just before it was evicted): subscribing through that handle can only give the lagged notice,
+/// and must not count the forgotten log against the hub's limit again.
+#[tokio::test]
+async fn subscribing_through_a_handle_kept_past_eviction_counts_nothing_against_the_hub() {
+    let (hub, clock) = hub_on_clock(RETENTION, HubConfig::default().batch_bytes);
+    let stream = hub.create("kept").expect("create");
+    fill(&stream, 20);
+    assert!(stream.end(Outcome::completed()));
+    let last = stream.last_sequence();
+    evict(&hub, &clock, &stream);
+    assert_eq!(hub.bytes(), 0);
+
+    let mut late = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
+    let notice = next(&mut late).await.expect("the lagged batch");
+    assert_openai_lagged(&notice, 0, last);
+    assert!(next(&mut late).await.is_none());
+    assert_eq!(
+        (hub.bytes(), stream.held_bytes()),
+        (0, 0),
+        "bytes counted for a stream the hub no longer holds, while a handle to it lives"
+    );
 }

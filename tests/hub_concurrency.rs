@@ -8,14 +8,15 @@
 //! 4. A partial read while the producer runs, then a resume from its `last_sequence`, adds up to the full
 //!    output without gap or duplicate; and the same after stopping at every frame of a finished stream.
 //!
-//! Every hub here has an unbounded queue, so nobody lags.
+//! Nothing here is evicted, so nobody lags: every subscriber reads at its own pace from the shared rendition.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, ReasoningField};
-use agentmux::hub::{Format, Hub, HubConfig, Status, Stream, SubscribeError, Subscription};
+use agentmux::hub::{Hub, HubConfig, Status, Stream, SubscribeError, Subscription};
 use agentmux::output::{DeltaAction, Metadata, Outcome, OutputMessage, Usage};
+use agentmux::render::Format;
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -29,7 +30,7 @@ const FORMATS: [Format; 3] = [Format::Cui, Format::OPENAI, OPENAI_USAGE];
 const PATIENCE: Duration = Duration::from_secs(30);
 
 fn hub_with_batch_bytes(batch_bytes: u64) -> Hub {
-    Hub::new(HubConfig { queue_bytes: u64::MAX, batch_bytes, ..HubConfig::default() })
+    Hub::new(HubConfig { batch_bytes, ..HubConfig::default() })
 }
 
 fn hub() -> Hub {
@@ -321,7 +322,7 @@ struct Read {
 
 impl Read {
     fn take(&mut self, batch: agentmux::hub::Batch) {
-        assert!(!batch.lagged, "nobody lags with an unbounded queue");
+        assert!(!batch.lagged, "nobody lags while the history is kept");
         assert!(!batch.frames().is_empty(), "a batch holds frames");
         if let Some(&previous) = self.last_sequences.last() {
             assert!(
@@ -420,7 +421,7 @@ fn render(stream: &Stream, format: Format, log: &[OutputMessage], outcome: &Outc
     let mut adapter: Box<dyn Adapter> = match format {
         Format::Cui => Box::new(CuiAdapter),
         Format::OpenAi { include_usage, reasoning } => {
-            let mut options = stream.openai_options().clone();
+            let mut options = agentmux::adapter::OpenAiOptions::from(stream.info());
             options.include_usage = include_usage;
             options.reasoning = reasoning;
             Box::new(OpenAiAdapter::new(options))
@@ -434,7 +435,7 @@ fn render(stream: &Stream, format: Format, log: &[OutputMessage], outcome: &Outc
         ends.push(frames.len());
     }
     adapter.finish(outcome, &mut frames);
-    Rendered { frames, ends }
+    Rendered { frames: frames.iter().map(agentmux::render::encode_sse).collect(), ends }
 }
 
 /// The full output of each format for an ended stream, read by a subscriber from 0, checked against what a

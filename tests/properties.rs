@@ -715,7 +715,7 @@ fn render_openai(options: &OpenAiOptions, messages: &[OutputMessage], outcome: &
     let before = frames.len();
     adapter.finish(outcome, &mut frames);
     assert_eq!(frames.len(), before, "a second finish added frames");
-    frames
+    frames.iter().map(agentmux::render::encode_sse).collect()
 }
 
 /// The non-streaming body for the same messages, parsed.
@@ -945,7 +945,7 @@ fn renders_cleanly(messages: &[OutputMessage], options: &OpenAiOptions, ending: 
             check_completion(&options, &summary, &completion).map_err(|e| context(e, &outcome, messages))?;
         }
     }
-    check_cui(messages, &cui_frames)?;
+    check_cui(messages, &cui_frames.iter().map(agentmux::render::encode_sse).collect::<Vec<_>>())?;
     Ok(())
 }
 

@@ -212,7 +212,7 @@ fn subscribe(stream: Arc<Stream>) -> Response<Body> {
 }
 
 /// `load --ceiling-server --addr A`: serves until killed.
-pub fn main(addr: &str) -> ExitCode {
+pub(crate) fn main(addr: &str) -> ExitCode {
     let addr: SocketAddr = match addr.parse() {
         Ok(addr) => addr,
         Err(e) => {

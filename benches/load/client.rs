@@ -36,18 +36,18 @@ thread_local! {
 }
 
 /// Nanoseconds since the process's base instant: the clock producers stamp with and readers compare to.
-pub fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
     BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 /// The `i`-th connection's source address.
-pub fn source_ip(i: usize) -> Ipv4Addr {
+pub(crate) fn source_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 0, 2 + (i % SOURCES) as u8)
 }
 
 /// A TCP connection from `source` (any port) to `server`.
-pub async fn connect(server: SocketAddr, source: Ipv4Addr) -> io::Result<TcpStream> {
+pub(crate) async fn connect(server: SocketAddr, source: Ipv4Addr) -> io::Result<TcpStream> {
     let socket = TcpSocket::new_v4()?;
     socket.bind(SocketAddr::new(source.into(), 0))?;
     match tokio::time::timeout(Duration::from_secs(10), socket.connect(server)).await {
@@ -73,7 +73,7 @@ fn parse_head(head: &[u8]) -> io::Result<(u16, Option<usize>)> {
 
 /// Reads a response head from `stream` into `buffer`; returns the status, the content length and where the
 /// body starts in `buffer`.
-async fn read_head(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> io::Result<(u16, Option<usize>, usize)> {
+pub(crate) async fn read_head(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> io::Result<(u16, Option<usize>, usize)> {
     loop {
         if let Some(end) = HEAD_END.find(buffer) {
             let (status, length) = parse_head(&buffer[..end])?;
@@ -91,7 +91,13 @@ async fn read_head(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> io::Result<(
     }
 }
 
-fn request_head(method: &str, path: &str, content_type: Option<&str>, length: usize, close: bool) -> Vec<u8> {
+pub(crate) fn request_head(
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    length: usize,
+    close: bool,
+) -> Vec<u8> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {length}\r\n");
     if let Some(content_type) = content_type {
         head.push_str(&format!("Content-Type: {content_type}\r\n"));
@@ -104,21 +110,21 @@ fn request_head(method: &str, path: &str, content_type: Option<&str>, length: us
 }
 
 /// A keep-alive connection for request/response calls (bodies with a `Content-Length`).
-pub struct Conn {
+pub(crate) struct Conn {
     stream: TcpStream,
     buffer: Vec<u8>,
     out: Vec<u8>,
 }
 
 impl Conn {
-    pub async fn open(server: SocketAddr, source: Ipv4Addr) -> io::Result<Conn> {
+    pub(crate) async fn open(server: SocketAddr, source: Ipv4Addr) -> io::Result<Conn> {
         let stream = connect(server, source).await?;
         stream.set_nodelay(true)?;
         Ok(Conn { stream, buffer: Vec::with_capacity(4096), out: Vec::new() })
     }
 
     /// One request; the status and the body.
-    pub async fn request(
+    pub(crate) async fn request(
         &mut self,
         method: &str,
         path: &str,
@@ -150,37 +156,37 @@ impl Conn {
 
 /// What readers share: the latency histogram and how often to parse a stamp.
 #[derive(Default)]
-pub struct Ctx {
-    pub latency: Histogram,
+pub(crate) struct Ctx {
+    pub(crate) latency: Histogram,
     /// Parse the stamp of one event in this many; 0: never.
-    pub sample_every: u64,
+    pub(crate) sample_every: u64,
 }
 
 /// One SSE connection's counts.
 #[derive(Debug, Default, Clone)]
-pub struct Sse {
+pub(crate) struct Sse {
     /// Events other than pings.
-    pub events: u64,
-    pub pings: u64,
-    pub bytes: u64,
+    pub(crate) events: u64,
+    pub(crate) pings: u64,
+    pub(crate) bytes: u64,
     /// Latency samples taken.
-    pub stamps: u64,
-    pub first_event_ns: Option<u64>,
-    pub last_event_ns: u64,
+    pub(crate) stamps: u64,
+    pub(crate) first_event_ns: Option<u64>,
+    pub(crate) last_event_ns: u64,
     /// A `lagged` notice came.
-    pub lagged: bool,
+    pub(crate) lagged: bool,
     /// The body ended with its last chunk.
-    pub complete: bool,
+    pub(crate) complete: bool,
     /// Stopped by the harness (a time-bound scenario, or a deadline).
-    pub cancelled: bool,
-    pub error: Option<String>,
+    pub(crate) cancelled: bool,
+    pub(crate) error: Option<String>,
     tail: [u8; 8],
     phase: u64,
 }
 
 impl Sse {
     /// A reader that never got going.
-    pub fn failed(error: String) -> Sse {
+    pub(crate) fn failed(error: String) -> Sse {
         Sse { error: Some(error), ..Sse::default() }
     }
 
@@ -230,7 +236,7 @@ impl Sse {
     }
 
     /// Reads the body until it ends, fails or `cancel` fires.
-    pub async fn read(mut self, stream: TcpStream, ctx: &Ctx, cancel: &CancellationToken) -> Sse {
+    pub(crate) async fn read(mut self, stream: TcpStream, ctx: &Ctx, cancel: &CancellationToken) -> Sse {
         let outcome = tokio::select! {
             _ = cancel.cancelled() => {
                 self.cancelled = true;
@@ -280,7 +286,7 @@ fn stamp(event: &[u8]) -> Option<u64> {
 
 /// Sends a request that answers with SSE and reads the response head. The stream to read the body from and
 /// the counts of what came with the head; an error for a status other than 200.
-pub async fn open_sse(
+pub(crate) async fn open_sse(
     server: SocketAddr,
     source: Ipv4Addr,
     method: &str,

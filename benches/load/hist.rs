@@ -9,7 +9,7 @@ const SUB_BITS: u32 = 5;
 const SUB: u64 = 1 << SUB_BITS;
 const BUCKETS: usize = (64 - SUB_BITS as usize + 1) << SUB_BITS;
 
-pub struct Histogram {
+pub(crate) struct Histogram {
     buckets: Box<[AtomicU64]>,
 }
 
@@ -21,17 +21,17 @@ impl Default for Histogram {
 
 impl Histogram {
     /// Records one value (nanoseconds here).
-    pub fn record(&self, value: u64) {
+    pub(crate) fn record(&self, value: u64) {
         self.buckets[index(value)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// How many values were recorded.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum()
     }
 
     /// The value at quantile `q` (0..=1), or `None` when nothing was recorded.
-    pub fn quantile(&self, q: f64) -> Option<u64> {
+    pub(crate) fn quantile(&self, q: f64) -> Option<u64> {
         let n = self.count();
         if n == 0 {
             return None;

@@ -10,6 +10,8 @@
 //!
 //! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
 //! - `scenarios.rs`: fan-out, latency, many streams, idle connections, OpenAI mix, chat;
+//! - `stall.rs`: the first OpenAI subscriber to a long stream, and the producer's POST latency meanwhile;
+//! - `ws_idle.rs`: the server memory that SSE and WebSocket subscribers which never read cost;
 //! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with;
 //! - `procfs.rs`: the child servers and their CPU and memory from `/proc`;
 //! - `hist.rs`: the latency histogram.
@@ -19,6 +21,8 @@ mod client;
 mod hist;
 mod procfs;
 mod scenarios;
+mod stall;
+mod ws_idle;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,6 +34,7 @@ use serde::Serialize;
 
 use procfs::Target;
 use scenarios::{Kind, RunResult, Scenario, Settings};
+use ws_idle::WsIdle;
 
 #[derive(Parser, Debug)]
 #[command(name = "load", about = "Load benchmark for agentmux over loopback")]
@@ -78,6 +83,11 @@ fn fanout(name: &str, cui: usize, openai: usize, messages: usize) -> Scenario {
 
 fn scenarios(quick: bool) -> Vec<Scenario> {
     let other = |name: &str, kind| Scenario { name: name.into(), kind, ceiling: false };
+    // The same in both modes (under 10 s each): a stream holds at most 100,000 messages, so the fill leaves
+    // room for the live producer's 3,000 and the stream's own events.
+    let stall = other("stall", Kind::Stall { messages: 96_000, rate: 1000.0, seconds: 3.0, join_after: 1.0 });
+    let ws_idle =
+        other("ws-idle", Kind::WsIdle(WsIdle { connections: 40, messages: 2000, message_bytes: 10_000, settle: 2.0 }));
     if quick {
         vec![
             fanout("fanout-100", 100, 0, 60_000),
@@ -92,6 +102,8 @@ fn scenarios(quick: bool) -> Vec<Scenario> {
             other("idle-2000", Kind::Idle { connections: 2000, hold: 1.0 }),
             fanout("openai-mix-1000", 500, 500, 10_000),
             other("chat-200", Kind::Chat { concurrency: 200, requests: 1, words: 2000 }),
+            stall,
+            ws_idle,
         ]
     } else {
         vec![
@@ -108,6 +120,8 @@ fn scenarios(quick: bool) -> Vec<Scenario> {
             other("idle-10000", Kind::Idle { connections: 10_000, hold: 5.0 }),
             fanout("openai-mix-2000", 1000, 1000, 15_000),
             other("chat-200", Kind::Chat { concurrency: 200, requests: 3, words: 2000 }),
+            stall,
+            ws_idle,
         ]
     }
 }
@@ -356,6 +370,39 @@ fn notes(row: &RunResult) -> String {
             get("kernel_kib_per_conn_pair").unwrap_or(0.0),
             get("connect_per_s").unwrap_or(0.0)
         ));
+    }
+    if let Some(catch_up) = get("catch_up_ms") {
+        parts.push(format!(
+            "first OpenAI subscriber to {:.0} messages: head after {:.0} ms, caught up ({:.0} chunks; deliv/s is \
+             their rate) after {catch_up:.0} ms",
+            get("log_at_join").unwrap_or(0.0),
+            get("catch_up_head_ms").unwrap_or(0.0),
+            get("catch_up_chunks").unwrap_or(0.0),
+        ));
+        for (prefix, when) in [("stall", "meanwhile"), ("before", "before it joined")] {
+            if let Some(p50) = get(&format!("{prefix}_post_p50_ms")) {
+                parts.push(format!(
+                    "POST latency {when}: p50 {} / p99 {} / max {} ms ({:.0} POSTs)",
+                    ms(Some(p50)),
+                    ms(get(&format!("{prefix}_post_p99_ms"))),
+                    ms(get(&format!("{prefix}_post_max_ms"))),
+                    get(&format!("{prefix}_posts")).unwrap_or(0.0),
+                ));
+            }
+        }
+    }
+    for (set, name) in [("sse", "SSE"), ("ws", "WebSocket")] {
+        if let Some(added) = get(&format!("{set}_idle_added_mib")) {
+            parts.push(format!(
+                "{:.0} {name} subscribers that never read added {added:.1} MiB RSS ({:.0} KiB/conn) to {:.1} MiB",
+                get(&format!("{set}_idle_open")).unwrap_or(0.0),
+                get(&format!("{set}_idle_kib_per_conn")).unwrap_or(0.0),
+                get(&format!("{set}_idle_rss_before_mib")).unwrap_or(0.0),
+            ));
+        }
+    }
+    if get("ws_idle_added_mib").is_some() {
+        parts.push("each set on a fresh server holding the same stream".into());
     }
     if let Some(overflows) = get("listen_overflows") {
         parts.push(format!("{overflows:.0} SYNs dropped by a full listen queue"));

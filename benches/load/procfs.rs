@@ -27,24 +27,24 @@ fn clock_ticks() -> f64 {
 
 /// CPU seconds of a process, in user space and in the kernel (system calls, and the TCP work they do).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Cpu {
-    pub user: f64,
-    pub system: f64,
+pub(crate) struct Cpu {
+    pub(crate) user: f64,
+    pub(crate) system: f64,
 }
 
 impl Cpu {
-    pub fn total(self) -> f64 {
+    pub(crate) fn total(self) -> f64 {
         self.user + self.system
     }
 
     /// The CPU used since `earlier`.
-    pub fn since(self, earlier: Cpu) -> Cpu {
+    pub(crate) fn since(self, earlier: Cpu) -> Cpu {
         Cpu { user: self.user - earlier.user, system: self.system - earlier.system }
     }
 }
 
 /// The CPU seconds of a process (`"self"` or a pid) so far.
-pub fn cpu_seconds(pid: &str) -> Cpu {
+pub(crate) fn cpu_seconds(pid: &str) -> Cpu {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return Cpu::default();
     };
@@ -57,7 +57,7 @@ pub fn cpu_seconds(pid: &str) -> Cpu {
 }
 
 /// A `kB` line of `/proc/<pid>/status` (`VmRSS`, `VmHWM`), in KiB.
-pub fn status_kib(pid: &str, key: &str) -> u64 {
+pub(crate) fn status_kib(pid: &str, key: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
@@ -67,7 +67,7 @@ pub fn status_kib(pid: &str, key: &str) -> u64 {
 }
 
 /// Kernel slab memory in KiB (`Slab` of `/proc/meminfo`): where socket structures live.
-pub fn slab_kib() -> u64 {
+pub(crate) fn slab_kib() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     meminfo
         .lines()
@@ -77,7 +77,7 @@ pub fn slab_kib() -> u64 {
 }
 
 /// Connections dropped because a listen queue was full, machine-wide (`TcpExt: ListenOverflows`).
-pub fn listen_overflows() -> u64 {
+pub(crate) fn listen_overflows() -> u64 {
     let netstat = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
     let mut lines = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
     let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
@@ -93,13 +93,13 @@ pub fn listen_overflows() -> u64 {
 
 /// Which server a run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     Agentmux,
     Ceiling,
 }
 
 impl Target {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Target::Agentmux => "agentmux",
             Target::Ceiling => "ceiling",
@@ -108,15 +108,15 @@ impl Target {
 }
 
 /// A server child process on a free loopback port; killed when dropped.
-pub struct Server {
+pub(crate) struct Server {
     child: Child,
     pid: String,
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Server {
     /// Starts `target` and waits until `/healthz` answers.
-    pub async fn start(target: Target, agentmux: &Path, label: &str) -> io::Result<Server> {
+    pub(crate) async fn start(target: Target, agentmux: &Path, label: &str) -> io::Result<Server> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let logs = PathBuf::from("target/bench/logs");
@@ -149,15 +149,15 @@ impl Server {
         }
     }
 
-    pub fn cpu_seconds(&self) -> Cpu {
+    pub(crate) fn cpu_seconds(&self) -> Cpu {
         cpu_seconds(&self.pid)
     }
 
-    pub fn rss_kib(&self) -> u64 {
+    pub(crate) fn rss_kib(&self) -> u64 {
         status_kib(&self.pid, "VmRSS")
     }
 
-    pub fn peak_rss_kib(&self) -> u64 {
+    pub(crate) fn peak_rss_kib(&self) -> u64 {
         status_kib(&self.pid, "VmHWM")
     }
 }

@@ -16,23 +16,24 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{self, Conn, Ctx, Sse, now_ns, source_ip};
 use crate::hist::Histogram;
 use crate::procfs::{self, Server, Target};
+use crate::ws_idle::WsIdle;
 
 /// How the scenarios run.
 #[derive(Debug, Clone)]
-pub struct Settings {
-    pub agentmux: PathBuf,
+pub(crate) struct Settings {
+    pub(crate) agentmux: PathBuf,
     /// Messages per POST in the fan-out scenarios.
-    pub batch: usize,
+    pub(crate) batch: usize,
     /// Text deltas per message id before the producer starts a new message.
-    pub deltas_per_message: usize,
+    pub(crate) deltas_per_message: usize,
     /// In fan-out scenarios, parse the latency stamp of one event in this many.
-    pub sample_every: u64,
+    pub(crate) sample_every: u64,
     /// How long readers may take after the producer is done.
-    pub drain: Duration,
+    pub(crate) drain: Duration,
 }
 
 #[derive(Debug, Clone)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// One stream, `cui` + `openai` SSE subscribers, `messages` text deltas as fast as the server takes them.
     Fanout { cui: usize, openai: usize, messages: usize },
     /// One stream, `subscribers` CUI subscribers, one message per POST at `rate` per second.
@@ -43,61 +44,68 @@ pub enum Kind {
     Idle { connections: usize, hold: f64 },
     /// `concurrency` clients each making `requests` streaming chat requests to `echo`, `words` words each.
     Chat { concurrency: usize, requests: usize, words: usize },
+    /// One stream of `messages` deltas, a producer appending one per POST at `rate` per second for
+    /// `seconds`, and the first OpenAI subscriber joining `join_after` seconds in (`stall.rs`).
+    Stall { messages: usize, rate: f64, seconds: f64, join_after: f64 },
+    /// Subscribers that never read, SSE and WebSocket, to one large stream (`ws_idle.rs`).
+    WsIdle(WsIdle),
 }
 
 #[derive(Debug, Clone)]
-pub struct Scenario {
-    pub name: String,
-    pub kind: Kind,
+pub(crate) struct Scenario {
+    pub(crate) name: String,
+    pub(crate) kind: Kind,
     /// Also run against the ceiling server.
-    pub ceiling: bool,
+    pub(crate) ceiling: bool,
 }
 
 impl Scenario {
     /// File descriptors the client needs (the server as many).
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         match self.kind {
             Kind::Fanout { cui, openai, .. } => cui + openai,
             Kind::Latency { subscribers, .. } => subscribers,
             Kind::ManyStreams { streams, .. } => streams,
             Kind::Idle { connections, .. } => connections,
             Kind::Chat { concurrency, .. } => concurrency,
+            Kind::Stall { .. } => 2,
+            Kind::WsIdle(WsIdle { connections, .. }) => 2 * connections,
         }
     }
 }
 
 /// What one run of one scenario against one server measured.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct RunResult {
-    pub scenario: String,
-    pub target: String,
-    pub run: usize,
-    pub connections: usize,
+pub(crate) struct RunResult {
+    pub(crate) scenario: String,
+    pub(crate) target: String,
+    pub(crate) run: usize,
+    pub(crate) connections: usize,
     /// Messages published (chat: requests made).
-    pub messages: u64,
+    pub(crate) messages: u64,
     /// SSE events received, pings and each subscriber's initial `stream_start` excluded; lifecycle events
     /// sent while publishing included (chat: every chunk, `[DONE]` included).
-    pub deliveries: u64,
+    pub(crate) deliveries: u64,
     /// The measured window: first publish to last event received.
-    pub seconds: f64,
-    pub deliveries_per_s: f64,
+    pub(crate) seconds: f64,
+    pub(crate) deliveries_per_s: f64,
     /// Publish-to-receive latency (chat: time to first chunk), in milliseconds.
-    pub latency_samples: u64,
-    pub p50_ms: Option<f64>,
-    pub p99_ms: Option<f64>,
-    pub p999_ms: Option<f64>,
+    pub(crate) latency_samples: u64,
+    pub(crate) p50_ms: Option<f64>,
+    pub(crate) p99_ms: Option<f64>,
+    pub(crate) p999_ms: Option<f64>,
     /// Server CPU (user + system) during the window.
-    pub server_cpu_s: f64,
+    pub(crate) server_cpu_s: f64,
     /// Server `VmHWM` over its life.
-    pub server_peak_rss_mib: f64,
+    pub(crate) server_peak_rss_mib: f64,
     /// The load generator's CPU during the window.
-    pub client_cpu_s: f64,
+    pub(crate) client_cpu_s: f64,
     /// Failed subscriptions, requests or reads, and bodies that ended early without a `lagged` notice.
-    pub errors: u64,
+    pub(crate) errors: u64,
     /// Subscribers cut off with a `lagged` notice.
-    pub lagged: u64,
-    pub extra: BTreeMap<String, f64>,
-    pub notes: Vec<String>,
+    pub(crate) lagged: u64,
+    pub(crate) extra: BTreeMap<String, f64>,
+    pub(crate) notes: Vec<String>,
 }
 
 impl RunResult {
@@ -111,7 +119,7 @@ impl RunResult {
         }
     }
 
-    fn note(&mut self, note: String) {
+    pub(crate) fn note(&mut self, note: String) {
         if self.notes.len() < 4 && !self.notes.contains(&note) {
             self.notes.push(note);
         }
@@ -173,7 +181,7 @@ impl RunResult {
 
 /// Runs `make()` on a thread of its own with a current-thread runtime, so the producer is not queued behind
 /// thousands of reader tasks.
-fn on_own_thread<T, F>(make: impl FnOnce() -> F + Send + 'static) -> oneshot::Receiver<T>
+pub(crate) fn on_own_thread<T, F>(make: impl FnOnce() -> F + Send + 'static) -> oneshot::Receiver<T>
 where
     T: Send + 'static,
     F: Future<Output = T>,
@@ -188,7 +196,7 @@ where
     rx
 }
 
-const FILLER: &str = "lorem ipsum dolor sit amet, consectetur adip";
+pub(crate) const FILLER: &str = "lorem ipsum dolor sit amet, consectetur adip";
 
 /// A ~60-byte text delta (or whole message) whose content starts with the stamp.
 fn push_message(out: &mut Vec<u8>, message_id: Option<usize>, stamp: u64) {
@@ -212,7 +220,7 @@ struct Published {
 }
 
 /// One POST of messages; the error as text when it is not a 200.
-async fn append(conn: &mut Conn, path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
+pub(crate) async fn append(conn: &mut Conn, path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
     match conn.request("POST", path, Some(content_type), body).await {
         Ok((200, _)) => Ok(()),
         Ok((status, reply)) => Err(format!("append: {status} {}", String::from_utf8_lossy(&reply))),
@@ -227,7 +235,7 @@ enum Pace {
     Steady { rate: f64, seconds: f64 },
 }
 
-async fn create_stream(conn: &mut Conn) -> io::Result<String> {
+pub(crate) async fn create_stream(conn: &mut Conn) -> io::Result<String> {
     let (status, body) = conn.request("POST", "/v1/streams", None, b"").await?;
     let value: serde_json::Value = serde_json::from_slice(&body).map_err(io::Error::other)?;
     match (status, value["id"].as_str()) {
@@ -364,17 +372,17 @@ fn failed_reader(error: String) -> Sse {
     Sse::failed(error)
 }
 
-struct Window {
+pub(crate) struct Window {
     server_cpu: procfs::Cpu,
     client_cpu: procfs::Cpu,
 }
 
 impl Window {
-    fn start(server: &Server) -> Self {
+    pub(crate) fn start(server: &Server) -> Self {
         Window { server_cpu: server.cpu_seconds(), client_cpu: procfs::cpu_seconds("self") }
     }
 
-    fn end(self, server: &Server, result: &mut RunResult) {
+    pub(crate) fn end(self, server: &Server, result: &mut RunResult) {
         let server_cpu = server.cpu_seconds().since(self.server_cpu);
         let client_cpu = procfs::cpu_seconds("self").since(self.client_cpu);
         result.server_cpu_s = server_cpu.total();
@@ -388,7 +396,7 @@ impl Window {
 }
 
 /// One run of `scenario` against `target`.
-pub async fn run(scenario: &Scenario, target: Target, run: usize, settings: &Settings) -> io::Result<RunResult> {
+pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, settings: &Settings) -> io::Result<RunResult> {
     let label = format!("{}-run{run}", scenario.name);
     let server = Server::start(target, &settings.agentmux, &label).await?;
     let mut result = RunResult::new(scenario, target, run);
@@ -409,6 +417,10 @@ pub async fn run(scenario: &Scenario, target: Target, run: usize, settings: &Set
         Kind::Chat { concurrency, requests, words } => {
             chat(&server, settings, concurrency, requests, words, &mut result).await?;
         }
+        Kind::Stall { messages, rate, seconds, join_after } => {
+            crate::stall::stall(&server, settings, messages, rate, seconds, join_after, &mut result).await?;
+        }
+        Kind::WsIdle(ref sizes) => crate::ws_idle::ws_idle(&server, settings, &label, sizes, &mut result).await?,
     }
     let overflows = procfs::listen_overflows().saturating_sub(overflows);
     if overflows > 0 {

@@ -1,8 +1,8 @@
 //! Adapters: deterministic state machines that turn a stream's messages into wire frames.
 //!
 //! An adapter is fed a stream's messages one at a time ([`Adapter::push`]) and then how the stream ended
-//! ([`Adapter::finish`]); each step appends zero or more frames, each a complete unit for its transport (one
-//! SSE event), as [`Bytes`]. The frames for message N depend only on messages 1..N and on options fixed when
+//! ([`Adapter::finish`]); each step appends zero or more [`Frame`]s: events that know no transport (`frame.rs`);
+//! SSE and WebSocket each encode them (`crate::render`). The frames for message N depend only on messages 1..N and on options fixed when
 //! the adapter was made (ids, clock, model name), never on when or by whom they are read. That is what lets a
 //! stream render each message once per format and hand the same bytes to every subscriber of that format,
 //! and lets tests pin the output with golden files.
@@ -12,25 +12,30 @@
 //!   messages aggregated into one non-streaming `chat.completion`.
 
 mod cui;
+mod frame;
 mod openai;
-mod sse;
-
-use bytes::Bytes;
 
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use cui::CuiAdapter;
+pub use frame::{Frame, Payload};
 pub use openai::{ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 
 /// A renderer from messages to frames; see the module doc.
 pub trait Adapter {
     /// Renders one message of the stream, appending its frames to `frames`.
-    fn push(&mut self, message: &OutputMessage, frames: &mut Vec<Bytes>);
+    fn push(&mut self, message: &OutputMessage, frames: &mut Vec<Frame>);
 
     /// Renders the end of the stream, appending the last frames to `frames`.
-    fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Bytes>);
+    fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Frame>);
+
+    /// True once it will render nothing more, whatever comes (the OpenAI adapter after an error): a reader
+    /// that took every frame so far has its whole view of the stream.
+    fn ended(&self) -> bool {
+        false
+    }
 
     /// Renders an error that is not part of the stream but ends one subscriber's view of it (a subscriber
     /// that fell too far behind): the last frames that subscriber receives. Changes no state.
-    fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Bytes>);
+    fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Frame>);
 }

@@ -40,7 +40,8 @@ impl<A: Agent> DynAgent for A {
 /// use std::sync::Arc;
 /// use agentmux::agent::{self, EchoAgent};
 /// use agentmux::conversation::ChatRequest;
-/// use agentmux::hub::{Format, Hub};
+/// use agentmux::hub::Hub;
+/// use agentmux::render::Format;
 ///
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// let hub = Hub::default();

@@ -18,44 +18,16 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::sse::{self, OnDisconnect};
-use super::{App, HttpError, body};
-use crate::adapter::{OpenAiCompletion, ReasoningField};
+use super::{App, HttpError, body, format};
+use crate::adapter::{OpenAiCompletion, OpenAiOptions, ReasoningField};
 use crate::conversation::{ChatRequest, Role};
-use crate::hub::{Format, Stream};
+use crate::hub::Stream;
 use crate::output::EndStatus;
+use crate::render::Format;
 
 #[derive(Debug, Deserialize, Default)]
 pub(crate) struct ChatQuery {
     accept: Option<String>,
-}
-
-/// Which rendering the client asked for, from the query or the headers.
-struct Wants {
-    cui: bool,
-    reasoning: ReasoningField,
-    cancel_on_disconnect: bool,
-}
-
-impl Wants {
-    fn from(query: &ChatQuery, headers: &HeaderMap) -> Result<Self, HttpError> {
-        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_ascii_lowercase);
-        let accept = query.accept.clone().or_else(|| header("x-agentmux-accept"));
-        let cui = match accept.as_deref() {
-            None | Some("openai" | "standard") => false,
-            Some(a) if a == "cui" || a.starts_with("cui-") => true,
-            Some(other) => {
-                return Err(HttpError::bad_request(
-                    format!("accept must be openai or cui, not {other:?}"),
-                    Some("accept".into()),
-                    "invalid_value",
-                ));
-            }
-        };
-        let reasoning =
-            super::streams::parse_reasoning(header("x-agentmux-reasoning").as_deref(), "x-agentmux-reasoning")?;
-        let cancel_on_disconnect = header("x-agentmux-on-disconnect").as_deref() == Some("cancel");
-        Ok(Wants { cui, reasoning, cancel_on_disconnect })
-    }
 }
 
 /// Parses and checks a chat request.
@@ -82,7 +54,12 @@ pub(crate) async fn completions(
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
-    let wants = Wants::from(&query, &headers)?;
+    // Checked before the body is read, so a bad query fails fast.
+    format::chat(query.accept.as_deref(), &headers, false)?;
+    let cancel_on_disconnect = headers
+        .get("x-agentmux-on-disconnect")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("cancel"));
     let bytes = body::read(request, app.settings.body_limit).await?;
     let mut request = parse(&bytes)?;
     if request.model.is_empty() {
@@ -90,11 +67,12 @@ pub(crate) async fn completions(
     }
     let streaming = request.stream;
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
+    let format = format::chat(query.accept.as_deref(), &headers, include_usage)?;
     let model = request.model.clone();
     let stream = app.agents.start(&app.hub, request)?;
     super::record_stream(stream.id());
     tracing::info!(model, streaming, "chat completion started");
-    let on_disconnect = if wants.cancel_on_disconnect {
+    let on_disconnect = if cancel_on_disconnect {
         let stream = Arc::clone(&stream);
         OnDisconnect::new(move || {
             if stream.cancel() {
@@ -105,7 +83,6 @@ pub(crate) async fn completions(
         OnDisconnect::none()
     };
     if streaming {
-        let format = if wants.cui { Format::Cui } else { Format::OpenAi { include_usage, reasoning: wants.reasoning } };
         let subscription = stream.subscribe(format, 0)?;
         return Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect));
     }
@@ -113,10 +90,9 @@ pub(crate) async fn completions(
     let mut guard = on_disconnect;
     let outcome = stream.ended().await;
     guard.disarm();
-    let mut response = if wants.cui {
-        axum::Json(stream.snapshot()).into_response()
-    } else {
-        complete(&stream, &outcome, wants.reasoning)
+    let mut response = match format {
+        Format::OpenAi { reasoning, .. } => complete(&stream, &outcome, reasoning),
+        Format::Cui => axum::Json(stream.snapshot()).into_response(),
     };
     if let Ok(id) = HeaderValue::from_str(stream.id()) {
         response.headers_mut().insert("x-agentmux-stream-id", id);
@@ -126,10 +102,10 @@ pub(crate) async fn completions(
 
 /// The non-streaming answer: one `chat.completion`, or the error the run ended with.
 fn complete(stream: &Stream, outcome: &crate::output::Outcome, reasoning: ReasoningField) -> Response {
-    let mut options = stream.openai_options().clone();
+    let mut options = OpenAiOptions::from(stream.info());
     options.reasoning = reasoning;
     let mut completion = OpenAiCompletion::new(options);
-    stream.log().iter().for_each(|message| completion.push(message));
+    stream.history().iter().for_each(|message| completion.push(message));
     match completion.finish(outcome) {
         Ok(body) => ([("content-type", "application/json")], body).into_response(),
         Err(error) => {

@@ -34,6 +34,13 @@ impl HttpError {
         }
     }
 
+    /// 503 `capacity`: the service is full; a retry may succeed once something ends or is evicted.
+    pub fn capacity(message: impl Into<String>) -> Self {
+        let mut error = HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity");
+        error.retry = true;
+        error
+    }
+
     /// 400 `invalid_request_error`.
     pub fn bad_request(message: impl Into<String>, param: Option<String>, code: &str) -> Self {
         HttpError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message, param, code)
@@ -107,12 +114,7 @@ impl From<AppendError> for HttpError {
             AppendError::TooManyMessages { .. } | AppendError::StreamFull { .. } => {
                 HttpError::new(StatusCode::CONFLICT, "invalid_request_error", message, None, "stream_full")
             }
-            AppendError::HubFull { .. } => {
-                let mut error =
-                    HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity");
-                error.retry = true;
-                error
-            }
+            AppendError::HubFull { .. } => HttpError::capacity(message),
         }
     }
 }
@@ -129,10 +131,7 @@ impl From<BatchError> for HttpError {
 
 impl From<HubError> for HttpError {
     fn from(error: HubError) -> Self {
-        let mut error =
-            HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", error.to_string(), None, "capacity");
-        error.retry = true;
-        error
+        HttpError::capacity(error.to_string())
     }
 }
 
@@ -153,6 +152,11 @@ impl From<StartError> for HttpError {
 
 impl From<SubscribeError> for HttpError {
     fn from(error: SubscribeError) -> Self {
-        HttpError::bad_request(error.to_string(), Some("from".into()), "sequence_ahead")
+        match error {
+            SubscribeError::SequenceAhead { .. } => {
+                HttpError::bad_request(error.to_string(), Some("from".into()), "sequence_ahead")
+            }
+            _ => HttpError::capacity(error.to_string()),
+        }
     }
 }

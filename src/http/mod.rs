@@ -4,6 +4,7 @@
 //!   shutdown;
 //! - `error.rs`: [`HttpError`], the one mapping from errors to statuses and OpenAI error envelopes;
 //! - `body.rs`: body limits and JSON errors that name the field;
+//! - `format.rs`: which format a query, a WebSocket op or a chat request's headers ask for;
 //! - `chat.rs`: `POST /v1/chat/completions`;
 //! - `streams.rs`: the stream endpoints and `GET /v1/models`;
 //! - `sse.rs` and `ws.rs`: the SSE and WebSocket transports, both writing a batch of frames at a time.
@@ -11,6 +12,7 @@
 mod body;
 mod chat;
 mod error;
+mod format;
 mod sse;
 mod streams;
 mod ws;

@@ -2,9 +2,9 @@
 //!
 //! Appending takes one JSON object, a JSON array, or NDJSON (`application/x-ndjson`, one message per line);
 //! every message is validated and the batch goes in whole or not at all, so an error names the message
-//! (`messages[3].props.url`, and for NDJSON its line). Subscribing resumes after `from` or the
-//! `Last-Event-ID` header (what a browser's `EventSource` sends when it reconnects). Resuming a CUI
-//! subscription at the end of an ended stream answers 204, which tells `EventSource` to stop reconnecting.
+//! (`messages[3].props.url`, and for NDJSON its line). Subscribing resumes after the `Last-Event-ID` header
+//! (what a browser's `EventSource` sends when it reconnects), else after `from`. Resuming at the end of an
+//! ended stream answers 204, which tells `EventSource` to stop reconnecting.
 
 use std::sync::Arc;
 
@@ -16,11 +16,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::format::FormatFields;
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body};
-use crate::adapter::ReasoningField;
-use crate::hub::{Format, Status, Stream};
+use crate::hub::{Status, Stream};
 use crate::output::{Outcome, OutputMessage};
+use crate::render::Format;
 
 /// The stream named in the path.
 pub(crate) fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
@@ -129,72 +130,43 @@ pub(crate) async fn status(State(app): State<App>, Path(id): Path<String>) -> Re
     Ok(Json(find(&app, &id)?.snapshot()).into_response())
 }
 
-/// `format` and `from` of a subscription.
+/// A subscription's query: the format fields and `from`.
 #[derive(Debug, Deserialize, Default)]
 pub(crate) struct SubscribeQuery {
     format: Option<String>,
-    from: Option<u64>,
     include_usage: Option<bool>,
     reasoning: Option<String>,
+    from: Option<u64>,
 }
 
 impl SubscribeQuery {
     /// The format asked for (`cui` by default).
     pub(crate) fn format(&self) -> Result<Format, HttpError> {
-        parse_format(self.format.as_deref(), self.include_usage.unwrap_or(false), self.reasoning.as_deref())
+        let fields = FormatFields {
+            format: self.format.clone(),
+            include_usage: self.include_usage,
+            reasoning: self.reasoning.clone(),
+        };
+        fields.format()
     }
 
-    /// Where to resume: `from`, else `Last-Event-ID`, else the start.
+    /// Where to resume: the `Last-Event-ID` header, else `from`, else the start. The header wins because a
+    /// browser's `EventSource` sends it on every reconnect to the URL it was opened with: a `from` in that
+    /// URL must not replay what the browser already has (Mercure's rule).
     pub(crate) fn from(&self, headers: &HeaderMap) -> Result<u64, HttpError> {
-        if let Some(from) = self.from {
-            return Ok(from);
-        }
+        let invalid = |message: String| HttpError::bad_request(message, Some("Last-Event-ID".into()), "invalid_value");
         match headers.get("last-event-id").map(|v| v.to_str().map(str::trim)) {
-            None => Ok(0),
-            Some(Ok("")) => Ok(0),
-            Some(Ok(id)) => id.parse().map_err(|_| {
-                HttpError::bad_request(
-                    format!("Last-Event-ID must be a sequence number, not {id:?}"),
-                    Some("Last-Event-ID".into()),
-                    "invalid_value",
-                )
-            }),
-            Some(Err(_)) => {
-                Err(HttpError::bad_request("Last-Event-ID is not text", Some("Last-Event-ID".into()), "invalid_value"))
+            None | Some(Ok("")) => Ok(self.from.unwrap_or(0)),
+            Some(Ok(id)) => {
+                id.parse().map_err(|_| invalid(format!("Last-Event-ID must be a sequence number, not {id:?}")))
             }
+            Some(Err(_)) => Err(invalid("Last-Event-ID is not text".into())),
         }
     }
-}
 
-/// Where reasoning goes, by name (`reasoning_content`, `reasoning`, `both`); `param` names the field at fault.
-pub(crate) fn parse_reasoning(name: Option<&str>, param: &str) -> Result<ReasoningField, HttpError> {
-    match name {
-        None | Some("reasoning_content") => Ok(ReasoningField::ReasoningContent),
-        Some("reasoning") => Ok(ReasoningField::Reasoning),
-        Some("both") => Ok(ReasoningField::Both),
-        Some(other) => Err(HttpError::bad_request(
-            format!("{param} must be reasoning_content, reasoning or both, not {other:?}"),
-            Some(param.into()),
-            "invalid_value",
-        )),
-    }
-}
-
-/// A format by name: `cui` or `openai`, with the OpenAI options.
-pub(crate) fn parse_format(
-    name: Option<&str>,
-    include_usage: bool,
-    reasoning: Option<&str>,
-) -> Result<Format, HttpError> {
-    let reasoning = parse_reasoning(reasoning, "reasoning")?;
-    match name {
-        None | Some("cui") => Ok(Format::Cui),
-        Some("openai") => Ok(Format::OpenAi { include_usage, reasoning }),
-        Some(other) => Err(HttpError::bad_request(
-            format!("format must be cui or openai, not {other:?}"),
-            Some("format".into()),
-            "invalid_value",
-        )),
+    /// True when the request resumes (by the header or `from`) rather than starting from the beginning.
+    fn resumes(&self, headers: &HeaderMap) -> bool {
+        self.from.is_some() || headers.get("last-event-id").is_some_and(|v| !v.as_bytes().trim_ascii().is_empty())
     }
 }
 
@@ -208,7 +180,9 @@ pub(crate) async fn events(
     let stream = find(&app, &id)?;
     let format = query.format()?;
     let from = query.from(&headers)?;
-    if format == Format::Cui && stream.status() != Status::Open && from == stream.last_sequence() {
+    // Resuming at the end of an ended stream: nothing is left to send, and 204 tells `EventSource` to stop
+    // reconnecting.
+    if query.resumes(&headers) && stream.status() != Status::Open && from == stream.last_sequence() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let subscription = stream.subscribe(format, from)?;

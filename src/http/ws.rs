@@ -1,60 +1,60 @@
 //! WebSocket subscribers: `GET /v1/streams/{id}/ws` for one stream, `GET /v1/ws` for several at once.
 //!
 //! Both speak one protocol of JSON text frames. From the client: `{"op": "subscribe", "stream", "format"?,
-//! "from"?}`, `{"op": "unsubscribe", "stream"}`, `{"op": "cancel", "stream"}`, `{"op": "publish", "stream",
-//! "message"}`. From the server: `{"stream", "seq", "message"}` (CUI), `{"stream", "chunk"}` (OpenAI),
-//! `{"stream", "done": true, "status"}` when a stream ends, `{"stream"?, "error": {"message", "code"}}`, and
-//! small acknowledgements (`{"stream", "published": seq}`, `{"stream", "subscribed": true}`, ...). A frame
-//! that is not JSON or not a known op gets an error and the connection stays open.
+//! "from"?, "include_usage"?, "reasoning"?}`, `{"op": "unsubscribe", "stream"}`, `{"op": "cancel", "stream"}`,
+//! `{"op": "publish", "stream", "message"}`. From the server: the stream's WebSocket rendition
+//! (`crate::render`: `{"stream", "seq", "message"}` for CUI, `{"stream", "chunk"}` for OpenAI, `{"stream",
+//! "error"}`, and `{"stream", "done": true, "status"}` at the end), error replies `{"stream"?, "error":
+//! {"message", "code"}}`, and small acknowledgements (`{"stream", "published": seq}`, `{"stream",
+//! "subscribed": true}`, ...). A frame that is not JSON or not a known op gets an error and the connection
+//! stays open.
 //!
-//! Each subscription runs in its own task that pulls batches from the hub and hands them to the one
-//! writer through a bounded channel; the writer feeds a batch's messages and flushes once. A slow socket
-//! therefore stops the pulls, the hub's byte bound turns that into a `lagged` error for that subscription,
-//! and nobody else waits. The server's frames are re-wrapped from the SSE renditions (the JSON is sliced,
-//! not parsed), so WebSocket subscribers share the rendering with SSE ones. Frame and message sizes are
-//! bounded; the per-stream endpoint closes with a reason when its stream ends or its subscriber lags.
+//! A connection's subscriptions are cursors into their streams' shared renditions, polled together by the
+//! connection's one task: it takes a batch only when the socket has taken the last one, so a connection
+//! has at most one batch (up to the hub's batch limit) in flight, however many streams it watches and
+//! however slowly it reads, and a reader that is behind costs the server no more than an SSE one. The
+//! bytes it writes were encoded once per stream for every WebSocket subscriber of that format; nothing is
+//! parsed or re-wrapped here. Client frame and message sizes are bounded; the per-stream endpoint closes
+//! with 1000 when its stream ends, or with the reason `lagged` when its history is gone.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::pin::Pin;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::Response;
-use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio_stream::StreamMap;
 use tracing::Instrument;
 
-use super::streams::{SubscribeQuery, find, parse_format};
+use super::format::FormatFields;
+use super::streams::{SubscribeQuery, find};
 use super::{App, HttpError};
-use crate::hub::{Format, Stream, Subscription};
+use crate::hub::{Batch, Subscription};
 use crate::output::OutputMessage;
+use crate::render::{Encoding, Format, View};
 
-/// What the writer sends.
-enum Outgoing {
-    /// Messages to feed, then one flush.
-    Batch(Vec<Message>),
-    /// A subscription ended: for the per-stream endpoint, close with this reason.
-    Ended { stream: String, reason: &'static str },
-}
+/// A subscription's batches, then `None` once when it ends.
+type Feed = Pin<Box<dyn futures::Stream<Item = Option<Batch>> + Send>>;
 
 /// `GET /v1/streams/{id}/ws`.
 pub(crate) async fn one(
     State(app): State<App>,
     Path(id): Path<String>,
     Query(query): Query<SubscribeQuery>,
+    headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, HttpError> {
     let stream = find(&app, &id)?;
     let format = query.format()?;
-    let from = query.from(&Default::default())?;
-    let subscription = stream.subscribe(format, from)?;
+    let from = query.from(&headers)?;
+    let subscription = stream.subscribe(View::new(format, Encoding::WebSocket), from)?;
     let span = tracing::info_span!("ws", stream = stream.id());
+    let id = stream.id().to_owned();
     Ok(limits(upgrade, &app)
-        .on_upgrade(move |socket| connection(app, socket, Some((stream, subscription, format))).instrument(span)))
+        .on_upgrade(move |socket| connection(app, socket, Some((id, subscription))).instrument(span)))
 }
 
 /// `GET /v1/ws`.
@@ -63,28 +63,54 @@ pub(crate) async fn many(State(app): State<App>, upgrade: WebSocketUpgrade) -> R
     limits(upgrade, &app).on_upgrade(move |socket| connection(app, socket, None).instrument(span))
 }
 
+/// Bytes the WebSocket writer gathers before it writes: small messages still go out many to a write, and
+/// a connection whose client does not read holds at most this much (and the frame that did not fit) beyond
+/// what the kernel took; the rest of its batch stays shared with every other subscriber.
+const WRITE_BUFFER: usize = 8 << 10;
+
+/// The reader's buffer: clients send small ops, and a larger message grows it as it needs (tungstenite
+/// zero-fills the whole buffer on the first read, so its 128 KiB default would cost every connection that).
+const READ_BUFFER: usize = 4 << 10;
+
 fn limits(upgrade: WebSocketUpgrade, app: &App) -> WebSocketUpgrade {
     let max = app.settings.ws_max_message;
-    upgrade.max_message_size(max).max_frame_size(max)
+    upgrade.max_message_size(max).max_frame_size(max).write_buffer_size(WRITE_BUFFER).read_buffer_size(READ_BUFFER)
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
 enum Op {
-    Subscribe { stream: String, format: Option<String>, from: Option<u64>, include_usage: Option<bool> },
-    Unsubscribe { stream: String },
-    Cancel { stream: String },
-    Publish { stream: String, message: Value },
+    Subscribe {
+        stream: String,
+        from: Option<u64>,
+        #[serde(flatten)]
+        format: FormatFields,
+    },
+    Unsubscribe {
+        stream: String,
+    },
+    Cancel {
+        stream: String,
+    },
+    Publish {
+        stream: String,
+        message: Value,
+    },
 }
 
-async fn connection(app: App, socket: WebSocket, initial: Option<(Arc<Stream>, Subscription, Format)>) {
-    let single = initial.as_ref().map(|(stream, _, _)| stream.id().to_owned());
+/// A subscription as the connection polls it.
+fn feed(subscription: Subscription) -> Feed {
+    Box::pin(subscription.into_stream().map(Some).chain(futures::stream::once(async { None })))
+}
+
+async fn connection(app: App, socket: WebSocket, initial: Option<(String, Subscription)>) {
+    let single = initial.as_ref().map(|(id, _)| id.clone());
     let (mut sink, mut source) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<Outgoing>(64);
-    let mut subscriptions: HashMap<String, JoinHandle<()>> = HashMap::new();
-    if let Some((stream, subscription, format)) = initial {
-        subscriptions.insert(stream.id().to_owned(), tokio::spawn(forward(stream, subscription, format, tx.clone())));
+    let mut feeds: StreamMap<String, Feed> = StreamMap::new();
+    if let Some((id, subscription)) = initial {
+        feeds.insert(id, feed(subscription));
     }
+    let mut lagged = false;
     let close = loop {
         tokio::select! {
             incoming = source.next() => match incoming {
@@ -95,8 +121,8 @@ async fn connection(app: App, socket: WebSocket, initial: Option<(Arc<Stream>, S
                 }
                 Some(Ok(Message::Close(_))) => break None,
                 Some(Ok(Message::Text(text))) => {
-                    let replies = handle(&app, text.as_str(), &mut subscriptions, &tx);
-                    if send(&mut sink, replies).await.is_err() {
+                    let reply = handle(&app, text.as_str(), &mut feeds);
+                    if send(&mut sink, vec![reply]).await.is_err() {
                         break None;
                     }
                 }
@@ -108,27 +134,32 @@ async fn connection(app: App, socket: WebSocket, initial: Option<(Arc<Stream>, S
                 }
                 Some(Ok(_)) => {}
             },
-            outgoing = rx.recv() => match outgoing {
-                Some(Outgoing::Batch(messages)) => {
-                    if send(&mut sink, messages).await.is_err() {
+            Some((stream, item)) = feeds.next(), if !feeds.is_empty() => match item {
+                Some(batch) => {
+                    lagged |= batch.lagged;
+                    if send(&mut sink, messages(&batch)).await.is_err() {
                         break None;
                     }
                 }
-                Some(Outgoing::Ended { stream, reason }) => {
-                    subscriptions.remove(&stream);
+                None => {
+                    feeds.remove(&stream);
                     if single.as_deref() == Some(stream.as_str()) {
+                        let reason = if lagged { "lagged" } else { "stream ended" };
                         break Some(close_frame(close_code::NORMAL, reason));
                     }
                 }
-                None => break None,
             },
         }
     };
-    subscriptions.values().for_each(JoinHandle::abort);
     if let Some(frame) = close {
         let _ = sink.send(Message::Close(Some(frame))).await;
     }
     let _ = sink.close().await;
+}
+
+/// A batch's frames as text messages: each frame is one JSON object (see `crate::render`).
+fn messages(batch: &Batch) -> Vec<Message> {
+    batch.frames().into_iter().filter_map(|frame| Utf8Bytes::try_from(frame).ok().map(Message::Text)).collect()
 }
 
 fn close_frame(code: u16, reason: &str) -> CloseFrame {
@@ -150,40 +181,32 @@ async fn send(
     sink.flush().await
 }
 
-/// Handles one client frame; returns the replies to send at once.
-fn handle(
-    app: &App,
-    text: &str,
-    subscriptions: &mut HashMap<String, JoinHandle<()>>,
-    tx: &mpsc::Sender<Outgoing>,
-) -> Vec<Message> {
+/// Handles one client frame; returns the reply.
+fn handle(app: &App, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message {
     let op: Op = match serde_json::from_str(text) {
         Ok(op) => op,
         Err(error) => {
             let code = if serde_json::from_str::<Value>(text).is_ok() { "invalid_op" } else { "invalid_json" };
-            return vec![error_message(None, &format!("frame not understood: {error}"), code)];
+            return error_message(None, &format!("frame not understood: {error}"), code);
         }
     };
     let result = match op {
-        Op::Subscribe { stream, format, from, include_usage } => (|| {
+        Op::Subscribe { stream, from, format } => (|| {
             let found = find(app, &stream)?;
-            if subscriptions.get(&stream).is_some_and(|task| !task.is_finished()) {
+            if feeds.contains_key(&stream) {
                 return Err(HttpError::bad_request(
                     "already subscribed to this stream",
                     Some("stream".into()),
                     "already_subscribed",
                 ));
             }
-            let format = parse_format(format.as_deref(), include_usage.unwrap_or(false), None)?;
-            let subscription = found.subscribe(format, from.unwrap_or(0))?;
-            subscriptions.insert(stream.clone(), tokio::spawn(forward(found, subscription, format, tx.clone())));
+            let format: Format = format.format()?;
+            let subscription = found.subscribe(View::new(format, Encoding::WebSocket), from.unwrap_or(0))?;
+            feeds.insert(stream.clone(), feed(subscription));
             Ok(json!({ "stream": stream, "subscribed": true }))
         })(),
-        Op::Unsubscribe { stream } => match subscriptions.remove(&stream) {
-            Some(task) => {
-                task.abort();
-                Ok(json!({ "stream": stream, "unsubscribed": true }))
-            }
+        Op::Unsubscribe { stream } => match feeds.remove(&stream) {
+            Some(_) => Ok(json!({ "stream": stream, "unsubscribed": true })),
             None => {
                 Err(HttpError::bad_request("not subscribed to this stream", Some("stream".into()), "not_subscribed"))
             }
@@ -211,7 +234,7 @@ fn handle(
             body
         }
     };
-    vec![Message::Text(reply.to_string().into())]
+    Message::Text(reply.to_string().into())
 }
 
 fn error_message(stream: Option<&str>, message: &str, code: &str) -> Message {
@@ -220,56 +243,4 @@ fn error_message(stream: Option<&str>, message: &str, code: &str) -> Message {
         body["stream"] = json!(stream);
     }
     Message::Text(body.to_string().into())
-}
-
-/// Pulls a subscription's batches and hands them to the writer as WebSocket messages.
-async fn forward(stream: Arc<Stream>, mut subscription: Subscription, format: Format, tx: mpsc::Sender<Outgoing>) {
-    let id = stream.id().to_owned();
-    let quoted = serde_json::to_string(&id).unwrap_or_else(|_| "\"\"".into());
-    while let Some(batch) = subscription.next().await {
-        if batch.lagged {
-            let message =
-                format!("this subscriber fell too far behind; subscribe again with from={}", batch.last_sequence);
-            let body = json!({ "stream": id, "error": { "message": message, "code": "lagged", "resume_from": batch.last_sequence } });
-            let _ = tx.send(Outgoing::Batch(vec![Message::Text(body.to_string().into())])).await;
-            let _ = tx.send(Outgoing::Ended { stream: id, reason: "lagged" }).await;
-            return;
-        }
-        let messages = batch.frames().iter().filter_map(|frame| rewrap(&quoted, format, frame)).collect();
-        if tx.send(Outgoing::Batch(messages)).await.is_err() {
-            return;
-        }
-    }
-    let done = json!({ "stream": id, "done": true, "status": stream.status() });
-    let _ = tx.send(Outgoing::Batch(vec![Message::Text(done.to_string().into())])).await;
-    let _ = tx.send(Outgoing::Ended { stream: id, reason: "stream ended" }).await;
-}
-
-/// An SSE frame as a WebSocket message: `{"stream","seq","message"}`, `{"stream","chunk"}`, or
-/// `{"stream","error"}`; `[DONE]` has none (the `done` message follows when the subscription ends).
-fn rewrap(quoted_stream: &str, format: Format, frame: &Bytes) -> Option<Message> {
-    let text = std::str::from_utf8(frame).ok()?;
-    let mut sequence = None;
-    let mut data = None;
-    for line in text.lines() {
-        if let Some(id) = line.strip_prefix("id: ") {
-            sequence = id.parse::<u64>().ok();
-        } else if let Some(payload) = line.strip_prefix("data: ") {
-            data = Some(payload);
-        }
-    }
-    let data = data?;
-    let wrapped = if data == "[DONE]" {
-        return None;
-    } else if data.starts_with("{\"error\":") {
-        format!("{{\"stream\":{quoted_stream},{}", &data[1..])
-    } else if format == Format::Cui {
-        match sequence {
-            Some(sequence) => format!("{{\"stream\":{quoted_stream},\"seq\":{sequence},\"message\":{data}}}"),
-            None => format!("{{\"stream\":{quoted_stream},\"message\":{data}}}"),
-        }
-    } else {
-        format!("{{\"stream\":{quoted_stream},\"chunk\":{data}}}")
-    };
-    Some(Message::Text(wrapped.into()))
 }

@@ -2,9 +2,8 @@
 //!
 //! A stream stamps every message with a timestamp and has a random id and epoch. Production uses the
 //! system clock and the thread-local CSPRNG ([`SystemClock`], [`RandomIds`]); tests and golden files plug
-//! in a clock that ticks one millisecond per reading and ids that count ([`SteppingClock`], [`CountingIds`]).
+//! in their own (a clock that ticks, ids that count), which is why both are traits.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rand::RngCore;
@@ -22,23 +21,6 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
-    }
-}
-
-/// A clock that starts at a given time and advances one millisecond per reading.
-#[derive(Debug)]
-pub struct SteppingClock(AtomicU64);
-
-impl SteppingClock {
-    /// Starts at `start_ms`.
-    pub fn new(start_ms: u64) -> Self {
-        SteppingClock(AtomicU64::new(start_ms))
-    }
-}
-
-impl Clock for SteppingClock {
-    fn now_ms(&self) -> u64 {
-        self.0.fetch_add(1, Ordering::Relaxed)
     }
 }
 
@@ -67,19 +49,5 @@ impl Ids for RandomIds {
 
     fn epoch(&self) -> String {
         random_hex(8)
-    }
-}
-
-/// `s1`, `s2`, ... and `e1`, `e2`, ...: for tests.
-#[derive(Debug, Default)]
-pub struct CountingIds(AtomicU64);
-
-impl Ids for CountingIds {
-    fn stream_id(&self) -> String {
-        format!("s{}", self.0.fetch_add(1, Ordering::Relaxed) + 1)
-    }
-
-    fn epoch(&self) -> String {
-        format!("e{}", self.0.fetch_add(1, Ordering::Relaxed) + 1)
     }
 }

@@ -1,30 +1,41 @@
-//! The hub: streams, fan-out, resume, backpressure and retention.
+//! The hub: streams, fan-out, resume and retention.
 //!
 //! - [`Hub`] (this file): the streams by id, the limits, and retention: an ended stream stays readable
-//!   (subscribe, resume, status) for the retention time, then is evicted.
-//! - [`Stream`] (`stream.rs`): one append-only log with sequence numbers and an epoch, its materialised state
-//!   (the delta reducer), and the lifecycle events it adds by itself (`lifecycle.rs`).
-//! - `rendition.rs`: per format in use, the frames of the whole log, rendered once and shared by every
-//!   subscriber of that format.
-//! - [`Subscription`] (`subscription.rs`): a subscriber's cursor into a rendition, with the byte bound that
-//!   turns a subscriber that falls behind into one `lagged` notice instead of slowing anyone.
-//! - [`Format`] (`format.rs`) and the injectable [`Clock`] and [`Ids`] (`clock.rs`).
+//!   (subscribe, resume, status) for the retention time, by the hub's clock, then is evicted.
+//! - [`Stream`] (`stream.rs`): what a stream does for its producer: validate, stamp sequences and ids, add
+//!   the lifecycle events (`lifecycle.rs`), reduce deltas, check limits, record the outcome.
+//! - [`Log`] (`log.rs`): what its readers need: entries after a sequence, a way to wait for more, the end.
+//!   The in-memory log (`MemoryLog`) is its first implementation.
+//! - [`Render`] (`render.rs`): how a subscriber wants a stream rendered, given by the caller; the hub keeps
+//!   one rendition per render key (`rendition.rs`), rendered once and shared by every subscriber of it.
+//! - [`Subscription`] (`subscription.rs`): a subscriber's cursor into a rendition.
+//! - the injectable [`Clock`] and [`Ids`] (`clock.rs`).
+//!
+//! # Why the seam sits where it does
+//!
+//! Everything a stream must decide alone and at once (the next sequence, whether a delta applies, whether
+//! a limit is passed, how it ended) stays on the producer side, behind one mutex, where it is cheap and
+//! exact. Everything after that is a reader of stamped entries: renditions, subscriptions, snapshots of
+//! the history, a later store's writer. Putting the seam at the stamped entry means a durable store or a
+//! replicated log only has to keep and hand out entries in order; it never re-runs the reducer, and no
+//! adapter or transport changes with it. The hub knows no wire format: formats come in as [`Render`]s,
+//! and the stream facts a format derives its constants from are neutral ([`StreamInfo`]).
 //!
 //! # Memory
 //!
-//! Every byte a stream holds is counted against its own limit ([`Limits::stream_bytes`]) and the hub's
-//! ([`Limits::hub_bytes`], 1 GiB by default); an append past either is refused. Counted is each message's
-//! size as JSON. Besides the log a stream keeps the reducer's state (at most the size of the log: deltas
-//! merge into it) and one rendition per format in use (CUI frames are the log plus a few dozen bytes per
-//! message; OpenAI chunks at most that, and usually less). Subscribers add only their cursor. So the worst
-//! case is about `hub_bytes × (2 + formats in use)` plus per-message bookkeeping: about 4 GiB with the
-//! defaults and both formats in use, and the streams are gone a retention time after they end. A stream
-//! whose producer never ends it stays until the process stops: its producer (an agent run, or an HTTP
-//! client through the service) owns ending it.
+//! Every byte a stream holds is counted against the hub's limit ([`Limits::hub_bytes`], 1 GiB by default):
+//! its log entries (as JSON), its own first and last events, and for each rendition in use its frames and
+//! its renderer's state (see `stream.rs` for how). An append that would not fit in every format in use is
+//! refused (`HubFull`), as is a subscription that needs a new rendition the hub could not hold. Subscribers
+//! add only their cursor, however far behind they are. Per-message bookkeeping outside the JSON (the `Arc`,
+//! the reducer's map entries) is not counted: a few dozen bytes per message. An ended stream is evicted a
+//! retention time after it ended, and gives back everything; a stream whose producer never ends it stays
+//! until the process stops: its producer (an agent run, or an HTTP client through the service) owns ending it.
 
 mod clock;
-mod format;
 mod lifecycle;
+mod log;
+mod render;
 mod rendition;
 mod stream;
 mod subscription;
@@ -32,10 +43,13 @@ mod subscription;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub use clock::{Clock, CountingIds, Ids, RandomIds, SteppingClock, SystemClock};
-pub use format::Format;
+pub use clock::{Clock, Ids, RandomIds, SystemClock};
+#[cfg(test)]
+pub(crate) use log::MemoryLog;
+pub use log::{Entry, Gone, Log};
+pub use render::{Render, Renderer, StreamInfo};
 pub use stream::{AppendError, BatchError, Snapshot, Status, Stream, SubscribeError};
 pub use subscription::{Batch, Subscription};
 
@@ -71,11 +85,9 @@ impl Default for Limits {
 pub struct HubConfig {
     /// What it may hold.
     pub limits: Limits,
-    /// A subscriber's outbound bound: past it the subscriber gets `lagged` and ends (1 MiB).
-    pub queue_bytes: u64,
     /// The most bytes handed to a subscriber in one batch, unless one frame is larger (256 KiB).
     pub batch_bytes: u64,
-    /// How long an ended stream stays readable (10 minutes).
+    /// How long an ended stream stays readable (10 minutes), by `clock`.
     pub retention: Duration,
     /// Where timestamps come from.
     pub clock: Arc<dyn Clock>,
@@ -87,7 +99,6 @@ impl Default for HubConfig {
     fn default() -> Self {
         HubConfig {
             limits: Limits::default(),
-            queue_bytes: 1 << 20,
             batch_bytes: 256 << 10,
             retention: Duration::from_secs(600),
             clock: Arc::new(SystemClock),
@@ -106,6 +117,12 @@ pub enum HubError {
         /// The limit.
         limit: usize,
     },
+    /// The hub holds as many bytes as it may.
+    #[error("the service has reached its limit of {limit} bytes of messages")]
+    HubFull {
+        /// The limit.
+        limit: u64,
+    },
 }
 
 /// What the hub and its streams share: the config, the byte count, the ended streams awaiting eviction.
@@ -113,7 +130,8 @@ pub enum HubError {
 pub(crate) struct Shared {
     pub(crate) config: HubConfig,
     bytes: AtomicU64,
-    ended: Mutex<VecDeque<(Instant, String)>>,
+    /// Ended streams by when they ended (ms by the hub's clock), oldest first.
+    ended: Mutex<VecDeque<(u64, String)>>,
 }
 
 impl Shared {
@@ -137,14 +155,15 @@ impl Shared {
     /// Records that a stream ended now.
     fn ended(&self, id: &str) {
         let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
-        ended.push_back((Instant::now(), id.to_owned()));
+        ended.push_back((self.config.clock.now_ms(), id.to_owned()));
     }
 }
 
 /// The streams of one process; cheap to clone.
 ///
 /// ```
-/// use agentmux::hub::{Format, Hub};
+/// use agentmux::hub::Hub;
+/// use agentmux::render::Format;
 /// use agentmux::output::{Outcome, OutputMessage};
 ///
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -197,7 +216,7 @@ impl Hub {
         &self.inner.shared.config
     }
 
-    /// Creates an open stream whose OpenAI chunks report `model`; it starts with `stream_start`.
+    /// Creates an open stream that reports `model`; it starts with `stream_start`.
     pub fn create(&self, model: &str) -> Result<Arc<Stream>, HubError> {
         self.evict_expired();
         let limit = self.config().limits.streams;
@@ -205,7 +224,9 @@ impl Hub {
         if streams.len() >= limit {
             return Err(HubError::TooManyStreams { limit });
         }
-        let stream = Stream::new(Arc::clone(&self.inner.shared), model);
+        let Some(stream) = Stream::new(Arc::clone(&self.inner.shared), model) else {
+            return Err(HubError::HubFull { limit: self.config().limits.hub_bytes });
+        };
         streams.insert(stream.id().to_owned(), Arc::clone(&stream));
         tracing::debug!(stream = stream.id(), model, "stream created");
         Ok(stream)
@@ -237,24 +258,34 @@ impl Hub {
         self.inner.shared.bytes.load(Ordering::Acquire)
     }
 
-    /// Evicts the streams whose retention has passed. Runs on every `create` and `get`; a server may also
-    /// call it on a timer so memory is returned when nobody calls either.
+    /// Evicts the streams whose retention has passed: they are gone from the hub, their history and
+    /// renditions are dropped and their bytes given back, and a subscriber still behind gets `lagged`. Runs
+    /// on every `create` and `get`; a server may also call it on a timer so memory is returned when nobody
+    /// calls either.
     pub fn evict_expired(&self) {
-        let retention = self.config().retention;
+        let retention = self.config().retention.as_millis() as u64;
         let mut expired = Vec::new();
         {
             let mut ended = self.inner.shared.ended.lock().unwrap_or_else(|p| p.into_inner());
-            while ended.front().is_some_and(|(at, _)| at.elapsed() >= retention) {
+            if ended.is_empty() {
+                return;
+            }
+            // Read only when something may expire: a test's stepping clock must not tick for nothing.
+            let now_ms = self.config().clock.now_ms();
+            while ended.front().is_some_and(|(at, _)| now_ms.saturating_sub(*at) >= retention) {
                 if let Some((_, id)) = ended.pop_front() {
                     expired.push(id);
                 }
             }
         }
         if !expired.is_empty() {
-            let mut streams = self.streams();
-            for id in expired {
-                streams.remove(&id);
-                tracing::debug!(stream = id, "stream evicted");
+            let evicted: Vec<Arc<Stream>> = {
+                let mut streams = self.streams();
+                expired.iter().filter_map(|id| streams.remove(id)).collect()
+            };
+            for stream in evicted {
+                stream.forget();
+                tracing::debug!(stream = stream.id(), "stream evicted");
             }
         }
     }

@@ -1,24 +1,36 @@
-//! [`Rendition`]: one format's frames for a stream's whole log, rendered once and shared.
+//! [`Rendition`]: one `Render`'s frames for a stream's whole log, rendered once and shared.
 //!
-//! Adapters are deterministic, so the frames for message N are the same for every subscriber of a format.
-//! A rendition renders the log lazily, when the first subscriber of its format needs frames past what is
-//! rendered, and keeps every frame: a subscriber joining late or resuming from sequence N starts at the
-//! first frame of message N+1 (`ends`), and lag is a subtraction of cumulative byte counts (`offsets`).
+//! Renderers are deterministic, so the frames for message N are the same for every subscriber of a render
+//! key. A rendition renders the log lazily, a chunk of entries at a time, when a subscriber needs frames
+//! past what is rendered, and keeps every frame: a subscriber joining late or resuming from sequence N
+//! starts at the first frame of message N+1 (`ends`).
 //!
-//! The frames rendered in one go (what one append brought) are written back to back into one block, and a
-//! subscriber's batch is a slice of it: fan-out of a block costs one reference-count bump per subscriber,
-//! not one per frame, and copies nothing; only a batch that spans blocks is copied into one buffer. A
-//! subscriber that never reads costs nothing.
+//! Each rendition sits behind its own mutex, not the stream's: a first subscriber in a format rendering a
+//! long log holds only this rendition (and the log's lock for the moment it takes to copy out a chunk of
+//! `Arc`s), so the producer appends on undisturbed.
+//!
+//! The frames rendered in one go are written back to back into one block, and a subscriber's batch is a
+//! slice of it: fan-out of a block costs one reference-count bump per subscriber, not one per frame, and
+//! copies nothing; only a batch that spans blocks is copied into one buffer. A subscriber that never reads
+//! costs nothing.
+//!
+//! Memory: every byte a rendition adds (frames, their offsets, its renderer's state) is counted against
+//! the hub's limit as it is rendered, after the stream counted an estimate for it when the entry was
+//! appended (see `stream.rs`); the estimate is given back as the real figure is counted.
 
 use bytes::{Bytes, BytesMut};
 
-use super::Format;
-use crate::adapter::{Adapter, OpenAiOptions};
-use crate::output::{ErrorProps, Outcome, OutputMessage};
+use super::log::{Entry, Gone, Log};
+use super::render::Renderer;
+
+/// Entries rendered per read from the log: bounds how long one catch-up holds the rendition.
+const CHUNK: usize = 1024;
+
+/// Bytes of bookkeeping per frame and per message (an offset, an end).
+const BOOKKEEPING: u64 = 8;
 
 pub(crate) struct Rendition {
-    pub(crate) format: Format,
-    adapter: Box<dyn Adapter + Send>,
+    renderer: Box<dyn Renderer>,
     /// Every frame so far, back to back in blocks; `starts[b]` is the first frame of `blocks[b]`.
     blocks: Vec<Bytes>,
     starts: Vec<usize>,
@@ -26,40 +38,83 @@ pub(crate) struct Rendition {
     offsets: Vec<u64>,
     /// `ends[i]`: number of frames after rendering message `i` (sequence `i + 1`).
     ends: Vec<usize>,
-    /// The adapter's `finish` has run.
+    /// The log's end was rendered, or the renderer will render nothing more.
     pub(crate) finished: bool,
+    /// The log no longer keeps what this rendition needs next.
+    pub(crate) gone: Option<Gone>,
+    /// The renderer's state as last counted.
+    held: u64,
+}
+
+/// What a catch-up changed in the hub's count: bytes to count, and the estimate to give back.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counted {
+    pub(crate) added: u64,
+    pub(crate) estimated: u64,
 }
 
 impl Rendition {
-    pub(crate) fn new(format: Format, options: &OpenAiOptions) -> Self {
+    pub(crate) fn new(renderer: Box<dyn Renderer>) -> Self {
         Rendition {
-            format,
-            adapter: format.adapter(options),
+            renderer,
             blocks: Vec::new(),
             starts: Vec::new(),
             offsets: vec![0],
             ends: Vec::new(),
             finished: false,
+            gone: None,
+            held: 0,
         }
     }
 
-    /// Renders the messages of `log` not rendered yet, and the end once there is one, as one new block.
-    pub(crate) fn catch_up(&mut self, log: &[OutputMessage], end: Option<&Outcome>) {
+    /// The last sequence rendered.
+    pub(crate) fn rendered(&self) -> u64 {
+        self.ends.len() as u64
+    }
+
+    /// Renders the next chunk of the log not rendered yet (and the end once the log has one) as one new
+    /// block; `false` when there was nothing to render.
+    pub(crate) fn catch_up(&mut self, log: &dyn Log, counted: &mut Counted) -> bool {
+        if self.finished || self.gone.is_some() {
+            return false;
+        }
+        let entries = match log.read(self.rendered(), CHUNK) {
+            Ok(entries) => entries,
+            Err(gone) => {
+                self.gone = Some(gone);
+                return false;
+            }
+        };
+        if entries.is_empty() {
+            return false;
+        }
         let (first, mut frames, mut block) = (self.len(), Vec::new(), BytesMut::new());
-        for message in log.get(self.ends.len()..).unwrap_or_default() {
-            self.adapter.push(message, &mut frames);
+        for entry in &entries {
+            self.renderer.render(entry, &mut frames);
             self.extend(&mut frames, &mut block);
-            self.ends.push(self.len());
+            match entry {
+                Entry::Message { bytes, .. } => {
+                    self.ends.push(self.len());
+                    counted.estimated += bytes;
+                    counted.added += BOOKKEEPING;
+                }
+                Entry::End(_) => self.finished = true,
+            }
+            if self.renderer.ended() {
+                // Nothing more will be rendered: whatever else the log holds or gets is not this view's.
+                self.finished = true;
+                break;
+            }
         }
-        if let (Some(outcome), false, true) = (end, self.finished, self.ends.len() == log.len()) {
-            self.adapter.finish(outcome, &mut frames);
-            self.extend(&mut frames, &mut block);
-            self.finished = true;
-        }
+        counted.added += block.len() as u64 + BOOKKEEPING * (self.len() - first) as u64;
+        let held = self.renderer.held_bytes();
+        counted.added += held.saturating_sub(self.held);
+        self.held = self.held.max(held);
         if !block.is_empty() {
             self.starts.push(first);
             self.blocks.push(block.freeze());
         }
+        true
     }
 
     fn extend(&mut self, frames: &mut Vec<Bytes>, block: &mut BytesMut) {
@@ -70,6 +125,18 @@ impl Rendition {
         }
     }
 
+    /// Drops every frame (the stream was evicted): subscribers still behind get the interruption.
+    pub(crate) fn forget(&mut self, gone: Gone) {
+        self.blocks = Vec::new();
+        self.starts = Vec::new();
+        self.gone = Some(gone);
+    }
+
+    /// True when frame `cursor` was dropped by [`Rendition::forget`].
+    pub(crate) fn is_forgotten(&self, cursor: usize) -> bool {
+        self.gone.is_some() && self.blocks.is_empty() && cursor < self.len()
+    }
+
     /// Number of frames.
     pub(crate) fn len(&self) -> usize {
         self.offsets.len() - 1
@@ -78,7 +145,7 @@ impl Rendition {
     /// Frames `from..to`, back to back: a slice of one block, or a copy when they span blocks.
     pub(crate) fn slice(&self, from: usize, to: usize) -> Bytes {
         let to = to.min(self.len());
-        if from >= to {
+        if from >= to || self.blocks.is_empty() {
             return Bytes::new();
         }
         let first = self.starts.partition_point(|&start| start <= from).saturating_sub(1);
@@ -96,6 +163,12 @@ impl Rendition {
         out.extend_from_slice(&head);
         pieces.map(piece).for_each(|p| out.extend_from_slice(&p));
         out.freeze()
+    }
+
+    /// The lengths of frames `from..to`.
+    pub(crate) fn frame_lengths(&self, from: usize, to: usize) -> Vec<u32> {
+        let to = to.min(self.len());
+        (from..to).map(|i| self.frame_len(i) as u32).collect()
     }
 
     /// The first frame after the message with sequence `sequence` (0: the start).
@@ -122,54 +195,73 @@ impl Rendition {
         self.bytes_between(index, index + 1)
     }
 
-    /// The frames that tell a subscriber of this format its view ends with `error`.
-    pub(crate) fn interrupt(&self, error: &ErrorProps) -> Vec<Bytes> {
+    /// The frames that end a subscriber's view whose next entry is gone.
+    pub(crate) fn interrupt(&self, gone: &Gone) -> (Bytes, Vec<u32>) {
         let mut frames = Vec::new();
-        self.adapter.interrupt(error, &mut frames);
-        frames
+        self.renderer.interrupt(gone, &mut frames);
+        (frames.concat().into(), frames.iter().map(|f| f.len() as u32).collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::hub::Format;
+    use std::sync::Arc;
 
-    /// Renders `log` in the given pieces (one block each) and the end, and also all at once with a fresh
-    /// adapter, frame by frame.
-    fn rendered(format: Format, log: &[OutputMessage], pieces: &[usize]) -> (Rendition, Vec<Bytes>) {
-        let options = OpenAiOptions::new("chatcmpl-test", 1, "test");
-        let mut rendition = Rendition::new(format, &options);
-        let mut upto = 0;
+    use super::*;
+    use crate::hub::Render;
+    use crate::hub::{MemoryLog, StreamInfo};
+    use crate::output::{Outcome, OutputMessage};
+    use crate::render::{Format, encode_sse};
+
+    fn info() -> StreamInfo {
+        StreamInfo { id: "s".into(), epoch: "e".into(), created_ms: 1_000, model: "test".into() }
+    }
+
+    fn entry(n: u64) -> Entry {
+        let mut message = OutputMessage::text(format!("part {n} "));
+        message.metadata.get_or_insert_with(Default::default).sequence = Some(n);
+        Entry::Message { message: Arc::new(message), bytes: 40 }
+    }
+
+    /// Renders a log appended in the given pieces (one catch-up each) and ended, and also all at once with
+    /// a fresh adapter, frame by frame.
+    fn rendered(format: Format, count: u64, pieces: &[u64]) -> (Rendition, Vec<Bytes>) {
+        let render: Arc<dyn Render> = format.into();
+        let mut rendition = Rendition::new(render.renderer(&info()));
+        let log = MemoryLog::default();
+        let mut next = 1;
+        let mut counted = Counted::default();
         for &piece in pieces {
-            upto += piece;
-            rendition.catch_up(&log[..upto], None);
+            log.append((next..next + piece).map(entry).collect());
+            next += piece;
+            while rendition.catch_up(&log, &mut counted) {}
         }
-        rendition.catch_up(log, Some(&Outcome::completed()));
-        let mut adapter = format.adapter(&options);
+        log.append((next..=count).map(entry).chain([Entry::End(Arc::new(Outcome::completed()))]).collect());
+        while rendition.catch_up(&log, &mut counted) {}
+        let mut adapter = format.adapter(&info());
         let mut frames = Vec::new();
-        log.iter().for_each(|message| adapter.push(message, &mut frames));
+        for n in 1..=count {
+            if let Entry::Message { message, .. } = entry(n) {
+                adapter.push(&message, &mut frames);
+            }
+        }
         adapter.finish(&Outcome::completed(), &mut frames);
-        (rendition, frames)
+        (rendition, frames.iter().map(encode_sse).collect())
     }
 
     #[test]
     fn every_slice_is_the_frames_it_covers_whether_in_one_block_or_across_several() {
-        let log: Vec<OutputMessage> = (1..=9u64)
-            .map(|n| {
-                let mut message = OutputMessage::text(format!("part {n} "));
-                message.metadata.get_or_insert_with(Default::default).sequence = Some(n);
-                message
-            })
-            .collect();
         for format in [Format::Cui, Format::OPENAI] {
-            let (rendition, frames) = rendered(format, &log, &[1, 3, 0, 4]);
+            let (rendition, frames) = rendered(format, 9, &[1, 3, 0, 4]);
+            assert!(rendition.finished);
             assert_eq!(rendition.len(), frames.len());
             assert!(rendition.blocks.len() >= 3, "several blocks: {}", rendition.blocks.len());
             for from in 0..=frames.len() {
                 for to in from..=frames.len() {
                     let expected = frames[from..to].concat();
                     assert_eq!(rendition.slice(from, to), expected, "{format:?} frames {from}..{to}");
+                    let lengths: Vec<u32> = frames[from..to].iter().map(|f| f.len() as u32).collect();
+                    assert_eq!(rendition.frame_lengths(from, to), lengths);
                 }
             }
         }
@@ -177,9 +269,43 @@ mod tests {
 
     #[test]
     fn a_slice_within_one_block_shares_its_memory() {
-        let log: Vec<OutputMessage> = (0..4).map(|n| OutputMessage::text(format!("word{n} "))).collect();
-        let (rendition, _) = rendered(Format::Cui, &log, &[4]);
+        let (rendition, _) = rendered(Format::Cui, 4, &[4]);
         let whole = rendition.slice(0, 2);
         assert_eq!(whole.as_ptr(), rendition.blocks[0].as_ptr(), "no copy for frames of one block");
+    }
+
+    #[test]
+    fn a_long_log_is_rendered_a_chunk_at_a_time_and_counted() {
+        let render: Arc<dyn Render> = Format::Cui.into();
+        let mut rendition = Rendition::new(render.renderer(&info()));
+        let log = MemoryLog::default();
+        log.append((1..=2_500).map(entry).collect());
+        let mut counted = Counted::default();
+        assert!(rendition.catch_up(&log, &mut counted));
+        assert_eq!(rendition.rendered(), CHUNK as u64, "one chunk per catch-up");
+        assert_eq!(counted.estimated, 40 * CHUNK as u64, "gives back the estimate of what it rendered");
+        assert!(counted.added > rendition.bytes_between(0, rendition.len()), "counts frames and bookkeeping");
+        while rendition.catch_up(&log, &mut counted) {}
+        assert_eq!(rendition.rendered(), 2_500);
+    }
+
+    #[test]
+    fn a_forgotten_log_leaves_the_rendition_gone_where_its_frames_end() {
+        let render: Arc<dyn Render> = Format::Cui.into();
+        let mut rendition = Rendition::new(render.renderer(&info()));
+        let log = MemoryLog::default();
+        log.append((1..=3).map(entry).collect());
+        let mut counted = Counted::default();
+        while rendition.catch_up(&log, &mut counted) {}
+        log.append((4..=5).map(entry).collect());
+        log.forget();
+        assert!(!rendition.catch_up(&log, &mut counted));
+        assert_eq!(rendition.gone, Some(Gone { asked: 3, kept_after: 5 }));
+        assert!(!rendition.is_forgotten(0), "rendered frames are still there until the stream forgets them");
+        rendition.forget(Gone { asked: 0, kept_after: 5 });
+        assert!(rendition.is_forgotten(0));
+        let (bytes, lengths) = rendition.interrupt(&Gone { asked: 1, kept_after: 5 });
+        assert_eq!(lengths, vec![bytes.len() as u32]);
+        assert!(std::str::from_utf8(&bytes).is_ok_and(|text| text.contains("\"lagged\"")));
     }
 }

@@ -1,29 +1,42 @@
-//! [`Stream`]: one conversation's append-only log of messages, its materialised state, and its renditions.
+//! [`Stream`]: what a stream does for its producer, over a [`Log`] that its readers read.
 //!
-//! Appending stamps each message (sequence from 1 without gaps, timestamp, a `message_id` where the producer
-//! gave none, the `block_id` and `thread_id` of the message a delta continues), runs it through the delta
-//! reducer, adds the lifecycle events that go before it, and pushes it all to the log. A batch is all or
-//! nothing: a message that fails validation, a delta the reducer refuses, or a limit leaves the stream as it
-//! was. Subscribers are not touched: they are woken through a `watch` channel and read the log through
-//! the renditions themselves (see `subscription.rs`), so a producer never waits for a subscriber.
+//! Appending validates each message, stamps it (sequence from 1 without gaps, timestamp, a `message_id`
+//! where the producer gave none, the `block_id` and `thread_id` of the message a delta continues), runs it
+//! through the delta reducer, adds the lifecycle events that go before it, counts it against the limits,
+//! and hands the stamped entries to the log. A batch is all or nothing, however it is refused (a message
+//! that fails validation, a delta the reducer refuses, a limit): the reducer is rolled back through its
+//! undo journal, the lifecycle restored and every byte counted for the batch given back, so the stream is
+//! exactly as before and a retry meets the same stream.
 //!
-//! The state sits behind a `std::sync::Mutex`: no `.await` happens while it is held and every critical
-//! section is short (stamping and reducing one batch, or copying out one batch of frames), which a tokio
-//! mutex would only make slower.
+//! Readers never touch the producer's state: renditions and subscriptions read the log (`log.rs`), each
+//! rendition behind its own mutex (`rendition.rs`), so a producer never waits for a reader, and a reader
+//! rendering a long log never holds up an append.
+//!
+//! The producer's state sits behind a `std::sync::Mutex`: no `.await` happens while it is held and every
+//! critical section is short (stamping and reducing one batch), which a tokio mutex would only make slower.
+//!
+//! # What a stream counts
+//!
+//! Everything it holds is counted against the hub's byte limit (`held`): each log entry as JSON when it is
+//! appended, the stream's own first event included, and for each rendition in use an estimate of the same
+//! size per entry, replaced by the real figure (frames, offsets, the renderer's state) once rendered. So an
+//! append is refused when the hub could not hold it in every format in use, and a subscription that needs a
+//! new rendition is refused when the hub could not hold the log once more. All of it is given back when the
+//! stream is evicted.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
 use serde_json::json;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::Shared;
 use super::lifecycle::{Lifecycle, event, object};
-use super::rendition::Rendition;
+use super::log::{Entry, Gone, Log, MemoryLog};
+use super::render::{Render, StreamInfo};
+use super::rendition::{Counted, Rendition};
 use super::subscription::Subscription;
-use super::{Format, Shared};
-use crate::adapter::OpenAiOptions;
 use crate::output::{DeltaError, EndStatus, Metadata, Outcome, OutputMessage, Reducer, Undo, ValidationError};
 
 /// Why an append was refused. Nothing of the batch was appended.
@@ -89,6 +102,12 @@ pub enum SubscribeError {
         /// The last sequence there is.
         last: u64,
     },
+    /// The hub could not hold one more rendering of the stream.
+    #[error("the service has reached its limit of {limit} bytes and cannot render this stream in one more format")]
+    HubFull {
+        /// The limit.
+        limit: u64,
+    },
 }
 
 /// A stream's status.
@@ -103,6 +122,18 @@ pub enum Status {
     Cancelled,
     /// Ended with an error.
     Error,
+}
+
+impl Status {
+    /// The status of a stream that ended with `outcome`, or is open (`None`).
+    pub fn of(outcome: Option<&Outcome>) -> Status {
+        match outcome.map(|o| o.status) {
+            None => Status::Open,
+            Some(EndStatus::Completed) => Status::Completed,
+            Some(EndStatus::Cancelled) => Status::Cancelled,
+            Some(EndStatus::Error) => Status::Error,
+        }
+    }
 }
 
 /// What `GET /v1/streams/{id}` shows: the status and every message's current state.
@@ -120,83 +151,111 @@ pub struct Snapshot {
     pub messages: Vec<OutputMessage>,
 }
 
-pub(crate) struct State {
-    pub(crate) log: Vec<OutputMessage>,
+/// What the producer side keeps.
+struct Producer {
+    /// The last sequence appended.
+    last: u64,
+    /// Bytes of the log as JSON, against the stream's limit.
     bytes: u64,
     reducer: Reducer,
     lifecycle: Lifecycle,
-    pub(crate) end: Option<Outcome>,
-    /// The first sequence of the latest append (a batch, lifecycle events, the end): a burst the producer
-    /// made in one go, which does not count against a subscriber's bound (see `subscription.rs`).
-    pub(crate) latest_append: u64,
+    end: Option<Outcome>,
     started_ms: u64,
-    pub(crate) renditions: Vec<Rendition>,
+    /// Renditions in use: each entry is counted once more per rendition until it is rendered.
+    renditions: u64,
 }
 
 /// One stream; see the module doc. Shared as `Arc<Stream>` by the hub, its producer and its subscribers.
 pub struct Stream {
-    id: String,
-    epoch: String,
-    openai: OpenAiOptions,
+    info: StreamInfo,
     shared: Arc<Shared>,
-    state: Mutex<State>,
-    changes: watch::Sender<u64>,
+    producer: Mutex<Producer>,
+    log: Box<dyn Log>,
+    renditions: Mutex<Vec<(String, Arc<Mutex<Rendition>>)>>,
+    /// Bytes counted against the hub for this stream.
+    held: AtomicU64,
+    forgotten: AtomicBool,
     cancel: CancellationToken,
     next_id: AtomicU64,
 }
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stream").field("id", &self.id).field("epoch", &self.epoch).finish_non_exhaustive()
+        f.debug_struct("Stream").field("id", &self.info.id).field("epoch", &self.info.epoch).finish_non_exhaustive()
     }
 }
 
+/// Locks a mutex whose every mutation completes or is rolled back before anything can panic, so a
+/// poisoned lock still guards a consistent state.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Stream {
-    pub(crate) fn new(shared: Arc<Shared>, model: &str) -> Arc<Self> {
+    /// A new open stream starting with `stream_start`; `None` when the hub cannot hold even that.
+    pub(crate) fn new(shared: Arc<Shared>, model: &str) -> Option<Arc<Self>> {
         let id = shared.config.ids.stream_id();
         let epoch = shared.config.ids.epoch();
         let now_ms = shared.config.clock.now_ms();
-        let openai = OpenAiOptions::new(format!("chatcmpl-{id}"), now_ms / 1000, model);
+        let info = StreamInfo { id, epoch, created_ms: now_ms, model: model.to_owned() };
         let stream = Arc::new(Stream {
-            id,
-            epoch,
-            openai,
+            info,
             shared,
-            state: Mutex::new(State {
-                log: Vec::new(),
+            producer: Mutex::new(Producer {
+                last: 0,
                 bytes: 0,
                 reducer: Reducer::default(),
                 lifecycle: Lifecycle::default(),
                 end: None,
-                latest_append: 1,
                 started_ms: now_ms,
-                renditions: Vec::new(),
+                renditions: 0,
             }),
-            changes: watch::channel(0).0,
+            log: Box::new(MemoryLog::default()),
+            renditions: Mutex::new(Vec::new()),
+            held: AtomicU64::new(0),
+            forgotten: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             next_id: AtomicU64::new(1),
         });
-        let start =
-            event("stream_start", object(json!({ "stream_id": stream.id, "epoch": stream.epoch, "model": model })));
-        let mut state = stream.lock();
-        stream.push(&mut state, start, now_ms);
-        drop(state);
-        stream
+        let start = event(
+            "stream_start",
+            object(json!({ "stream_id": stream.info.id, "epoch": stream.info.epoch, "model": model })),
+        );
+        let mut producer = stream.lock();
+        let entry = stream.stamp_event(&mut producer, start, now_ms);
+        let Entry::Message { bytes, .. } = &entry else { return None };
+        if !stream.reserve(*bytes) {
+            return None;
+        }
+        producer.bytes += bytes;
+        stream.log.append(vec![entry]);
+        drop(producer);
+        Some(stream)
     }
 
     /// The stream's id: URL-safe and unguessable.
     pub fn id(&self) -> &str {
-        &self.id
+        &self.info.id
     }
 
     /// This incarnation's epoch: a client that kept another epoch must start over, its history is gone.
     pub fn epoch(&self) -> &str {
-        &self.epoch
+        &self.info.epoch
     }
 
-    /// The model (agent) name the stream reports to OpenAI clients.
+    /// The model (agent) name the stream reports.
     pub fn model(&self) -> &str {
-        &self.openai.model
+        &self.info.model
+    }
+
+    /// The facts every format derives what it needs from.
+    pub fn info(&self) -> &StreamInfo {
+        &self.info
+    }
+
+    /// The log its readers read.
+    pub fn log(&self) -> &dyn Log {
+        &*self.log
     }
 
     /// The token that fires when someone cancels the stream.
@@ -207,50 +266,45 @@ impl Stream {
     /// A new id unique in this stream, with a prefix (`m` for messages, `b` for blocks): `m7-<epoch>`. The
     /// epoch keeps the stream's own ids apart from any a producer picks (`m1` is a common choice).
     pub fn new_id(&self, prefix: &str) -> String {
-        let short = self.epoch.get(..8).unwrap_or(&self.epoch);
+        let short = self.info.epoch.get(..8).unwrap_or(&self.info.epoch);
         format!("{prefix}{}-{short}", self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock cannot leave the state half-written in a way later readers would
-        // misread (every mutation completes or is rolled back before anything can panic), so go on.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
-        self.changes.subscribe()
+    fn lock(&self) -> MutexGuard<'_, Producer> {
+        lock(&self.producer)
     }
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
     }
 
-    /// The completion id, creation time and model that OpenAI renderings of this stream carry; build an
-    /// [`crate::adapter::OpenAiCompletion`] with them for a non-streaming response.
-    pub fn openai_options(&self) -> &OpenAiOptions {
-        &self.openai
-    }
-
     /// The status now.
     pub fn status(&self) -> Status {
-        status_of(self.lock().end.as_ref())
+        Status::of(self.lock().end.as_ref())
     }
 
     /// The status, the epoch and every message's current state.
     pub fn snapshot(&self) -> Snapshot {
-        let state = self.lock();
+        let producer = self.lock();
         Snapshot {
-            id: self.id.clone(),
-            status: status_of(state.end.as_ref()),
-            epoch: self.epoch.clone(),
-            last_sequence: state.log.len() as u64,
-            messages: state.reducer.messages().to_vec(),
+            id: self.info.id.clone(),
+            status: Status::of(producer.end.as_ref()),
+            epoch: self.info.epoch.clone(),
+            last_sequence: producer.last,
+            messages: producer.reducer.messages().to_vec(),
         }
     }
 
-    /// Every message appended so far, as stamped, in order.
-    pub fn log(&self) -> Vec<OutputMessage> {
-        self.lock().log.clone()
+    /// Every message the log still keeps, as stamped, in order.
+    pub fn history(&self) -> Vec<OutputMessage> {
+        let entries = self.log.read(0, usize::MAX).unwrap_or_default();
+        entries
+            .into_iter()
+            .filter_map(|entry| match entry {
+                Entry::Message { message, .. } => Some(Arc::unwrap_or_clone(message)),
+                Entry::End(_) => None,
+            })
+            .collect()
     }
 
     /// How the stream ended, once it has.
@@ -260,14 +314,14 @@ impl Stream {
 
     /// Waits until the stream has ended, and returns how.
     pub async fn ended(&self) -> Outcome {
-        let mut changes = self.changes();
+        let mut changes = self.log.changes();
         loop {
             changes.borrow_and_update();
-            if let Some(outcome) = self.outcome() {
-                return outcome;
+            if let Some(outcome) = self.log.outcome() {
+                return Outcome::clone(&outcome);
             }
             if changes.changed().await.is_err() {
-                // The sender lives in `self`, so this cannot happen while we hold `&self`.
+                // The sender lives in the log, which lives in `self`: this cannot happen while we hold `&self`.
                 return Outcome::completed();
             }
         }
@@ -275,7 +329,7 @@ impl Stream {
 
     /// The last sequence appended.
     pub fn last_sequence(&self) -> u64 {
-        self.lock().log.len() as u64
+        self.lock().last
     }
 
     /// Appends one message; returns its sequence.
@@ -288,41 +342,43 @@ impl Stream {
         for (index, message) in messages.iter().enumerate() {
             message.validate().map_err(|e| BatchError { index, error: e.into() })?;
         }
-        let mut state = self.lock();
-        if state.end.is_some() {
+        let mut producer = self.lock();
+        if producer.end.is_some() {
             return Err(BatchError { index: 0, error: AppendError::Ended });
         }
-        let lifecycle = state.lifecycle.clone();
+        let lifecycle = producer.lifecycle.clone();
         let mut staged = Staged::default();
-        let outcome = self.stage(&mut state, messages, &mut staged).and_then(|()| {
-            if self.shared.reserve(staged.bytes) {
-                Ok(())
-            } else {
-                Err(BatchError { index: 0, error: AppendError::HubFull { limit: self.shared.config.limits.hub_bytes } })
-            }
-        });
-        if let Err(error) = outcome {
-            state.reducer.rollback(staged.undo);
-            state.lifecycle = lifecycle;
+        if let Err(error) = self.stage(&mut producer, messages, &mut staged) {
+            producer.reducer.rollback(staged.undo);
+            producer.lifecycle = lifecycle;
+            self.release(staged.reserved);
             return Err(error);
         }
-        state.bytes += staged.bytes;
-        state.latest_append = state.log.len() as u64 + 1;
-        state.log.extend(staged.messages);
-        drop(state);
-        self.changes.send_modify(|n| *n += 1);
+        producer.bytes += staged.bytes;
+        producer.last += staged.entries.len() as u64;
+        self.log.append(staged.entries);
         Ok(staged.sequences)
     }
 
-    /// Stamps and reduces a batch into `staged`, with the lifecycle events it calls for; checks the limits.
-    /// On error the caller rolls back with `staged.undo`.
-    fn stage(&self, state: &mut State, messages: Vec<OutputMessage>, staged: &mut Staged) -> Result<(), BatchError> {
+    /// Stamps, counts and reduces a batch into `staged`, with the lifecycle events it calls for. On error
+    /// the caller rolls back with `staged.undo` and gives back `staged.reserved`.
+    ///
+    /// Every message is counted against the limits before it is reduced, so nothing can refuse it after
+    /// the reducer took it: a lone message (the common case, which skips the undo journal) is reduced last
+    /// and alone, and its reduction is atomic.
+    fn stage(
+        &self,
+        producer: &mut Producer,
+        messages: Vec<OutputMessage>,
+        staged: &mut Staged,
+    ) -> Result<(), BatchError> {
         let limits = &self.shared.config.limits;
         let logged = messages.len() > 1;
+        let copies = 1 + producer.renditions;
         for (index, mut message) in messages.into_iter().enumerate() {
             let fail = |error| Err(BatchError { index, error });
             let now_ms = self.shared.config.clock.now_ms();
-            let known = state.reducer.slot_of(&message).map(|slot| &state.reducer.messages()[slot]);
+            let known = producer.reducer.slot_of(&message).map(|slot| &producer.reducer.messages()[slot]);
             let new = known.is_none();
             if let Some(known) = known {
                 if message.block_id.is_none() {
@@ -335,38 +391,45 @@ impl Stream {
             if message.message_id.is_none() {
                 message.message_id = Some(self.new_id("m"));
             }
-            for mut event in state.lifecycle.before(&message, new, now_ms) {
+            let mut events_bytes = 0;
+            for mut event in producer.lifecycle.before(&message, new, now_ms) {
                 event.message_id = Some(self.new_id("m"));
-                stamp(&mut event, state.log.len() + staged.messages.len() + 1, now_ms, None);
-                // A lifecycle event starts a new message: it cannot be refused.
-                let _ = state.reducer.apply_logged(&event, &mut staged.undo);
-                staged.bytes += json_size(&event);
-                staged.messages.push(event);
+                stamp(&mut event, producer.last + staged.entries.len() as u64 + 1, now_ms, None);
+                // A lifecycle event starts a new message: the reducer cannot refuse it.
+                let _ = producer.reducer.apply_logged(&event, &mut staged.undo);
+                let bytes = json_size(&event);
+                events_bytes += bytes;
+                staged.entries.push(Entry::Message { message: Arc::new(event), bytes });
             }
-            let sequence = state.log.len() + staged.messages.len() + 1;
+            let sequence = producer.last + staged.entries.len() as u64 + 1;
             let trace_id = message.metadata.take().and_then(|m| m.trace_id);
             stamp(&mut message, sequence, now_ms, trace_id);
             let size = json_size(&message);
             if size > limits.message_bytes {
                 return fail(AppendError::MessageTooLarge { size, limit: limits.message_bytes });
             }
-            if sequence > limits.messages_per_stream {
+            if sequence > limits.messages_per_stream as u64 {
                 return fail(AppendError::TooManyMessages { limit: limits.messages_per_stream });
             }
-            if state.bytes + staged.bytes + size > limits.stream_bytes {
+            if producer.bytes + staged.bytes + events_bytes + size > limits.stream_bytes {
                 return fail(AppendError::StreamFull { limit: limits.stream_bytes });
             }
+            let needed = (events_bytes + size) * copies;
+            if !self.reserve(needed) {
+                return fail(AppendError::HubFull { limit: limits.hub_bytes });
+            }
+            staged.reserved += needed;
             let applied = if logged {
-                state.reducer.apply_logged(&message, &mut staged.undo)
+                producer.reducer.apply_logged(&message, &mut staged.undo)
             } else {
-                state.reducer.apply(&message)
+                producer.reducer.apply(&message)
             };
             if let Err(error) = applied {
                 return fail(error.into());
             }
-            staged.bytes += size;
-            staged.sequences.push(sequence as u64);
-            staged.messages.push(message);
+            staged.bytes += events_bytes + size;
+            staged.sequences.push(sequence);
+            staged.entries.push(Entry::Message { message: Arc::new(message), bytes: size });
         }
         Ok(())
     }
@@ -375,46 +438,44 @@ impl Stream {
     /// not open.
     pub fn end_message(&self, message_id: &str) -> Result<Option<u64>, AppendError> {
         self.append_events(|lifecycle, now_ms| lifecycle.end_message(message_id, now_ms).into_iter().collect())
-            .map(|s| s.last().copied())
     }
 
     /// Ends an open block: `message_end` for its open messages, then `block_end`.
     pub fn end_block(&self, block_id: &str) -> Result<Option<u64>, AppendError> {
-        self.append_events(|lifecycle, now_ms| lifecycle.end_block(block_id, now_ms)).map(|s| s.last().copied())
+        self.append_events(|lifecycle, now_ms| lifecycle.end_block(block_id, now_ms))
     }
 
+    /// Appends the stream's own events; returns the last one's sequence.
     fn append_events(
         &self,
         events: impl FnOnce(&mut Lifecycle, u64) -> Vec<OutputMessage>,
-    ) -> Result<Vec<u64>, AppendError> {
-        let mut state = self.lock();
-        if state.end.is_some() {
+    ) -> Result<Option<u64>, AppendError> {
+        let mut producer = self.lock();
+        if producer.end.is_some() {
             return Err(AppendError::Ended);
         }
         let now_ms = self.shared.config.clock.now_ms();
-        let events = events(&mut state.lifecycle, now_ms);
-        state.latest_append = state.log.len() as u64 + 1;
-        let sequences = events.into_iter().map(|e| self.push(&mut state, e, now_ms)).collect();
-        drop(state);
-        self.changes.send_modify(|n| *n += 1);
-        Ok(sequences)
+        let events = events(&mut producer.lifecycle, now_ms);
+        let entries: Vec<Entry> = events.into_iter().map(|e| self.push_event(&mut producer, e, now_ms)).collect();
+        let last = (!entries.is_empty()).then_some(producer.last);
+        self.log.append(entries);
+        Ok(last)
     }
 
     /// Ends the stream: ends what is open, appends `stream_end`, and records the outcome. `false` when it had
     /// already ended.
     pub fn end(&self, outcome: Outcome) -> bool {
-        let mut state = self.lock();
-        if state.end.is_some() {
+        let mut producer = self.lock();
+        if producer.end.is_some() {
             return false;
         }
         let now_ms = self.shared.config.clock.now_ms();
-        state.latest_append = state.log.len() as u64 + 1;
-        for event in state.lifecycle.end_all(now_ms) {
-            self.push(&mut state, event, now_ms);
-        }
+        let mut entries: Vec<Entry> = (producer.lifecycle.end_all(now_ms).into_iter())
+            .map(|event| self.push_event(&mut producer, event, now_ms))
+            .collect();
         let mut data = json!({
-            "status": status_of(Some(&outcome)),
-            "duration_ms": now_ms.saturating_sub(state.started_ms),
+            "status": Status::of(Some(&outcome)),
+            "duration_ms": now_ms.saturating_sub(producer.started_ms),
         });
         if let Some(reason) = outcome.finish_reason {
             data["finish_reason"] = json!(reason);
@@ -425,15 +486,12 @@ impl Stream {
         if let Some(error) = &outcome.error {
             data["error"] = json!(error);
         }
-        let end = event("stream_end", object(data));
-        self.push(&mut state, end, now_ms);
-        state.end = Some(outcome);
-        // Nothing is appended any more: give back what the log's growth reserved (up to half of it), as the
-        // stream is kept for the retention time.
-        state.log.shrink_to_fit();
-        drop(state);
-        self.shared.ended(&self.id);
-        self.changes.send_modify(|n| *n += 1);
+        entries.push(self.push_event(&mut producer, event("stream_end", object(data)), now_ms));
+        entries.push(Entry::End(Arc::new(outcome.clone())));
+        producer.end = Some(outcome);
+        self.log.append(entries);
+        drop(producer);
+        self.shared.ended(&self.info.id);
         true
     }
 
@@ -446,78 +504,143 @@ impl Stream {
         ended
     }
 
-    /// Subscribes in `format` to the messages after sequence `after` (0: from the start), then the live
-    /// tail, until the stream ends.
-    pub fn subscribe(self: &Arc<Self>, format: Format, after: u64) -> Result<Subscription, SubscribeError> {
-        let changes = self.changes();
-        let mut state = self.lock();
-        let last = state.log.len() as u64;
+    /// Subscribes through `render` to the messages after sequence `after` (0: from the start), then the
+    /// live tail, until the stream ends.
+    pub fn subscribe(
+        self: &Arc<Self>,
+        render: impl Into<Arc<dyn Render>>,
+        after: u64,
+    ) -> Result<Subscription, SubscribeError> {
+        let changes = self.log.changes();
+        let last = self.log.last_sequence();
         if after > last {
             return Err(SubscribeError::SequenceAhead { from: after, last });
         }
-        let rendition = self.rendition(&mut state, format);
-        let cursor = rendition.frame_after(after);
-        let joined = rendition.len();
-        drop(state);
-        Ok(Subscription::new(Arc::clone(self), format, cursor, joined, changes))
-    }
-
-    /// The rendition of `format`, made if new, rendered up to the end of the log.
-    pub(crate) fn rendition<'s>(&self, state: &'s mut State, format: Format) -> &'s mut Rendition {
-        let index = match state.renditions.iter().position(|r| r.format == format) {
-            Some(index) => index,
-            None => {
-                state.renditions.push(Rendition::new(format, &self.openai));
-                state.renditions.len() - 1
-            }
+        let rendition = self.rendition(render.into())?;
+        let cursor = {
+            let mut rendition = lock(&rendition);
+            let mut counted = Counted::default();
+            while rendition.rendered() < after && rendition.catch_up(&*self.log, &mut counted) {}
+            self.count(counted);
+            rendition.frame_after(after)
         };
-        let State { log, end, renditions, .. } = state;
-        let rendition = &mut renditions[index];
-        rendition.catch_up(log, end.as_ref());
-        rendition
+        Ok(Subscription::new(Arc::clone(self), rendition, cursor, changes))
     }
 
-    /// Stamps and appends a message the stream made (lifecycle events), without checks.
-    fn push(&self, state: &mut State, mut message: OutputMessage, now_ms: u64) -> u64 {
+    /// The rendition for `render`'s key, made (and counted) if new.
+    fn rendition(&self, render: Arc<dyn Render>) -> Result<Arc<Mutex<Rendition>>, SubscribeError> {
+        let mut renditions = lock(&self.renditions);
+        if let Some((_, rendition)) = renditions.iter().find(|(key, _)| key == render.key()) {
+            return Ok(Arc::clone(rendition));
+        }
+        // Until it is rendered, the new rendition is counted as the log once more; a forgotten stream (one
+        // evicted while someone kept its handle) has no log left to render, so nothing is counted for it.
+        // `forget` sets the flag before it takes the renditions' lock, which is held here.
+        if !self.forgotten.load(Ordering::Acquire) {
+            let mut producer = self.lock();
+            if !self.reserve(producer.bytes) {
+                return Err(SubscribeError::HubFull { limit: self.shared.config.limits.hub_bytes });
+            }
+            producer.renditions += 1;
+        }
+        let rendition = Arc::new(Mutex::new(Rendition::new(render.renderer(&self.info))));
+        renditions.push((render.key().to_owned(), Arc::clone(&rendition)));
+        Ok(rendition)
+    }
+
+    /// Stamps one of the stream's own events, counts it (it cannot be refused) and reduces it.
+    fn push_event(&self, producer: &mut Producer, message: OutputMessage, now_ms: u64) -> Entry {
+        let entry = self.stamp_event(producer, message, now_ms);
+        if let Entry::Message { bytes, .. } = &entry {
+            producer.bytes += bytes;
+            self.force(bytes * (1 + producer.renditions));
+        }
+        entry
+    }
+
+    fn stamp_event(&self, producer: &mut Producer, mut message: OutputMessage, now_ms: u64) -> Entry {
         message.message_id = Some(self.new_id("m"));
-        let sequence = state.log.len() + 1;
-        stamp(&mut message, sequence, now_ms, None);
-        // The stream's own events start new messages and cannot be refused.
-        let _ = state.reducer.apply(&message);
-        let size = json_size(&message);
-        state.bytes += size;
-        self.shared.force_reserve(size);
-        state.log.push(message);
-        sequence as u64
+        producer.last += 1;
+        stamp(&mut message, producer.last, now_ms, None);
+        // The stream's own events start new messages: the reducer cannot refuse them.
+        let _ = producer.reducer.apply(&message);
+        let bytes = json_size(&message);
+        Entry::Message { message: Arc::new(message), bytes }
+    }
+
+    /// Counts `bytes` against the hub's limit; `false` (and nothing counted) when they do not fit.
+    fn reserve(&self, bytes: u64) -> bool {
+        let fits = self.shared.reserve(bytes);
+        if fits {
+            self.held.fetch_add(bytes, Ordering::AcqRel);
+        }
+        fits
+    }
+
+    /// Counts bytes that must be held regardless.
+    fn force(&self, bytes: u64) {
+        self.shared.force_reserve(bytes);
+        self.held.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    fn release(&self, bytes: u64) {
+        let released =
+            self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| Some(held.saturating_sub(bytes)));
+        let before = released.unwrap_or(0);
+        self.shared.release(before.min(bytes));
+    }
+
+    /// Applies what a rendition's catch-up changed in the count.
+    pub(crate) fn count(&self, counted: Counted) {
+        if self.forgotten.load(Ordering::Acquire) {
+            return;
+        }
+        if counted.added > 0 {
+            self.force(counted.added);
+        }
+        if counted.estimated > 0 {
+            self.release(counted.estimated);
+        }
+    }
+
+    /// Bytes counted against the hub for this stream.
+    pub fn held_bytes(&self) -> u64 {
+        self.held.load(Ordering::Acquire)
+    }
+
+    /// Drops the history and every rendition's frames (the stream is evicted), and gives back what they
+    /// held. Subscribers still behind get their format's `lagged` notice.
+    pub(crate) fn forget(&self) {
+        self.forgotten.store(true, Ordering::Release);
+        let kept_after = self.log.last_sequence();
+        for (_, rendition) in lock(&self.renditions).iter() {
+            lock(rendition).forget(Gone { asked: 0, kept_after });
+        }
+        self.log.forget();
+        let held = self.held.swap(0, Ordering::AcqRel);
+        self.shared.release(held);
     }
 }
 
 /// A batch on its way into the log.
 #[derive(Default)]
 struct Staged {
-    messages: Vec<OutputMessage>,
+    entries: Vec<Entry>,
     sequences: Vec<u64>,
+    /// Bytes of the entries as JSON.
     bytes: u64,
+    /// Bytes counted against the hub for them.
+    reserved: u64,
     undo: Vec<Undo>,
 }
 
-fn stamp(message: &mut OutputMessage, sequence: usize, now_ms: u64, trace_id: Option<String>) {
-    message.metadata = Some(Metadata { sequence: Some(sequence as u64), timestamp: Some(now_ms), trace_id });
+fn stamp(message: &mut OutputMessage, sequence: u64, now_ms: u64, trace_id: Option<String>) {
+    message.metadata = Some(Metadata { sequence: Some(sequence), timestamp: Some(now_ms), trace_id });
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        let bytes = self.state.get_mut().map(|s| s.bytes).unwrap_or_else(|p| p.into_inner().bytes);
-        self.shared.release(bytes);
-    }
-}
-
-fn status_of(end: Option<&Outcome>) -> Status {
-    match end.map(|o| o.status) {
-        None => Status::Open,
-        Some(EndStatus::Completed) => Status::Completed,
-        Some(EndStatus::Cancelled) => Status::Cancelled,
-        Some(EndStatus::Error) => Status::Error,
+        self.shared.release(*self.held.get_mut());
     }
 }
 

@@ -2,7 +2,9 @@
 //! sends, one per line) and an optional `outcome.json` (how the stream ended; completed when absent).
 #![allow(dead_code)]
 
-pub mod server;
+pub(crate) mod doubles;
+pub(crate) mod http;
+pub(crate) mod server;
 
 use std::path::{Path, PathBuf};
 
@@ -10,16 +12,16 @@ use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, Op
 use agentmux::output::{Metadata, Outcome, OutputMessage};
 
 /// The fixed id, clock and model that golden files are rendered with.
-pub const COMPLETION_ID: &str = "chatcmpl-golden";
-pub const CREATED: u64 = 1_700_000_000;
-pub const FIRST_TIMESTAMP_MS: u64 = 1_700_000_000_000;
+pub(crate) const COMPLETION_ID: &str = "chatcmpl-golden";
+pub(crate) const CREATED: u64 = 1_700_000_000;
+pub(crate) const FIRST_TIMESTAMP_MS: u64 = 1_700_000_000_000;
 
-pub fn fixtures_dir() -> PathBuf {
+pub(crate) fn fixtures_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
 /// Every case directory, sorted.
-pub fn cases() -> Vec<String> {
+pub(crate) fn cases() -> Vec<String> {
     let mut cases: Vec<String> = std::fs::read_dir(fixtures_dir())
         .expect("fixtures/ exists")
         .map(|e| e.expect("dir entry"))
@@ -30,14 +32,14 @@ pub fn cases() -> Vec<String> {
     cases
 }
 
-pub fn read(case: &str, file: &str) -> Vec<u8> {
+pub(crate) fn read(case: &str, file: &str) -> Vec<u8> {
     let path = fixtures_dir().join(case).join(file);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The case's messages, validated, and stamped as a stream stamps them: sequence from 1, a timestamp
 /// one millisecond apart.
-pub fn messages(case: &str) -> Vec<OutputMessage> {
+pub(crate) fn messages(case: &str) -> Vec<OutputMessage> {
     let input = String::from_utf8(read(case, "input.jsonl")).expect("utf-8");
     input
         .lines()
@@ -55,7 +57,7 @@ pub fn messages(case: &str) -> Vec<OutputMessage> {
         .collect()
 }
 
-pub fn outcome(case: &str) -> Outcome {
+pub(crate) fn outcome(case: &str) -> Outcome {
     let path = fixtures_dir().join(case).join("outcome.json");
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
@@ -63,24 +65,24 @@ pub fn outcome(case: &str) -> Outcome {
     }
 }
 
-pub fn options(case: &str, include_usage: bool) -> OpenAiOptions {
+pub(crate) fn options(case: &str, include_usage: bool) -> OpenAiOptions {
     let mut options = OpenAiOptions::new(COMPLETION_ID, CREATED, format!("replay/{case}"));
     options.include_usage = include_usage;
     options
 }
 
-/// Runs the messages and the outcome through an adapter and joins its frames.
-pub fn render(adapter: &mut dyn Adapter, messages: &[OutputMessage], outcome: &Outcome) -> Vec<u8> {
+/// Runs the messages and the outcome through an adapter and joins its frames as SSE events.
+pub(crate) fn render(adapter: &mut dyn Adapter, messages: &[OutputMessage], outcome: &Outcome) -> Vec<u8> {
     let mut frames = Vec::new();
     for message in messages {
         adapter.push(message, &mut frames);
     }
     adapter.finish(outcome, &mut frames);
-    frames.concat()
+    frames.iter().flat_map(|frame| agentmux::render::encode_sse(frame).to_vec()).collect()
 }
 
 /// Every golden file of a case, rendered now: (file name, bytes).
-pub fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
+pub(crate) fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
     let messages = messages(case);
     let outcome = outcome(case);
     let mut completion = OpenAiCompletion::new(options(case, false));
@@ -100,7 +102,9 @@ pub fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
 }
 
 /// (id, name, arguments) of each tool call of an async-openai response.
-pub fn tool_calls(response: &async_openai::types::chat::CreateChatCompletionResponse) -> Vec<(String, String, String)> {
+pub(crate) fn tool_calls(
+    response: &async_openai::types::chat::CreateChatCompletionResponse,
+) -> Vec<(String, String, String)> {
     use async_openai::types::chat::ChatCompletionMessageToolCalls;
     response.choices[0]
         .message

@@ -9,25 +9,25 @@ use agentmux::hub::{Hub, HubConfig};
 use tokio::sync::oneshot;
 
 /// A running server; shut down when dropped.
-pub struct TestServer {
+pub(crate) struct TestServer {
     /// `http://127.0.0.1:<port>`
-    pub base: String,
+    pub(crate) base: String,
     /// The address it listens on.
-    pub addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     /// Its hub, for looking inside.
-    pub hub: Hub,
+    pub(crate) hub: Hub,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl TestServer {
     /// A server with the built-in agents and default settings.
-    pub async fn start() -> TestServer {
+    pub(crate) async fn start() -> TestServer {
         TestServer::with(HubConfig::default(), Settings::default(), Agents::builtin()).await
     }
 
     /// A server with the given hub config, settings and agents.
-    pub async fn with(config: HubConfig, settings: Settings, agents: Agents) -> TestServer {
+    pub(crate) async fn with(config: HubConfig, settings: Settings, agents: Agents) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let hub = Hub::new(config);
@@ -40,12 +40,12 @@ impl TestServer {
     }
 
     /// `base` + `path`.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
 
     /// Signals shutdown and waits for the server to stop.
-    pub async fn stop(mut self) -> std::io::Result<()> {
+    pub(crate) async fn stop(mut self) -> std::io::Result<()> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }

@@ -1,4 +1,4 @@
-//! [`OpenAiAdapter`]: messages in, `chat.completion.chunk` SSE frames out.
+//! [`OpenAiAdapter`]: messages in, `chat.completion.chunk` frames out.
 //!
 //! The first frame is the role chunk (`{"role":"assistant","content":""}`), sent with the first message so a
 //! client sees the response begin at once, and even for an empty stream. Then one chunk per piece of news
@@ -8,13 +8,14 @@
 
 use std::borrow::Cow;
 
-use bytes::Bytes;
-
 use super::OpenAiOptions;
 use super::progress::{Piece, Progress};
 use super::wire::{ApiError, Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta};
-use crate::adapter::{Adapter, sse};
+use crate::adapter::{Adapter, Frame};
 use crate::output::{ErrorProps, Outcome, OutputMessage, Usage};
+
+/// The marker that ends an OpenAI chunk stream.
+const DONE: &str = "[DONE]";
 
 /// Renders messages as OpenAI chunks.
 ///
@@ -27,11 +28,8 @@ use crate::output::{ErrorProps, Outcome, OutputMessage, Usage};
 /// adapter.push(&OutputMessage::text("Hi"), &mut frames);
 /// adapter.push(&OutputMessage::action("open_panel"), &mut frames);
 /// adapter.finish(&Outcome::completed(), &mut frames);
-/// let body: Vec<u8> = frames.concat();
-/// let body = String::from_utf8(body).unwrap();
-/// assert_eq!(body.matches("data: ").count(), 4); // role, "Hi", finish, [DONE]
-/// assert!(body.contains(r#""delta":{"content":"Hi"}"#));
-/// assert!(body.ends_with("data: [DONE]\n\n"));
+/// assert_eq!(frames.len(), 4); // role, "Hi", finish, [DONE]
+/// assert_eq!(frames[3], agentmux::adapter::Frame::end("[DONE]"));
 /// ```
 #[derive(Debug)]
 pub struct OpenAiAdapter {
@@ -47,7 +45,7 @@ impl OpenAiAdapter {
         OpenAiAdapter { options, progress: Progress::default(), role_sent: false, done: false }
     }
 
-    fn role(&mut self, frames: &mut Vec<Bytes>) {
+    fn role(&mut self, frames: &mut Vec<Frame>) {
         if !self.role_sent {
             self.role_sent = true;
             let delta = Delta { role: Some("assistant"), content: Some(Some("")), ..Delta::default() };
@@ -55,15 +53,15 @@ impl OpenAiAdapter {
         }
     }
 
-    fn end_with_error(&mut self, error: &ApiError, frames: &mut Vec<Bytes>) {
-        frames.push(sse::event(None, &error.envelope()));
-        frames.push(sse::DONE);
+    fn end_with_error(&mut self, error: &ApiError, frames: &mut Vec<Frame>) {
+        frames.push(Frame::error(&error.envelope()));
+        frames.push(Frame::end(DONE));
         self.done = true;
     }
 }
 
 impl Adapter for OpenAiAdapter {
-    fn push(&mut self, message: &OutputMessage, frames: &mut Vec<Bytes>) {
+    fn push(&mut self, message: &OutputMessage, frames: &mut Vec<Frame>) {
         if self.done {
             return;
         }
@@ -75,12 +73,12 @@ impl Adapter for OpenAiAdapter {
             frames.push(render(options, piece));
         });
         if ended {
-            frames.push(sse::DONE);
+            frames.push(Frame::end(DONE));
             self.done = true;
         }
     }
 
-    fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Bytes>) {
+    fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Frame>) {
         if self.done {
             return;
         }
@@ -96,24 +94,28 @@ impl Adapter for OpenAiAdapter {
         if let (true, Some(usage)) = (self.options.include_usage, outcome.usage.as_ref()) {
             frames.push(frame(&self.options, &[], Some(usage)));
         }
-        frames.push(sse::DONE);
+        frames.push(Frame::end(DONE));
         self.done = true;
     }
 
-    fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Bytes>) {
+    fn ended(&self) -> bool {
+        self.done
+    }
+
+    fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Frame>) {
         let error = ApiError {
             message: error.message.clone(),
             kind: "stream_error".into(),
             param: None,
             code: error.code.clone(),
         };
-        frames.push(sse::event(None, &error.envelope()));
-        frames.push(sse::DONE);
+        frames.push(Frame::error(&error.envelope()));
+        frames.push(Frame::end(DONE));
     }
 }
 
 /// The frame for one piece of news; for an error, the caller ends the stream after it.
-fn render(options: &OpenAiOptions, piece: Piece<'_>) -> Bytes {
+fn render(options: &OpenAiOptions, piece: Piece<'_>) -> Frame {
     match piece {
         Piece::Content { text, new_line } => {
             let text = with_new_line(text, new_line);
@@ -137,19 +139,19 @@ fn render(options: &OpenAiOptions, piece: Piece<'_>) -> Bytes {
             let call = ToolCallDelta { index, id: None, kind: None, function: FunctionDelta { name: None, arguments } };
             chunk(options, Delta { tool_calls: Some([call]), ..Delta::default() }, None)
         }
-        Piece::Error { message, code } => sse::event(None, &ApiError::agent(message, code).envelope()),
+        Piece::Error { message, code } => Frame::error(&ApiError::agent(message, code).envelope()),
     }
 }
 
 /// A chunk with one choice.
-fn chunk(options: &OpenAiOptions, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Bytes {
+fn chunk(options: &OpenAiOptions, delta: Delta<'_>, finish_reason: Option<&'static str>) -> Frame {
     frame(options, &[ChunkChoice { index: 0, delta, logprobs: None, finish_reason }], None)
 }
 
 /// A chunk with the given choices (none for the usage chunk).
-fn frame(options: &OpenAiOptions, choices: &[ChunkChoice<'_>], usage: Option<&Usage>) -> Bytes {
+fn frame(options: &OpenAiOptions, choices: &[ChunkChoice<'_>], usage: Option<&Usage>) -> Frame {
     let o = options;
-    sse::event(
+    Frame::json(
         None,
         &Chunk { id: &o.id, object: "chat.completion.chunk", created: o.created, model: &o.model, choices, usage },
     )

@@ -55,3 +55,16 @@ impl Agent for ReplayAgent {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The table `build.rs` generates, as it was written.
+    const GENERATED: &str = include_str!(concat!(env!("OUT_DIR"), "/fixtures.rs"));
+
+    #[test]
+    fn the_generated_fixture_table_names_no_path_of_the_checkout_that_built_it() {
+        assert!(!GENERATED.contains(env!("CARGO_MANIFEST_DIR")), "an absolute path in:\n{GENERATED}");
+        assert!(GENERATED.contains(r#"env!("CARGO_MANIFEST_DIR")"#), "paths follow the crate being built");
+        assert!(!super::ReplayAgent::builtin().is_empty(), "the fixtures are embedded");
+    }
+}

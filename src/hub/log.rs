@@ -1,0 +1,169 @@
+//! The log seam: what a stream's readers need, and the in-memory log that is its first implementation.
+//!
+//! A stream does two jobs. For its producer it validates, stamps sequences and ids, adds lifecycle events,
+//! reduces deltas, checks limits and records the outcome (`stream.rs`). For its readers it only has to be
+//! a log: entries in sequence order, readable after any sequence, a way to wait for more, and the end.
+//! [`Log`] is that second job as a trait, and the only thing renditions, subscriptions and snapshots of the
+//! history read through, so a durable store or a replicated log can stand in for [`MemoryLog`] without
+//! touching an adapter or a transport.
+//!
+//! Entries are stamped, serialisable messages, shared as `Arc`s so a reader copies a pointer, not a
+//! message; the outcome is an entry too ([`Entry::End`]), the last one, so a reader learns the end the
+//! same way it learns anything else. A log may keep less than all of its history (the in-memory log drops
+//! everything when its stream is evicted; a store may keep a window): a read from before what is kept is
+//! [`Gone`], and names where the kept history starts.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use crate::output::{Outcome, OutputMessage};
+
+/// One entry of a stream's log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// A stamped message, with its size as JSON (what it counts against the limits).
+    Message {
+        /// The message, as stamped (its `metadata.sequence` is its place in the log).
+        message: Arc<OutputMessage>,
+        /// Its size as compact JSON.
+        bytes: u64,
+    },
+    /// How the stream ended: always the last entry, after `stream_end`, and without a sequence of its own.
+    End(Arc<Outcome>),
+}
+
+/// A read from before what the log still keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the history after sequence {asked} is no longer kept; it starts after sequence {kept_after}")]
+pub struct Gone {
+    /// The sequence the reader asked to read after.
+    pub asked: u64,
+    /// The kept history starts after this sequence: the first kept entry is `kept_after + 1`.
+    pub kept_after: u64,
+}
+
+/// What readers need from a stream's log; see the module doc.
+///
+/// Writes come only from the stream that owns the log, in order and already checked, so they cannot fail
+/// for the in-memory log; a store whose writes can fail reports it through the stream, not through readers.
+pub trait Log: Send + Sync + std::fmt::Debug {
+    /// Appends stamped messages (sequences continue the log's without gaps) and, last, the outcome.
+    fn append(&self, entries: Vec<Entry>);
+
+    /// Up to `max` entries after sequence `after` (0: from the start), in order, ending with
+    /// [`Entry::End`] once the stream has ended and every message was read. Empty when there is nothing
+    /// more yet.
+    fn read(&self, after: u64, max: usize) -> Result<Vec<Entry>, Gone>;
+
+    /// The last sequence appended (0 when empty).
+    fn last_sequence(&self) -> u64;
+
+    /// How the stream ended, once it has.
+    fn outcome(&self) -> Option<Arc<Outcome>>;
+
+    /// A receiver that changes whenever entries are appended or the log drops history: mark it seen, read,
+    /// and only then wait on it, so nothing appended in between is missed.
+    fn changes(&self) -> watch::Receiver<u64>;
+
+    /// Drops the history (the stream was evicted): later reads are [`Gone`].
+    fn forget(&self);
+}
+
+/// The in-memory log: a `Vec` of entries behind a mutex held only to push or to copy out `Arc`s.
+#[derive(Debug)]
+pub(crate) struct MemoryLog {
+    state: Mutex<MemoryState>,
+    changes: watch::Sender<u64>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryState {
+    /// Messages with sequences `first..first + messages.len()`.
+    messages: Vec<Arc<OutputMessage>>,
+    /// Sizes of `messages`, as JSON.
+    sizes: Vec<u64>,
+    /// Sequence of `messages[0]` minus one: what was forgotten.
+    forgotten: u64,
+    end: Option<Arc<Outcome>>,
+}
+
+impl Default for MemoryLog {
+    fn default() -> Self {
+        MemoryLog { state: Mutex::new(MemoryState::default()), changes: watch::channel(0).0 }
+    }
+}
+
+impl MemoryLog {
+    fn lock(&self) -> MutexGuard<'_, MemoryState> {
+        // Every mutation is a push or a clear that cannot panic halfway, so a poisoned lock holds a valid log.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Log for MemoryLog {
+    fn append(&self, entries: Vec<Entry>) {
+        let mut state = self.lock();
+        for entry in entries {
+            match entry {
+                Entry::Message { message, bytes } => {
+                    state.messages.push(message);
+                    state.sizes.push(bytes);
+                }
+                Entry::End(outcome) => {
+                    state.end = Some(outcome);
+                    // Nothing comes after the end: give back what the vectors' growth reserved.
+                    state.messages.shrink_to_fit();
+                    state.sizes.shrink_to_fit();
+                }
+            }
+        }
+        drop(state);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn read(&self, after: u64, max: usize) -> Result<Vec<Entry>, Gone> {
+        let state = self.lock();
+        if after < state.forgotten {
+            return Err(Gone { asked: after, kept_after: state.forgotten });
+        }
+        let from = (after - state.forgotten) as usize;
+        let messages = state.messages.get(from..).unwrap_or_default();
+        let sizes = state.sizes.get(from..).unwrap_or_default();
+        let mut entries: Vec<Entry> = messages
+            .iter()
+            .zip(sizes)
+            .take(max)
+            .map(|(message, &bytes)| Entry::Message { message: Arc::clone(message), bytes })
+            .collect();
+        if let Some(outcome) = &state.end
+            && entries.len() == messages.len()
+            && entries.len() < max
+        {
+            entries.push(Entry::End(Arc::clone(outcome)));
+        }
+        Ok(entries)
+    }
+
+    fn last_sequence(&self) -> u64 {
+        let state = self.lock();
+        state.forgotten + state.messages.len() as u64
+    }
+
+    fn outcome(&self) -> Option<Arc<Outcome>> {
+        self.lock().end.clone()
+    }
+
+    fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn forget(&self) {
+        let mut state = self.lock();
+        state.forgotten += state.messages.len() as u64;
+        state.messages = Vec::new();
+        state.sizes = Vec::new();
+        drop(state);
+        self.changes.send_modify(|n| *n += 1);
+    }
+}

@@ -1,0 +1,209 @@
+//! Render: a format (which adapter) and an encoding (which transport frames it) together, as the hub's
+//! [`Render`] seam asks for.
+//!
+//! - [`Format`]: what a subscriber reads: the typed messages (CUI) or OpenAI chunks, with the options that
+//!   change a byte of the output.
+//! - [`Encoding`]: how its frames travel: SSE events (`sse.rs`) or WebSocket text messages (`ws.rs`).
+//! - [`View`]: the two together; a stream keeps one rendition per distinct view, so every subscriber of a
+//!   view shares the same encoded bytes, whatever the transport.
+//!
+//! Adapters produce [`Frame`]s that know no transport; this module is where they become bytes, once per
+//! view. A transport writes the bytes it is handed and never parses them.
+
+mod sse;
+mod ws;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::adapter::{Adapter, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField};
+use crate::hub::{Entry, Gone, Render, Renderer, StreamInfo};
+use crate::output::ErrorProps;
+
+pub use sse::encode as encode_sse;
+
+/// A wire format a subscriber reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Format {
+    /// The typed messages.
+    #[default]
+    Cui,
+    /// OpenAI `chat.completion.chunk` deltas.
+    OpenAi {
+        /// Send the usage chunk at the end when usage is known.
+        include_usage: bool,
+        /// Where reasoning goes.
+        reasoning: ReasoningField,
+    },
+}
+
+impl Format {
+    /// OpenAI chunks with the defaults: no usage chunk, reasoning in `reasoning_content`.
+    pub const OPENAI: Format = Format::OpenAi { include_usage: false, reasoning: ReasoningField::ReasoningContent };
+
+    /// A fresh adapter for this format over the stream `info` describes.
+    pub fn adapter(self, info: &StreamInfo) -> Box<dyn Adapter + Send> {
+        match self {
+            Format::Cui => Box::new(CuiAdapter),
+            Format::OpenAi { include_usage, reasoning } => {
+                let mut options = OpenAiOptions::from(info);
+                options.include_usage = include_usage;
+                options.reasoning = reasoning;
+                Box::new(OpenAiAdapter::new(options))
+            }
+        }
+    }
+
+    /// A short name that tells every option apart: `cui`, `openai+usage/reasoning`.
+    fn key(self) -> String {
+        match self {
+            Format::Cui => "cui".into(),
+            Format::OpenAi { include_usage, reasoning } => {
+                let reasoning = match reasoning {
+                    ReasoningField::ReasoningContent => "reasoning_content",
+                    ReasoningField::Reasoning => "reasoning",
+                    ReasoningField::Both => "both",
+                };
+                format!("openai{}/{reasoning}", if include_usage { "+usage" } else { "" })
+            }
+        }
+    }
+}
+
+/// The completion id, creation time and model OpenAI renderings of a stream carry.
+impl From<&StreamInfo> for OpenAiOptions {
+    fn from(info: &StreamInfo) -> Self {
+        OpenAiOptions::new(format!("chatcmpl-{}", info.id), info.created_ms / 1000, info.model.clone())
+    }
+}
+
+/// How frames travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoding {
+    /// Server-sent events.
+    #[default]
+    Sse,
+    /// WebSocket text messages, one JSON object each, naming their stream.
+    WebSocket,
+}
+
+/// A format and an encoding: what a subscription renders; see the module doc.
+#[derive(Debug, Clone)]
+pub struct View {
+    format: Format,
+    encoding: Encoding,
+    key: String,
+}
+
+impl View {
+    /// `format` in `encoding`.
+    pub fn new(format: Format, encoding: Encoding) -> Self {
+        let key = format!("{}@{}", format.key(), if encoding == Encoding::Sse { "sse" } else { "ws" });
+        View { format, encoding, key }
+    }
+
+    /// Its format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+}
+
+impl Render for View {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn renderer(&self, stream: &StreamInfo) -> Box<dyn Renderer> {
+        let adapter = self.format.adapter(stream);
+        let stateful = self.format != Format::Cui;
+        let wrap = ws::Wrap::new(&stream.id, self.format);
+        Box::new(ViewRenderer { adapter, encoding: self.encoding, wrap, stateful, held: 0, frames: Vec::new() })
+    }
+}
+
+/// A format on its own is read over SSE.
+impl From<Format> for Arc<dyn Render> {
+    fn from(format: Format) -> Self {
+        Arc::new(View::new(format, Encoding::Sse))
+    }
+}
+
+impl From<View> for Arc<dyn Render> {
+    fn from(view: View) -> Self {
+        Arc::new(view)
+    }
+}
+
+struct ViewRenderer {
+    adapter: Box<dyn Adapter + Send>,
+    encoding: Encoding,
+    wrap: ws::Wrap,
+    /// The adapter keeps state that grows with the stream (the OpenAI adapter reduces deltas).
+    stateful: bool,
+    held: u64,
+    frames: Vec<Frame>,
+}
+
+impl ViewRenderer {
+    fn encode(&mut self, out: &mut Vec<Bytes>) {
+        for frame in self.frames.drain(..) {
+            match self.encoding {
+                Encoding::Sse => out.push(sse::encode(&frame)),
+                Encoding::WebSocket => out.extend(self.wrap.frame(&frame)),
+            }
+        }
+    }
+}
+
+impl Renderer for ViewRenderer {
+    fn render(&mut self, entry: &Entry, out: &mut Vec<Bytes>) {
+        match entry {
+            Entry::Message { message, bytes } => {
+                self.adapter.push(message, &mut self.frames);
+                if self.stateful {
+                    // An upper bound: its reducer holds at most every message it was given.
+                    self.held += bytes;
+                }
+                self.encode(out);
+            }
+            Entry::End(outcome) => {
+                self.adapter.finish(outcome, &mut self.frames);
+                self.encode(out);
+                if self.encoding == Encoding::WebSocket {
+                    out.push(self.wrap.done(outcome));
+                }
+            }
+        }
+    }
+
+    /// Over SSE, when the adapter has ended (an OpenAI stream after its error and `[DONE]`). Over WebSocket
+    /// only at the end of the stream, which says `done` in its own message.
+    fn ended(&self) -> bool {
+        self.encoding == Encoding::Sse && self.adapter.ended()
+    }
+
+    fn interrupt(&self, gone: &Gone, out: &mut Vec<Bytes>) {
+        let error = ErrorProps {
+            message: format!(
+                "the history this subscriber needs is no longer kept; it starts after sequence {}",
+                gone.kept_after
+            ),
+            code: Some("lagged".into()),
+            details: Some(serde_json::json!({ "resume_from": gone.kept_after })),
+        };
+        match self.encoding {
+            Encoding::Sse => {
+                let mut frames = Vec::new();
+                self.adapter.interrupt(&error, &mut frames);
+                out.extend(frames.iter().map(sse::encode));
+            }
+            Encoding::WebSocket => out.push(self.wrap.lagged(&error, gone.kept_after)),
+        }
+    }
+
+    fn held_bytes(&self) -> u64 {
+        self.held
+    }
+}
