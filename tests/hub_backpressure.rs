@@ -14,6 +14,7 @@
 
 mod common;
 
+use common::assert_same_frames;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -193,20 +194,6 @@ async fn read_every_frame(subscription: &mut Subscription, format: Format) -> Ve
         frames.extend(batch.frames());
     }
     frames
-}
-
-/// Asserts two reads are byte for byte the same, naming the first frame that differs.
-fn assert_same_frames(got: &[Bytes], want: &[Bytes], what: &str) {
-    if got != want {
-        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
-        panic!(
-            "{what}: {} frames, expected {}; first difference at frame {first}: {:?} vs {:?}",
-            got.len(),
-            want.len(),
-            got.get(first),
-            want.get(first)
-        );
-    }
 }
 
 /// A hub on a [`SteppingClock`] the test moves by hand, with counting ids.

@@ -10,6 +10,9 @@
 //!
 //! Nothing here is evicted, so nobody lags: every subscriber reads at its own pace from the shared rendition.
 
+mod common;
+
+use common::assert_same_frames;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -475,19 +478,6 @@ impl Full {
 
     fn of_format(&self, format: Format) -> &Rendered {
         &self.reads.iter().find(|(f, _)| *f == format).expect("format").1
-    }
-}
-
-fn assert_same_frames(got: &[Bytes], want: &[Bytes], what: &str) {
-    if got != want {
-        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
-        panic!(
-            "{what}: {} frames, expected {}; first difference at frame {first}: {:?} vs {:?}",
-            got.len(),
-            want.len(),
-            got.get(first),
-            want.get(first)
-        );
     }
 }
 

@@ -15,6 +15,9 @@ use agentmux::conversation::ChatRequest;
 use agentmux::http::Settings;
 use agentmux::hub::HubConfig;
 use agentmux::output::Outcome;
+use common::http::{
+    PATIENCE, Sse, assert_envelope, assert_sse_headers, get_json, header, parse_sse, post_json, read_body, snapshot,
+};
 use common::server::TestServer;
 use eventsource_stream::Eventsource;
 use futures::{SinkExt, StreamExt};
@@ -22,9 +25,6 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream, connect_async};
-
-/// The longest any single read or wait in these tests may take before the test fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(10);
 
 // ---------------------------------------------------------------------------------------------------------
 // An agent whose pace and length the request sets, and which counts how its runs end.
@@ -103,60 +103,6 @@ fn ticker_request(count: u64, pause_ms: u64) -> Value {
 // ---------------------------------------------------------------------------------------------------------
 // SSE, HTTP and WebSocket helpers.
 
-/// One complete SSE event: its `id:` (if any), its `data:` and its exact bytes.
-#[derive(Debug, Clone)]
-struct Sse {
-    id: Option<u64>,
-    data: String,
-    raw: Vec<u8>,
-}
-
-impl Sse {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("event data is not JSON ({e}): {}", self.data))
-    }
-}
-
-/// The complete events at the start of `bytes` (comment-only events such as `: ping` skipped), and how
-/// many bytes they took.
-fn parse_sse(bytes: &[u8]) -> (Vec<Sse>, usize) {
-    let mut events = Vec::new();
-    let mut start = 0;
-    while let Some(end) = bytes[start..].windows(2).position(|w| w == b"\n\n").map(|p| start + p + 2) {
-        let raw = &bytes[start..end];
-        let text = std::str::from_utf8(raw).expect("SSE is UTF-8");
-        let mut id = None;
-        let mut data = None;
-        for line in text.lines() {
-            if let Some(value) = line.strip_prefix("id: ") {
-                id = Some(value.parse().unwrap_or_else(|_| panic!("id is a sequence: {line}")));
-            } else if let Some(value) = line.strip_prefix("data: ") {
-                assert!(data.is_none(), "one data line per event: {text}");
-                data = Some(value.to_owned());
-            } else {
-                assert!(line.is_empty() || line.starts_with(':'), "only id, data and comment lines: {text:?}");
-            }
-        }
-        if let Some(data) = data {
-            events.push(Sse { id, data, raw: raw.to_vec() });
-        }
-        start = end;
-    }
-    (events, start)
-}
-
-/// Reads a response body to its end.
-async fn read_body(response: reqwest::Response) -> Vec<u8> {
-    let mut body = response.bytes_stream();
-    let mut all = Vec::new();
-    loop {
-        match tokio::time::timeout(PATIENCE, body.next()).await.expect("the body ends in time") {
-            Some(chunk) => all.extend_from_slice(&chunk.expect("body bytes")),
-            None => return all,
-        }
-    }
-}
-
 /// Checks that `events` are one whole CUI stream: ids 1..=last without gaps, each matching the message's
 /// `metadata.sequence`, from `stream_start` to a `stream_end` with `status`; returns the last sequence.
 fn assert_whole_cui(events: &[Sse], status: &str) -> u64 {
@@ -196,41 +142,11 @@ async fn start_ticker(
     (response, id)
 }
 
-fn header<'r>(response: &'r reqwest::Response, name: &str) -> &'r str {
-    response.headers().get(name).unwrap_or_else(|| panic!("header {name} is present")).to_str().expect("header is text")
-}
-
-fn assert_sse_headers(response: &reqwest::Response) {
-    assert_eq!(response.status(), 200);
-    assert_eq!(header(response, "content-type"), "text/event-stream");
-    assert_eq!(header(response, "cache-control"), "no-cache");
-    assert_eq!(header(response, "x-accel-buffering"), "no");
-}
-
-async fn get_json(client: &reqwest::Client, url: &str) -> (u16, Value) {
-    let response = client.get(url).send().await.expect("GET");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("JSON body"))
-}
-
-async fn post_json(client: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
-    let response = client.post(url).json(body).send().await.expect("POST");
-    let status = response.status().as_u16();
-    (status, response.json().await.expect("JSON body"))
-}
-
 async fn post_raw(client: &reqwest::Client, url: &str, content_type: &str, body: impl Into<String>) -> (u16, Value) {
     let response = client.post(url).header("content-type", content_type).body(body.into()).send().await.expect("POST");
     let status = response.status().as_u16();
     assert_eq!(header(&response, "content-type"), "application/json");
     (status, response.json().await.expect("JSON body"))
-}
-
-/// `GET /v1/streams/{id}`.
-async fn snapshot(client: &reqwest::Client, server: &TestServer, id: &str) -> Value {
-    let (status, body) = get_json(client, &server.url(&format!("/v1/streams/{id}"))).await;
-    assert_eq!(status, 200, "{body}");
-    body
 }
 
 /// Polls the stream until its status is not `open`; returns the snapshot.
@@ -252,19 +168,6 @@ async fn until_count(counter: &AtomicUsize, at_least: usize, what: &str) {
         assert!(Instant::now() < deadline, "{what}: never reached {at_least}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// Checks the OpenAI error envelope: exactly `message`, `type`, `param` and `code`, with these values.
-#[track_caller]
-fn assert_envelope(body: &Value, param: Option<&str>, code: &str) {
-    let error = body["error"].as_object().unwrap_or_else(|| panic!("an error envelope: {body}"));
-    let mut keys: Vec<&str> = error.keys().map(String::as_str).collect();
-    keys.sort_unstable();
-    assert_eq!(keys, ["code", "message", "param", "type"], "{body}");
-    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
-    assert!(error["type"].is_string(), "{body}");
-    assert_eq!(error["param"], param.map_or(Value::Null, |p| json!(p)), "{body}");
-    assert_eq!(error["code"], json!(code), "{body}");
 }
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;

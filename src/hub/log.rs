@@ -13,6 +13,7 @@
 //! everything when its stream is evicted; a store may keep a window): a read from before what is kept is
 //! [`Gone`], and names where the kept history starts.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
@@ -56,8 +57,11 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     /// more yet.
     fn read(&self, after: u64, max: usize) -> Result<Vec<Entry>, Gone>;
 
-    /// The last sequence appended (0 when empty).
+    /// The last sequence appended (0 when empty). Cheap: every reader asks it each time it looks for more.
     fn last_sequence(&self) -> u64;
+
+    /// True once the outcome is in. Cheap, as `last_sequence`.
+    fn is_ended(&self) -> bool;
 
     /// How the stream ended, once it has.
     fn outcome(&self) -> Option<Arc<Outcome>>;
@@ -70,10 +74,14 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     fn forget(&self);
 }
 
-/// The in-memory log: a `Vec` of entries behind a mutex held only to push or to copy out `Arc`s.
+/// The in-memory log: a `Vec` of entries behind a mutex held only to push or to copy out `Arc`s, and its
+/// length and end as atomics, so a reader that is caught up learns it without taking the lock that the
+/// producer needs.
 #[derive(Debug)]
 pub(crate) struct MemoryLog {
     state: Mutex<MemoryState>,
+    last: AtomicU64,
+    ended: AtomicBool,
     changes: watch::Sender<u64>,
 }
 
@@ -90,7 +98,12 @@ struct MemoryState {
 
 impl Default for MemoryLog {
     fn default() -> Self {
-        MemoryLog { state: Mutex::new(MemoryState::default()), changes: watch::channel(0).0 }
+        MemoryLog {
+            state: Mutex::new(MemoryState::default()),
+            last: AtomicU64::new(0),
+            ended: AtomicBool::new(false),
+            changes: watch::channel(0).0,
+        }
     }
 }
 
@@ -112,12 +125,14 @@ impl Log for MemoryLog {
                 }
                 Entry::End(outcome) => {
                     state.end = Some(outcome);
+                    self.ended.store(true, Ordering::Release);
                     // Nothing comes after the end: give back what the vectors' growth reserved.
                     state.messages.shrink_to_fit();
                     state.sizes.shrink_to_fit();
                 }
             }
         }
+        self.last.store(state.forgotten + state.messages.len() as u64, Ordering::Release);
         drop(state);
         self.changes.send_modify(|n| *n += 1);
     }
@@ -146,8 +161,11 @@ impl Log for MemoryLog {
     }
 
     fn last_sequence(&self) -> u64 {
-        let state = self.lock();
-        state.forgotten + state.messages.len() as u64
+        self.last.load(Ordering::Acquire)
+    }
+
+    fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
     }
 
     fn outcome(&self) -> Option<Arc<Outcome>> {

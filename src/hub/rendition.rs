@@ -78,6 +78,13 @@ impl Rendition {
         if self.finished || self.gone.is_some() {
             return false;
         }
+        let rendered = self.rendered();
+        let last = log.last_sequence();
+        if last == rendered && !log.is_ended() {
+            // Caught up, learnt without the log's lock (a forgotten log reports its old length, so a
+            // rendition behind it still reads and learns it is gone).
+            return false;
+        }
         let entries = match log.read(self.rendered(), CHUNK) {
             Ok(entries) => entries,
             Err(gone) => {

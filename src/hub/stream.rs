@@ -592,14 +592,14 @@ impl Stream {
 
     /// Applies what a rendition's catch-up changed in the count.
     pub(crate) fn count(&self, counted: Counted) {
-        if self.forgotten.load(Ordering::Acquire) {
+        if counted == Counted::default() || self.forgotten.load(Ordering::Acquire) {
             return;
         }
-        if counted.added > 0 {
-            self.force(counted.added);
-        }
-        if counted.estimated > 0 {
-            self.release(counted.estimated);
+        // One change to the hub-wide count, which every stream's readers share.
+        match counted.added.cmp(&counted.estimated) {
+            std::cmp::Ordering::Greater => self.force(counted.added - counted.estimated),
+            std::cmp::Ordering::Less => self.release(counted.estimated - counted.added),
+            std::cmp::Ordering::Equal => {}
         }
     }
 

@@ -21,26 +21,52 @@ use super::log::Gone;
 use super::rendition::{Counted, Rendition};
 
 /// Frames taken from a stream in one go.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Batch {
     /// Complete frames, in order, back to back: what a transport writes.
     pub bytes: Bytes,
-    /// The length of each frame in `bytes`, in order.
-    pub lengths: Vec<u32>,
     /// The last sequence whose frames are all in this batch or before it: where to resume from.
     pub last_sequence: u64,
     /// True when this is the notice that the history is gone, which ends the subscription.
     pub lagged: bool,
+    /// Where its frames start and end, asked for only by transports that send frames one by one.
+    bounds: Bounds,
+}
+
+/// Where a batch's frames start and end: looked up in the rendition's offsets when asked (the batch keeps
+/// the rendition alive anyway while a transport writes it), so a byte-stream transport pays nothing for it.
+#[derive(Clone)]
+enum Bounds {
+    /// Frames `first..first + count` of the rendition.
+    Rendered { rendition: Arc<Mutex<Rendition>>, first: usize, count: usize },
+    /// The lengths, for frames that are not in a rendition (the lagged notice).
+    Lengths(Vec<u32>),
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("bytes", &self.bytes.len())
+            .field("last_sequence", &self.last_sequence)
+            .field("lagged", &self.lagged)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Batch {
     /// The frames one by one, each a slice of [`Batch::bytes`].
     pub fn frames(&self) -> Vec<Bytes> {
+        let lengths = match &self.bounds {
+            Bounds::Rendered { rendition, first, count } => {
+                super::stream::lock(rendition).frame_lengths(*first, first + count)
+            }
+            Bounds::Lengths(lengths) => lengths.clone(),
+        };
         let mut at = 0;
-        self.lengths
+        lengths
             .iter()
             .map(|&length| {
-                let frame = self.bytes.slice(at..at + length as usize);
+                let frame = self.bytes.slice(at..(at + length as usize).min(self.bytes.len()));
                 at += length as usize;
                 frame
             })
@@ -136,10 +162,12 @@ impl Subscription {
             until += 1;
         }
         let bytes = rendition.slice(self.cursor, until);
-        let lengths = rendition.frame_lengths(self.cursor, until);
+        let (first, count) = (self.cursor, until - self.cursor);
         self.cursor = until;
         let last_sequence = rendition.sequence_before(until);
-        Some(Batch { bytes, lengths, last_sequence, lagged: false })
+        drop(rendition);
+        let bounds = Bounds::Rendered { rendition: shared, first, count };
+        Some(Batch { bytes, last_sequence, lagged: false, bounds })
     }
 
     /// The last batch of a subscriber whose history is gone.
@@ -147,7 +175,7 @@ impl Subscription {
         self.done = true;
         let resume = rendition.sequence_before(self.cursor);
         let (bytes, lengths) = rendition.interrupt(&Gone { asked: resume, kept_after });
-        Batch { bytes, lengths, last_sequence: resume, lagged: true }
+        Batch { bytes, last_sequence: resume, lagged: true, bounds: Bounds::Lengths(lengths) }
     }
 
     /// The subscription as a `futures::Stream` of batches.

@@ -119,3 +119,17 @@ pub(crate) fn tool_calls(
         })
         .collect()
 }
+
+/// Asserts two reads are byte for byte the same, naming the first frame that differs.
+pub(crate) fn assert_same_frames(got: &[bytes::Bytes], want: &[bytes::Bytes], what: &str) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+        panic!(
+            "{what}: {} frames, expected {}; first difference at frame {first}: {:?} vs {:?}",
+            got.len(),
+            want.len(),
+            got.get(first),
+            want.get(first)
+        );
+    }
+}
