@@ -347,8 +347,9 @@ impl ModelStream {
         self.log.iter().map(json_len).sum()
     }
 
+    /// The log, the snapshot's reduction, and each rendition.
     fn copies(&self) -> u64 {
-        1 + self.formats.len() as u64
+        2 + self.formats.len() as u64
     }
 
     /// The stream's short epoch, as in the ids it makes up (`m7-<short>`).
@@ -750,6 +751,14 @@ impl World {
                 );
                 prop_assert_eq!((stream.id(), stream.epoch()), (stream_id.as_str(), epoch.as_str()));
                 prop_assert_eq!(self.hub.bytes(), before + size, "a new stream counts its stream_start");
+                // The snapshot is a reader of the log with a reduction of its own, counted like a
+                // rendition from its first use: make it now, so it is in every later count.
+                stream.snapshot();
+                prop_assert_eq!(
+                    self.hub.bytes(),
+                    before + 2 * size,
+                    "the snapshot's reduction counts the log once more"
+                );
                 self.streams.push(ModelStream {
                     stream,
                     alive: true,

@@ -26,7 +26,9 @@
 //! Every byte a stream holds is counted against the hub's limit ([`Limits::hub_bytes`], 1 GiB by default):
 //! its log entries (as JSON), its own first and last events, and for each rendition in use its frames and
 //! its renderer's state (see `stream.rs` for how). An append that would not fit in every format in use is
-//! refused (`HubFull`), as is a subscription that needs a new rendition the hub could not hold. Subscribers
+//! refused (`HubFull`), as is a subscription that needs a new rendition the hub could not hold. The snapshot's
+//! reduction of the log counts like a rendition from its first use, but is never refused: a status request
+//! must answer, and it adds at most the log once more. Subscribers
 //! add only their cursor, however far behind they are. Per-message bookkeeping outside the JSON (the `Arc`,
 //! the reducer's map entries) is not counted: a few dozen bytes per message. An ended stream is evicted a
 //! retention time after it ended, and gives back everything; a stream whose producer never ends it stays

@@ -8,9 +8,10 @@
 //! undo journal, the lifecycle restored and every byte counted for the batch given back, so the stream is
 //! exactly as before and a retry meets the same stream.
 //!
-//! Readers never touch the producer's state: renditions and subscriptions read the log (`log.rs`), each
-//! rendition behind its own mutex (`rendition.rs`), so a producer never waits for a reader, and a reader
-//! rendering a long log never holds up an append.
+//! Readers never touch the producer's state: renditions, subscriptions and the snapshot read the log
+//! (`log.rs`), each behind its own mutex (`rendition.rs`), so a producer never waits for a reader, and a
+//! reader rendering a long log never holds up an append. The producer keeps a reducer of its own only to
+//! decide whether a delta applies.
 //!
 //! The producer's state sits behind a `std::sync::Mutex`: no `.await` happens while it is held and every
 //! critical section is short (stamping and reducing one batch), which a tokio mutex would only make slower.
@@ -19,7 +20,9 @@
 //!
 //! Everything it holds is counted against the hub's byte limit (`held`): each log entry as JSON when it is
 //! appended, the stream's own first event included, and for each rendition in use an estimate of the same
-//! size per entry, replaced by the real figure (frames, offsets, the renderer's state) once rendered. So an
+//! size per entry, replaced by the real figure (frames, offsets, the renderer's state) once rendered. The
+//! snapshot's reduction of the log, once asked for, counts like a rendition whose estimate stands (a
+//! reduced message is at most the entries it came from). So an
 //! append is refused when the hub could not hold it in every format in use, and a subscription that needs a
 //! new rendition is refused when the hub could not hold the log once more. All of it is given back when the
 //! stream is evicted.
@@ -172,6 +175,8 @@ pub struct Stream {
     producer: Mutex<Producer>,
     log: Box<dyn Log>,
     renditions: Mutex<Vec<(String, Arc<Mutex<Rendition>>)>>,
+    /// The snapshot's own reduction of the log, made when first asked for.
+    state_view: Mutex<Option<StateView>>,
     /// Bytes counted against the hub for this stream.
     held: AtomicU64,
     forgotten: AtomicBool,
@@ -212,6 +217,7 @@ impl Stream {
             }),
             log: Box::new(MemoryLog::default()),
             renditions: Mutex::new(Vec::new()),
+            state_view: Mutex::new(None),
             held: AtomicU64::new(0),
             forgotten: AtomicBool::new(false),
             cancel: CancellationToken::new(),
@@ -283,15 +289,40 @@ impl Stream {
         Status::of(self.lock().end.as_ref())
     }
 
-    /// The status, the epoch and every message's current state.
+    /// The status, the epoch and every message's current state, as the log says: a reader like any other,
+    /// it reduces the log's entries into its own state, caught up on each call (made on the first).
     pub fn snapshot(&self) -> Snapshot {
-        let producer = self.lock();
+        let mut view = lock(&self.state_view);
+        let view = view.get_or_insert_with(|| {
+            // Counted like a rendition: the log once more now, and each later entry once more.
+            let mut producer = self.lock();
+            if !self.forgotten.load(Ordering::Acquire) {
+                self.force(producer.bytes);
+                producer.renditions += 1;
+            }
+            StateView::default()
+        });
+        // The status first: if it says ended, the reduction below reaches the end.
+        let status = Status::of(self.log.outcome().as_deref());
+        while let Ok(entries) = self.log.read(view.read, CHUNK) {
+            let before = view.read;
+            for entry in entries {
+                if let Entry::Message { message, .. } = entry {
+                    // The log holds only what the producer's reducer accepted: this cannot be refused.
+                    let _ = view.reducer.apply(&message);
+                    view.read += 1;
+                }
+            }
+            if view.read == before {
+                break;
+            }
+        }
         Snapshot {
             id: self.info.id.clone(),
-            status: Status::of(producer.end.as_ref()),
+            status,
             epoch: self.info.epoch.clone(),
-            last_sequence: producer.last,
-            messages: producer.reducer.messages().to_vec(),
+            last_sequence: view.read,
+            messages: view.reducer.messages().to_vec(),
         }
     }
 
@@ -621,6 +652,17 @@ impl Stream {
         self.shared.release(held);
     }
 }
+
+/// What the snapshot has reduced of the log.
+#[derive(Default)]
+struct StateView {
+    reducer: Reducer,
+    /// The last sequence reduced.
+    read: u64,
+}
+
+/// Entries the snapshot reduces per read from the log.
+const CHUNK: usize = 1024;
 
 /// A batch on its way into the log.
 #[derive(Default)]
