@@ -52,10 +52,10 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     /// Appends stamped messages (sequences continue the log's without gaps) and, last, the outcome.
     fn append(&self, entries: Vec<Entry>);
 
-    /// Up to `max` entries after sequence `after` (0: from the start), in order, ending with
-    /// [`Entry::End`] once the stream has ended and every message was read. Empty when there is nothing
-    /// more yet.
-    fn read(&self, after: u64, max: usize) -> Result<Vec<Entry>, Gone>;
+    /// Appends to `into` up to `max` entries after sequence `after` (0: from the start), in order, ending
+    /// with [`Entry::End`] once the stream has ended and every message was read; nothing when there is
+    /// nothing more yet. A reader keeps `into` from one read to the next, so reading allocates nothing.
+    fn read(&self, after: u64, max: usize, into: &mut Vec<Entry>) -> Result<(), Gone>;
 
     /// The last sequence appended (0 when empty). Cheap: every reader asks it each time it looks for more.
     fn last_sequence(&self) -> u64;
@@ -137,7 +137,7 @@ impl Log for MemoryLog {
         self.changes.send_modify(|n| *n += 1);
     }
 
-    fn read(&self, after: u64, max: usize) -> Result<Vec<Entry>, Gone> {
+    fn read(&self, after: u64, max: usize, into: &mut Vec<Entry>) -> Result<(), Gone> {
         let state = self.lock();
         if after < state.forgotten {
             return Err(Gone { asked: after, kept_after: state.forgotten });
@@ -145,19 +145,20 @@ impl Log for MemoryLog {
         let from = (after - state.forgotten) as usize;
         let messages = state.messages.get(from..).unwrap_or_default();
         let sizes = state.sizes.get(from..).unwrap_or_default();
-        let mut entries: Vec<Entry> = messages
-            .iter()
-            .zip(sizes)
-            .take(max)
-            .map(|(message, &bytes)| Entry::Message { message: Arc::clone(message), bytes })
-            .collect();
+        let taken = messages.len().min(max);
+        into.extend(
+            messages[..taken]
+                .iter()
+                .zip(sizes)
+                .map(|(message, &bytes)| Entry::Message { message: Arc::clone(message), bytes }),
+        );
         if let Some(outcome) = &state.end
-            && entries.len() == messages.len()
-            && entries.len() < max
+            && taken == messages.len()
+            && taken < max
         {
-            entries.push(Entry::End(Arc::clone(outcome)));
+            into.push(Entry::End(Arc::clone(outcome)));
         }
-        Ok(entries)
+        Ok(())
     }
 
     fn last_sequence(&self) -> u64 {

@@ -44,6 +44,9 @@ pub(crate) struct Rendition {
     pub(crate) gone: Option<Gone>,
     /// The renderer's state as last counted.
     held: u64,
+    /// Kept between catch-ups so that reading and rendering allocate nothing once warm.
+    entries: Vec<Entry>,
+    frames: Vec<Bytes>,
 }
 
 /// What a catch-up changed in the hub's count: bytes to count, and the estimate to give back.
@@ -51,6 +54,8 @@ pub(crate) struct Rendition {
 pub(crate) struct Counted {
     pub(crate) added: u64,
     pub(crate) estimated: u64,
+    /// The rendition finished: nothing more will be counted for it.
+    pub(crate) finished: bool,
 }
 
 impl Rendition {
@@ -64,6 +69,8 @@ impl Rendition {
             finished: false,
             gone: None,
             held: 0,
+            entries: Vec::new(),
+            frames: Vec::new(),
         }
     }
 
@@ -85,18 +92,18 @@ impl Rendition {
             // rendition behind it still reads and learns it is gone).
             return false;
         }
-        let entries = match log.read(self.rendered(), CHUNK) {
-            Ok(entries) => entries,
-            Err(gone) => {
-                self.gone = Some(gone);
-                return false;
-            }
-        };
-        if entries.is_empty() {
+        let mut entries = std::mem::take(&mut self.entries);
+        if let Err(gone) = log.read(rendered, CHUNK, &mut entries) {
+            self.gone = Some(gone);
             return false;
         }
-        let (first, mut frames, mut block) = (self.len(), Vec::new(), BytesMut::new());
-        for entry in &entries {
+        if entries.is_empty() {
+            self.entries = entries;
+            return false;
+        }
+        let (first, mut frames, mut block) = (self.len(), std::mem::take(&mut self.frames), BytesMut::new());
+        for entry in entries.drain(..) {
+            let entry = &entry;
             self.renderer.render(entry, &mut frames);
             self.extend(&mut frames, &mut block);
             match entry {
@@ -121,6 +128,9 @@ impl Rendition {
             self.starts.push(first);
             self.blocks.push(block.freeze());
         }
+        entries.clear();
+        (self.entries, self.frames) = (entries, frames);
+        counted.finished |= self.finished;
         true
     }
 

@@ -27,7 +27,7 @@
 //! new rendition is refused when the hub could not hold the log once more. All of it is given back when the
 //! stream is evicted.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -179,6 +179,8 @@ pub struct Stream {
     state_view: Mutex<Option<StateView>>,
     /// Bytes counted against the hub for this stream.
     held: AtomicU64,
+    /// Renditions' changes not yet applied to `held` and the hub (see [`Stream::count`]).
+    pending: AtomicI64,
     forgotten: AtomicBool,
     cancel: CancellationToken,
     next_id: AtomicU64,
@@ -219,6 +221,7 @@ impl Stream {
             renditions: Mutex::new(Vec::new()),
             state_view: Mutex::new(None),
             held: AtomicU64::new(0),
+            pending: AtomicI64::new(0),
             forgotten: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             next_id: AtomicU64::new(1),
@@ -304,9 +307,10 @@ impl Stream {
         });
         // The status first: if it says ended, the reduction below reaches the end.
         let status = Status::of(self.log.outcome().as_deref());
-        while let Ok(entries) = self.log.read(view.read, CHUNK) {
+        let mut entries = Vec::new();
+        while self.log.read(view.read, CHUNK, &mut entries).is_ok() {
             let before = view.read;
-            for entry in entries {
+            for entry in entries.drain(..) {
                 if let Entry::Message { message, .. } = entry {
                     // The log holds only what the producer's reducer accepted: this cannot be refused.
                     let _ = view.reducer.apply(&message);
@@ -328,7 +332,8 @@ impl Stream {
 
     /// Every message the log still keeps, as stamped, in order.
     pub fn history(&self) -> Vec<OutputMessage> {
-        let entries = self.log.read(0, usize::MAX).unwrap_or_default();
+        let mut entries = Vec::new();
+        let _ = self.log.read(0, usize::MAX, &mut entries);
         entries
             .into_iter()
             .filter_map(|entry| match entry {
@@ -622,14 +627,23 @@ impl Stream {
     }
 
     /// Applies what a rendition's catch-up changed in the count.
+    ///
+    /// The hub-wide count is one atomic that every stream's producer and readers share, so a catch-up's
+    /// change is gathered per stream and applied in steps of [`COUNT_STEP`] bytes (and when a rendition
+    /// finishes): the hub's count trails what renditions hold by less than a step per stream.
     pub(crate) fn count(&self, counted: Counted) {
         if counted == Counted::default() || self.forgotten.load(Ordering::Acquire) {
             return;
         }
-        // One change to the hub-wide count, which every stream's readers share.
-        match counted.added.cmp(&counted.estimated) {
-            std::cmp::Ordering::Greater => self.force(counted.added - counted.estimated),
-            std::cmp::Ordering::Less => self.release(counted.estimated - counted.added),
+        let change = counted.added as i64 - counted.estimated as i64;
+        let pending = self.pending.fetch_add(change, Ordering::AcqRel) + change;
+        if pending.abs() < COUNT_STEP && !counted.finished {
+            return;
+        }
+        let pending = self.pending.swap(0, Ordering::AcqRel);
+        match pending.cmp(&0) {
+            std::cmp::Ordering::Greater => self.force(pending.unsigned_abs()),
+            std::cmp::Ordering::Less => self.release(pending.unsigned_abs()),
             std::cmp::Ordering::Equal => {}
         }
     }
@@ -648,6 +662,8 @@ impl Stream {
             lock(rendition).forget(Gone { asked: 0, kept_after });
         }
         self.log.forget();
+        // What is pending was never counted, or is still in `held`: either way, `held` is what to give back.
+        self.pending.store(0, Ordering::Release);
         let held = self.held.swap(0, Ordering::AcqRel);
         self.shared.release(held);
     }
@@ -660,6 +676,9 @@ struct StateView {
     /// The last sequence reduced.
     read: u64,
 }
+
+/// The step in which renditions' bytes reach the hub's count.
+const COUNT_STEP: i64 = 4 << 10;
 
 /// Entries the snapshot reduces per read from the log.
 const CHUNK: usize = 1024;
