@@ -25,6 +25,60 @@ pub struct StreamInfo {
 }
 
 /// A way to render streams; see the module doc.
+///
+/// The built-in formats are [`crate::render::View`]s; a format of your own is a `Render` too:
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use agentmux::hub::{Entry, Gone, Hub, Render, Renderer, StreamInfo};
+/// use agentmux::output::{Outcome, OutputMessage};
+/// use bytes::Bytes;
+///
+/// /// Each message's type on a line of its own.
+/// #[derive(Debug)]
+/// struct Types;
+///
+/// struct TypesRenderer;
+///
+/// impl Render for Types {
+///     fn key(&self) -> &str {
+///         "types"
+///     }
+///     fn renderer(&self, _stream: &StreamInfo) -> Box<dyn Renderer> {
+///         Box::new(TypesRenderer)
+///     }
+/// }
+///
+/// impl Renderer for TypesRenderer {
+///     fn render(&mut self, entry: &Entry, frames: &mut Vec<Bytes>) {
+///         if let Entry::Message { message, .. } = entry {
+///             frames.push(Bytes::from(format!("{}\n", message.kind)));
+///         }
+///     }
+///     fn interrupt(&self, _gone: &Gone, frames: &mut Vec<Bytes>) {
+///         frames.push(Bytes::from_static(b"gone\n"));
+///     }
+///     fn held_bytes(&self) -> u64 {
+///         0
+///     }
+///     fn ended(&self) -> bool {
+///         false
+///     }
+/// }
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let stream = Hub::default().create("demo").unwrap();
+/// stream.append(OutputMessage::text("hello")).unwrap();
+/// stream.end(Outcome::completed());
+/// let mut subscription = stream.subscribe(Arc::new(Types) as Arc<dyn Render>, 0).unwrap();
+/// let mut out = Vec::new();
+/// while let Some(batch) = subscription.next().await {
+///     out.extend_from_slice(&batch.bytes);
+/// }
+/// assert_eq!(out, b"event\ntext\nevent\n"); // stream_start, the text, stream_end
+/// # });
+/// ```
 pub trait Render: Send + Sync + std::fmt::Debug {
     /// Equal keys render every stream to equal bytes.
     fn key(&self) -> &str;
