@@ -46,7 +46,7 @@ pub(crate) fn chat(accept: Option<&str>, headers: &HeaderMap, include_usage: boo
         Some(a) if a == "cui" || a.starts_with("cui-") => true,
         Some(other) => {
             return Err(HttpError::bad_request(
-                format!("accept must be openai or cui, not {other:?}"),
+                format!("accept must be openai, standard, cui or cui-<name>, not {other:?}"),
                 Some("accept".into()),
                 "invalid_value",
             ));
