@@ -14,24 +14,15 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentmux::hub::{Entry, Gone, Hub, HubConfig, HubError, Limits, Render, Renderer, StreamInfo};
+use agentmux::hub::{Entry, Gone, HubError, Limits, Render, Renderer, StreamInfo};
 use agentmux::output::{Outcome, OutputMessage};
 use agentmux::render::Format;
 use bytes::Bytes;
-use common::doubles::{CountingIds, SteppingClock};
+use common::doubles::deterministic_hub as hub;
 use futures::FutureExt;
 
 /// How long a step that must not wait is given before the test calls it stuck.
 const STUCK: Duration = Duration::from_secs(10);
-
-fn hub(limits: Limits) -> Hub {
-    Hub::new(HubConfig {
-        limits,
-        clock: Arc::new(SteppingClock::new(1_000)),
-        ids: Arc::new(CountingIds::default()),
-        ..HubConfig::default()
-    })
-}
 
 /// A format whose renderer, on its first entry, says it has started and then waits to be released.
 #[derive(Debug)]

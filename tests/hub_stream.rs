@@ -7,17 +7,8 @@ use std::sync::Arc;
 use agentmux::agent::Output;
 use agentmux::hub::{AppendError, Hub, HubConfig, HubError, Limits, Status};
 use agentmux::output::{DeltaAction, ErrorProps, Outcome, OutputMessage, Usage};
-use common::doubles::{CountingIds, SteppingClock};
+use common::doubles::deterministic_hub as hub;
 use serde_json::json;
-
-fn hub(limits: Limits) -> Hub {
-    Hub::new(HubConfig {
-        limits,
-        clock: Arc::new(SteppingClock::new(1_000)),
-        ids: Arc::new(CountingIds::default()),
-        ..HubConfig::default()
-    })
-}
 
 fn events(log: &[OutputMessage]) -> Vec<String> {
     log.iter()

@@ -3,7 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use agentmux::hub::{Clock, Ids};
+use std::sync::Arc;
+
+use agentmux::hub::{Clock, Hub, HubConfig, Ids, Limits};
 
 /// A clock that starts at a given time and advances one millisecond per reading.
 #[derive(Debug)]
@@ -40,4 +42,14 @@ impl Ids for CountingIds {
     fn epoch(&self) -> String {
         format!("e{}", self.0.fetch_add(1, Ordering::Relaxed) + 1)
     }
+}
+
+/// A hub with these limits, a stepping clock from 1,000 ms and counting ids: the same stamps every run.
+pub(crate) fn deterministic_hub(limits: Limits) -> Hub {
+    Hub::new(HubConfig {
+        limits,
+        clock: Arc::new(SteppingClock::new(1_000)),
+        ids: Arc::new(CountingIds::default()),
+        ..HubConfig::default()
+    })
 }
