@@ -36,6 +36,6 @@ pub trait Adapter {
     }
 
     /// Renders an error that is not part of the stream but ends one subscriber's view of it (a subscriber
-    /// that fell too far behind): the last frames that subscriber receives. Changes no state.
+    /// whose next message is no longer kept): the last frames that subscriber receives. Changes no state.
     fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Frame>);
 }
