@@ -164,8 +164,9 @@ struct Producer {
     lifecycle: Lifecycle,
     end: Option<Outcome>,
     started_ms: u64,
-    /// Renditions in use: each entry is counted once more per rendition until it is rendered.
-    renditions: u64,
+    /// Readers holding a copy of the whole log (renditions, the snapshot's reduction): each entry is counted
+    /// once more per reader.
+    readers: u64,
 }
 
 /// One stream; see the module doc. Shared as `Arc<Stream>` by the hub, its producer and its subscribers.
@@ -215,7 +216,7 @@ impl Stream {
                 lifecycle: Lifecycle::default(),
                 end: None,
                 started_ms: now_ms,
-                renditions: 0,
+                readers: 0,
             }),
             log: Box::new(MemoryLog::default()),
             renditions: Mutex::new(Vec::new()),
@@ -297,12 +298,8 @@ impl Stream {
     pub fn snapshot(&self) -> Snapshot {
         let mut view = lock(&self.state_view);
         let view = view.get_or_insert_with(|| {
-            // Counted like a rendition: the log once more now, and each later entry once more.
-            let mut producer = self.lock();
-            if !self.forgotten.load(Ordering::Acquire) {
-                self.force(producer.bytes);
-                producer.renditions += 1;
-            }
+            // Never refused: a status request must answer, and this adds at most the log once more.
+            self.add_reader(false);
             StateView::default()
         });
         // The status first: if it says ended, the reduction below reaches the end.
@@ -410,7 +407,7 @@ impl Stream {
     ) -> Result<(), BatchError> {
         let limits = &self.shared.config.limits;
         let logged = messages.len() > 1;
-        let copies = 1 + producer.renditions;
+        let copies = 1 + producer.readers;
         for (index, mut message) in messages.into_iter().enumerate() {
             let fail = |error| Err(BatchError { index, error });
             let now_ms = self.shared.config.clock.now_ms();
@@ -569,19 +566,33 @@ impl Stream {
         if let Some((_, rendition)) = renditions.iter().find(|(key, _)| key == render.key()) {
             return Ok(Arc::clone(rendition));
         }
-        // Until it is rendered, the new rendition is counted as the log once more; a forgotten stream (one
-        // evicted while someone kept its handle) has no log left to render, so nothing is counted for it.
-        // `forget` sets the flag before it takes the renditions' lock, which is held here.
-        if !self.forgotten.load(Ordering::Acquire) {
-            let mut producer = self.lock();
-            if !self.reserve(producer.bytes) {
-                return Err(SubscribeError::HubFull { limit: self.shared.config.limits.hub_bytes });
-            }
-            producer.renditions += 1;
+        // `forget` sets its flag before it takes the renditions' lock, which is held here.
+        if !self.add_reader(true) {
+            return Err(SubscribeError::HubFull { limit: self.shared.config.limits.hub_bytes });
         }
         let rendition = Arc::new(Mutex::new(Rendition::new(render.renderer(&self.info))));
         renditions.push((render.key().to_owned(), Arc::clone(&rendition)));
         Ok(rendition)
+    }
+
+    /// Counts one more reader with a copy of the whole log (a rendition, the snapshot's reduction): the log
+    /// once more now, and every later entry once more as it is appended. `false` (nothing counted) when
+    /// `refusable` and the hub cannot hold it. A forgotten stream (evicted while someone kept its handle) has
+    /// no log left to copy, so nothing is counted for it.
+    fn add_reader(&self, refusable: bool) -> bool {
+        if self.forgotten.load(Ordering::Acquire) {
+            return true;
+        }
+        let mut producer = self.lock();
+        if refusable {
+            if !self.reserve(producer.bytes) {
+                return false;
+            }
+        } else {
+            self.force(producer.bytes);
+        }
+        producer.readers += 1;
+        true
     }
 
     /// Stamps one of the stream's own events, counts it (it cannot be refused) and reduces it.
@@ -589,7 +600,7 @@ impl Stream {
         let entry = self.stamp_event(producer, message, now_ms);
         if let Entry::Message { bytes, .. } = &entry {
             producer.bytes += bytes;
-            self.force(bytes * (1 + producer.renditions));
+            self.force(bytes * (1 + producer.readers));
         }
         entry
     }
