@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 use agentmux::agent::Agents;
 use agentmux::http::{App, Settings};
-use agentmux::hub::{Hub, HubConfig};
+use agentmux::hub::{Hub, HubConfig, Limits};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer};
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -101,9 +101,32 @@ struct Serve {
     /// The model (agent) a chat request without one gets.
     #[arg(long, env = "AGENTMUX_DEFAULT_MODEL", default_value = "demo")]
     default_model: String,
-    /// On shutdown, how long open streams get to finish.
+    /// On shutdown, how long open streams get to finish (producers may still append and end them).
     #[arg(long, env = "AGENTMUX_SHUTDOWN_GRACE", default_value = "10s", value_parser = humantime::parse_duration)]
     shutdown_grace: Duration,
+    /// On shutdown, after the grace, how long connections get to send what they owe before they are dropped.
+    #[arg(long, env = "AGENTMUX_SHUTDOWN_DRAIN", default_value = "5s", value_parser = humantime::parse_duration)]
+    shutdown_drain: Duration,
+    /// An open stream with no append for this long ends with the error `idle_timeout` (0s: never).
+    #[arg(long, env = "AGENTMUX_IDLE_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
+    idle_timeout: Duration,
+    /// How long a request body may take to arrive before the request is refused (408).
+    #[arg(long, env = "AGENTMUX_BODY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    body_timeout: Duration,
+    /// The most streams held at once, open or retained.
+    #[arg(long, env = "AGENTMUX_MAX_STREAMS", default_value_t = 100_000)]
+    max_streams: usize,
+    /// The most streams one client (peer address; an IPv6 /64) may have open at once [default: a tenth of
+    /// --max-streams].
+    #[arg(long, env = "AGENTMUX_CLIENT_STREAMS")]
+    client_streams: Option<usize>,
+    /// The most streams one client may create in a minute (0: no limit).
+    #[arg(long, env = "AGENTMUX_CLIENT_STREAMS_PER_MINUTE", default_value_t = 0)]
+    client_streams_per_minute: u32,
+    /// The most connections served at once; one more is answered 503 [default: nine tenths of the open-file
+    /// limit, which is raised to its hard limit at start].
+    #[arg(long, env = "AGENTMUX_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -127,22 +150,44 @@ fn run_serve(serve: Serve) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("starting the runtime: {e}")),
     };
+    let open_files = raise_open_file_limit();
     runtime.block_on(async move {
         let listener = match listen(&serve.addr).await {
             Ok(listener) => listener,
             Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
         };
-        let hub = Hub::new(HubConfig { retention: serve.retention, ..HubConfig::default() });
+        let limits = Limits {
+            streams: serve.max_streams,
+            streams_per_client: serve.client_streams.unwrap_or((serve.max_streams / 10).max(1)),
+            streams_per_client_per_minute: serve.client_streams_per_minute,
+            ..Limits::default()
+        };
+        let hub = Hub::new(HubConfig {
+            limits,
+            retention: serve.retention,
+            idle_timeout: serve.idle_timeout,
+            ..HubConfig::default()
+        });
+        let max_connections = serve.max_connections.unwrap_or_else(|| connections_for(open_files));
         let settings = Settings {
             keep_alive: serve.keep_alive,
             body_limit: serve.body_limit,
+            body_timeout: serve.body_timeout,
+            max_connections,
             ws_max_message: serve.ws_max_message,
             shutdown_grace: serve.shutdown_grace,
+            shutdown_drain: serve.shutdown_drain,
             default_model: serve.default_model.clone(),
         };
-        let app = App { hub, agents: Arc::new(Agents::builtin()), settings };
+        let app = App::new(hub, Arc::new(Agents::builtin()), settings);
         let address = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());
-        tracing::info!(%address, models = ?app.agents.names().collect::<Vec<_>>(), "agentmux listening");
+        tracing::info!(
+            %address,
+            models = ?app.agents.names().collect::<Vec<_>>(),
+            open_files,
+            max_connections,
+            "agentmux listening"
+        );
         match agentmux::http::serve(listener, app, shutdown_signal()).await {
             Ok(()) => {
                 tracing::info!("stopped");
@@ -167,6 +212,25 @@ async fn listen(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
         }
     }
     Err(last)
+}
+
+/// Raises the soft limit on open files to the hard one (1,024 by default on Linux, a few hundred stalled
+/// connections' worth); returns the limit now in force.
+fn raise_open_file_limit() -> u64 {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(error) => {
+            tracing::warn!(%error, "the open-file limit could not be raised");
+            rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft)
+        }
+    }
+}
+
+/// The default connection cap: nine tenths of the open-file limit, leaving the rest (at least 64) for
+/// everything else the process opens.
+fn connections_for(open_files: u64) -> usize {
+    let spare = (open_files / 10).max(64);
+    open_files.saturating_sub(spare).max(16) as usize
 }
 
 /// SIGINT or SIGTERM.

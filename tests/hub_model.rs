@@ -214,6 +214,7 @@ fn limits() -> impl Strategy<Value = Limits> {
             stream_bytes,
             streams: 1_000,
             hub_bytes,
+            ..Limits::default()
         },
     )
 }
@@ -680,6 +681,8 @@ impl World {
             limits: limits.clone(),
             batch_bytes,
             retention: RETENTION,
+            // The model does not model the idle timeout; `tests/service_abuse.rs` covers it.
+            idle_timeout: std::time::Duration::ZERO,
             clock: Arc::clone(&clock) as _,
             ids: Arc::new(CountingIds::default()),
         });
@@ -770,7 +773,7 @@ impl World {
                     formats: Vec::new(),
                 });
             }
-            Err(HubError::HubFull { limit }) => {
+            Err(HubError::HubFull { limit, .. }) => {
                 prop_assert_eq!(limit, self.limits.hub_bytes);
                 prop_assert!(
                     before + size > limit,

@@ -183,7 +183,8 @@ fn a_stream_s_first_event_counts_so_creating_streams_stops_at_the_limit() {
         }
         assert!(created < 1_000, "the hub never filled");
     };
-    assert_eq!(refused, HubError::HubFull { limit: 2_000 });
+    // Every stream is open and the idle timeout is ten minutes away: room is expected then.
+    assert!(matches!(refused, HubError::HubFull { limit: 2_000, retry_after: Some(_) }), "{refused:?}");
     assert!(created >= 5, "several streams fit: {created}");
     assert!(hub.bytes() <= 2_000, "the streams' first events are within the limit: {}", hub.bytes());
 }

@@ -15,7 +15,7 @@ mod run;
 use std::future::Future;
 
 use crate::conversation::ChatRequest;
-use crate::hub::AppendError;
+use crate::hub::{AppendError, Limits};
 use crate::output::{ErrorProps, Outcome};
 
 pub use builtin::{DemoAgent, EchoAgent, ReplayAgent};
@@ -44,6 +44,24 @@ pub trait Agent: Send + Sync + 'static {
     /// Emits the answer to `request` through `output`. Return how the run ended; an error ends the stream
     /// with status `error`. Watch [`Output::cancelled`] to stop early when someone cancels.
     fn run(&self, request: ChatRequest, output: Output) -> impl Future<Output = Result<Outcome, AgentError>> + Send;
+
+    /// Checks `request` before a stream is made for it, against the limits a stream keeps: a request the
+    /// agent could not answer within them is the client's fault, refused (HTTP 400, `param` naming the
+    /// field) before anything starts. Every request is taken by default.
+    fn check(&self, request: &ChatRequest, limits: &Limits) -> Result<(), Refusal> {
+        let _ = (request, limits);
+        Ok(())
+    }
+}
+
+/// A request an agent will not take: why, and which field (`messages[0].content`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    /// For a person.
+    pub message: String,
+    /// The field at fault.
+    pub param: Option<String>,
 }
 
 /// Why an agent failed: ends its stream with status `error` and this message and code.

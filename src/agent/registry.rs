@@ -19,6 +19,9 @@ pub enum StartError {
     /// The hub refused a new stream.
     #[error(transparent)]
     Hub(#[from] HubError),
+    /// The agent will not take the request (see [`super::Agent::check`]).
+    #[error(transparent)]
+    Refused(#[from] super::Refusal),
 }
 
 /// The agents a service offers, by model name.
@@ -84,9 +87,11 @@ impl Agents {
         self.agents.keys().map(String::as_str)
     }
 
-    /// Starts the agent `request.model` names on a new stream of `hub`; see [`super::run`].
-    pub fn start(&self, hub: &Hub, request: ChatRequest) -> Result<Arc<Stream>, StartError> {
+    /// Starts the agent `request.model` names on a new stream of `hub`, counted against `client`'s budget
+    /// when there is one (see [`Hub::create_for`]); see [`super::run`].
+    pub fn start(&self, hub: &Hub, client: Option<&str>, request: ChatRequest) -> Result<Arc<Stream>, StartError> {
         let agent = self.agents.get(&request.model).ok_or_else(|| StartError::UnknownModel(request.model.clone()))?;
-        Ok(start(hub, Arc::clone(agent), request)?)
+        agent.check_dyn(&request, &hub.config().limits)?;
+        Ok(start(hub, client, Arc::clone(agent), request)?)
     }
 }

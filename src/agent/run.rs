@@ -14,9 +14,9 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tracing::Instrument;
 
-use super::{Agent, AgentError, Output};
+use super::{Agent, AgentError, Output, Refusal};
 use crate::conversation::ChatRequest;
-use crate::hub::{Hub, HubError, Stream};
+use crate::hub::{Hub, HubError, Limits, Stream};
 use crate::output::{ErrorProps, Outcome};
 
 /// How long a cancelled agent has to return before its task drops it.
@@ -25,11 +25,16 @@ const CANCEL_GRACE: Duration = Duration::from_secs(5);
 /// An [`Agent`] behind a pointer: what the registry keeps.
 pub(crate) trait DynAgent: Send + Sync {
     fn run_boxed(&self, request: ChatRequest, output: Output) -> BoxFuture<'_, Result<Outcome, AgentError>>;
+    fn check_dyn(&self, request: &ChatRequest, limits: &Limits) -> Result<(), Refusal>;
 }
 
 impl<A: Agent> DynAgent for A {
     fn run_boxed(&self, request: ChatRequest, output: Output) -> BoxFuture<'_, Result<Outcome, AgentError>> {
         Box::pin(self.run(request, output))
+    }
+
+    fn check_dyn(&self, request: &ChatRequest, limits: &Limits) -> Result<(), Refusal> {
+        self.check(request, limits)
     }
 }
 
@@ -55,11 +60,16 @@ impl<A: Agent> DynAgent for A {
 /// # });
 /// ```
 pub fn run<A: Agent>(hub: &Hub, agent: Arc<A>, request: ChatRequest) -> Result<Arc<Stream>, HubError> {
-    start(hub, agent, request)
+    start(hub, None, agent, request)
 }
 
-pub(crate) fn start(hub: &Hub, agent: Arc<dyn DynAgent>, request: ChatRequest) -> Result<Arc<Stream>, HubError> {
-    let stream = hub.create(&request.model)?;
+pub(crate) fn start(
+    hub: &Hub,
+    client: Option<&str>,
+    agent: Arc<dyn DynAgent>,
+    request: ChatRequest,
+) -> Result<Arc<Stream>, HubError> {
+    let stream = hub.create_for(client, &request.model)?;
     let span = tracing::info_span!("agent", stream = stream.id(), model = request.model.as_str());
     let task_stream = Arc::clone(&stream);
     tokio::spawn(

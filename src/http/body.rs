@@ -1,16 +1,27 @@
-//! Reading request bodies: the size limit (413 with the envelope, not a bare status) and JSON errors that
-//! name the field (`messages[2].role`), for every endpoint that takes JSON.
+//! Reading request bodies: the size limit (413 with the envelope, not a bare status), the time limit (408:
+//! a body trickled in a byte every few seconds is not held for ever), and JSON errors that name the field
+//! (`messages[2].role`), for every endpoint that takes JSON.
 
 use axum::body::{Body, Bytes};
 use serde::de::DeserializeOwned;
 
-use super::HttpError;
+use super::{HttpError, Settings};
 
-/// The body, or 413 when it is over `limit`, or 400 when it cannot be read.
-pub(crate) async fn read(body: Body, limit: usize) -> Result<Bytes, HttpError> {
-    match axum::body::to_bytes(body, limit).await {
-        Ok(bytes) => Ok(bytes),
-        Err(error) => {
+/// The body, or 413 when it is over [`Settings::body_limit`], 408 when it has not all arrived within
+/// [`Settings::body_timeout`], or 400 when it cannot be read.
+pub(crate) async fn read(body: Body, settings: &Settings) -> Result<Bytes, HttpError> {
+    let limit = settings.body_limit;
+    let read = tokio::time::timeout(settings.body_timeout, axum::body::to_bytes(body, limit));
+    match read.await {
+        Err(_elapsed) => Err(HttpError::new(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("the request body did not arrive within {} s", settings.body_timeout.as_secs_f64()),
+            None,
+            "body_timeout",
+        )),
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(error)) => {
             let over = std::error::Error::source(&error)
                 .is_some_and(|e| e.downcast_ref::<http_body_util::LengthLimitError>().is_some())
                 || error.to_string().contains("length limit");

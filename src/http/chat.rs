@@ -12,11 +12,12 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+use super::extract::{Client, Params};
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body, format};
 use crate::adapter::{OpenAiCompletion, OpenAiOptions, ReasoningField};
@@ -50,17 +51,19 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ChatRequest, HttpError> {
 
 pub(crate) async fn completions(
     State(app): State<App>,
-    Query(query): Query<ChatQuery>,
+    Params(query): Params<ChatQuery>,
+    Client(client): Client,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
+    app.refuse_new_work()?;
     // Checked before the body is read, so a bad query fails fast.
     format::chat(query.accept.as_deref(), &headers, false)?;
     let cancel_on_disconnect = headers
         .get("x-agentmux-on-disconnect")
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("cancel"));
-    let bytes = body::read(request, app.settings.body_limit).await?;
+    let bytes = body::read(request, &app.settings).await?;
     let mut request = parse(&bytes)?;
     if request.model.is_empty() {
         request.model.clone_from(&app.settings.default_model);
@@ -69,7 +72,7 @@ pub(crate) async fn completions(
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
     let format = format::chat(query.accept.as_deref(), &headers, include_usage)?;
     let model = request.model.clone();
-    let stream = app.agents.start(&app.hub, request)?;
+    let stream = app.agents.start(&app.hub, client.as_deref(), request)?;
     super::record_stream(stream.id());
     tracing::info!(model, streaming, "chat completion started");
     let on_disconnect = if cancel_on_disconnect {
@@ -114,7 +117,7 @@ fn complete(stream: &Stream, outcome: &crate::output::Outcome, reasoning: Reason
             } else {
                 StatusCode::INTERNAL_SERVER_ERROR
             };
-            HttpError { status, error, retry: false }.into_response()
+            HttpError { status, error, retry: false, retry_after: None }.into_response()
         }
     }
 }

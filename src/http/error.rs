@@ -3,7 +3,11 @@
 //! Every refusal is `{"error": {"message", "type", "param", "code"}}` with a 4xx status for anything the
 //! client did wrong (`param` names the field: `messages[2].role`, `messages[3].props.url`), so OpenAI SDKs
 //! raise the right exception. OpenAI SDKs retry 408, 409, 429 and 5xx twice by default; errors that a retry
-//! cannot fix carry `x-should-retry: false`.
+//! cannot fix carry `x-should-retry: false`. Refusals for capacity say whether waiting helps: with
+//! `retry-after` (seconds) when the service expects room by then, with `x-should-retry: false` when nothing
+//! it holds will free room by itself.
+
+use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -12,6 +16,17 @@ use crate::adapter::ApiError;
 use crate::agent::StartError;
 use crate::hub::{AppendError, BatchError, HubError, SubscribeError};
 use crate::output::ValidationError;
+
+/// Whether a refused request can succeed if retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Room {
+    /// Room is expected by then.
+    Expected(Duration),
+    /// Room comes back as other streams end, which cannot be foreseen.
+    Unknown,
+    /// Nothing will free room by itself.
+    Never,
+}
 
 /// An error response.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +37,8 @@ pub struct HttpError {
     pub error: ApiError,
     /// Whether a client may retry (sets `x-should-retry`).
     pub retry: bool,
+    /// When a retry may succeed (sets `retry-after`, in whole seconds rounded up).
+    pub retry_after: Option<Duration>,
 }
 
 impl HttpError {
@@ -31,12 +48,35 @@ impl HttpError {
             status,
             error: ApiError { message: message.into(), kind: kind.into(), param, code: Some(code.into()) },
             retry: false,
+            retry_after: None,
         }
     }
 
-    /// 503 `capacity`: the service is full; a retry may succeed once something ends or is evicted.
-    pub fn capacity(message: impl Into<String>) -> Self {
+    /// 503 `capacity`: the service is full; `room` says whether and when a retry can help.
+    pub fn capacity(message: impl Into<String>, room: Room) -> Self {
+        let mut message = message.into();
+        match room {
+            Room::Expected(after) => message.push_str(&format!("; room is expected in {} s", seconds(after))),
+            Room::Unknown => message.push_str("; room comes back as other streams end"),
+            Room::Never => message.push_str("; nothing will free room by itself, so a retry will not help"),
+        }
         let mut error = HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity");
+        error.retry = room != Room::Never;
+        if let Room::Expected(after) = room {
+            error.retry_after = Some(after);
+        }
+        error
+    }
+
+    /// 503 `shutting_down`: the service is stopping and takes no new work; another instance may.
+    pub fn shutting_down() -> Self {
+        let mut error = HttpError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the service is shutting down and takes no new streams",
+            None,
+            "shutting_down",
+        );
         error.retry = true;
         error
     }
@@ -84,6 +124,9 @@ impl IntoResponse for HttpError {
         if !self.retry {
             response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
         }
+        if let Some(after) = self.retry_after {
+            response.headers_mut().insert("retry-after", HeaderValue::from(seconds(after)));
+        }
         response
     }
 }
@@ -114,7 +157,8 @@ impl From<AppendError> for HttpError {
             AppendError::TooManyMessages { .. } | AppendError::StreamFull { .. } => {
                 HttpError::new(StatusCode::CONFLICT, "invalid_request_error", message, None, "stream_full")
             }
-            AppendError::HubFull { .. } => HttpError::capacity(message),
+            // Room comes back as other streams end and are evicted, which the append cannot foresee.
+            AppendError::HubFull { .. } => HttpError::capacity(message, Room::Unknown),
         }
     }
 }
@@ -131,8 +175,31 @@ impl From<BatchError> for HttpError {
 
 impl From<HubError> for HttpError {
     fn from(error: HubError) -> Self {
-        HttpError::capacity(error.to_string())
+        let message = error.to_string();
+        match error {
+            HubError::ClientStreams { .. } => {
+                HttpError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message, None, "too_many_streams")
+            }
+            HubError::ClientRate { retry_after, .. } => {
+                let mut error = HttpError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limit_error",
+                    format!("{message}; retry in {} s", seconds(retry_after)),
+                    None,
+                    "rate_limit_exceeded",
+                );
+                error.retry = true;
+                error.retry_after = Some(retry_after);
+                error
+            }
+            other => HttpError::capacity(message, other.retry_after().map_or(Room::Never, Room::Expected)),
+        }
     }
+}
+
+/// Whole seconds, rounded up.
+fn seconds(duration: Duration) -> u64 {
+    duration.as_millis().div_ceil(1000) as u64
 }
 
 impl From<StartError> for HttpError {
@@ -146,6 +213,7 @@ impl From<StartError> for HttpError {
                 "model_not_found",
             ),
             StartError::Hub(e) => e.into(),
+            StartError::Refused(refusal) => HttpError::bad_request(refusal.message, refusal.param, "invalid_value"),
         }
     }
 }
@@ -156,7 +224,7 @@ impl From<SubscribeError> for HttpError {
             SubscribeError::SequenceAhead { .. } => {
                 HttpError::bad_request(error.to_string(), Some("from".into()), "sequence_ahead")
             }
-            _ => HttpError::capacity(error.to_string()),
+            _ => HttpError::capacity(error.to_string(), Room::Unknown),
         }
     }
 }

@@ -10,12 +10,13 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::extract::{Client, Params, StreamId};
 use super::format::FormatFields;
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body};
@@ -35,11 +36,16 @@ struct CreateBody {
 }
 
 /// `POST /v1/streams`: `201 {"id", "epoch"}`.
-pub(crate) async fn create(State(app): State<App>, request: Body) -> Result<Response, HttpError> {
-    let bytes = body::read(request, app.settings.body_limit).await?;
+pub(crate) async fn create(
+    State(app): State<App>,
+    Client(client): Client,
+    request: Body,
+) -> Result<Response, HttpError> {
+    app.refuse_new_work()?;
+    let bytes = body::read(request, &app.settings).await?;
     let create: CreateBody =
         if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
-    let stream = app.hub.create(create.model.as_deref().unwrap_or("agentmux"))?;
+    let stream = app.hub.create_for(client.as_deref(), create.model.as_deref().unwrap_or("agentmux"))?;
     super::record_stream(stream.id());
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
     Ok((StatusCode::CREATED, Json(json!({ "id": stream.id(), "epoch": stream.epoch() }))).into_response())
@@ -48,12 +54,12 @@ pub(crate) async fn create(State(app): State<App>, request: Body) -> Result<Resp
 /// `POST /v1/streams/{id}/messages`: `{"sequences": [..]}`.
 pub(crate) async fn append(
     State(app): State<App>,
-    Path(id): Path<String>,
+    StreamId(id): StreamId,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
     let stream = find(&app, &id)?;
-    let bytes = body::read(request, app.settings.body_limit).await?;
+    let bytes = body::read(request, &app.settings).await?;
     let ndjson = headers
         .get("content-type")
         .and_then(|v| v.to_str().ok())
@@ -103,9 +109,9 @@ fn ndjson_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
 }
 
 /// `POST /v1/streams/{id}/end` with an [`Outcome`] (empty body: completed).
-pub(crate) async fn end(State(app): State<App>, Path(id): Path<String>, request: Body) -> Result<Response, HttpError> {
+pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request: Body) -> Result<Response, HttpError> {
     let stream = find(&app, &id)?;
-    let bytes = body::read(request, app.settings.body_limit).await?;
+    let bytes = body::read(request, &app.settings).await?;
     let outcome: Outcome =
         if bytes.iter().all(u8::is_ascii_whitespace) { Outcome::completed() } else { body::json(&bytes)? };
     if !stream.end(outcome) {
@@ -116,7 +122,7 @@ pub(crate) async fn end(State(app): State<App>, Path(id): Path<String>, request:
 }
 
 /// `POST /v1/streams/{id}/cancel`: `202`.
-pub(crate) async fn cancel(State(app): State<App>, Path(id): Path<String>) -> Result<Response, HttpError> {
+pub(crate) async fn cancel(State(app): State<App>, StreamId(id): StreamId) -> Result<Response, HttpError> {
     let stream = find(&app, &id)?;
     if !stream.cancel() {
         return Err(crate::hub::AppendError::Ended.into());
@@ -126,7 +132,7 @@ pub(crate) async fn cancel(State(app): State<App>, Path(id): Path<String>) -> Re
 }
 
 /// `GET /v1/streams/{id}`: the snapshot.
-pub(crate) async fn status(State(app): State<App>, Path(id): Path<String>) -> Result<Response, HttpError> {
+pub(crate) async fn status(State(app): State<App>, StreamId(id): StreamId) -> Result<Response, HttpError> {
     Ok(Json(find(&app, &id)?.snapshot()).into_response())
 }
 
@@ -173,8 +179,8 @@ impl SubscribeQuery {
 /// `GET /v1/streams/{id}/events`: SSE.
 pub(crate) async fn events(
     State(app): State<App>,
-    Path(id): Path<String>,
-    Query(query): Query<SubscribeQuery>,
+    StreamId(id): StreamId,
+    Params(query): Params<SubscribeQuery>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
     let stream = find(&app, &id)?;

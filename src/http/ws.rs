@@ -19,8 +19,8 @@
 
 use std::pin::Pin;
 
+use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
-use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use tokio_stream::StreamMap;
 use tracing::Instrument;
 
+use super::extract::{Params, StreamId, Upgrade};
 use super::format::FormatFields;
 use super::streams::{SubscribeQuery, find};
 use super::{App, HttpError};
@@ -42,10 +43,10 @@ type Feed = Pin<Box<dyn futures::Stream<Item = Option<Batch>> + Send>>;
 /// `GET /v1/streams/{id}/ws`.
 pub(crate) async fn one(
     State(app): State<App>,
-    Path(id): Path<String>,
-    Query(query): Query<SubscribeQuery>,
+    StreamId(id): StreamId,
+    Params(query): Params<SubscribeQuery>,
     headers: HeaderMap,
-    upgrade: WebSocketUpgrade,
+    Upgrade(upgrade): Upgrade,
 ) -> Result<Response, HttpError> {
     let stream = find(&app, &id)?;
     let format = query.format()?;
@@ -53,14 +54,17 @@ pub(crate) async fn one(
     let subscription = stream.subscribe(View::new(format, Encoding::WebSocket), from)?;
     let span = tracing::info_span!("ws", stream = stream.id());
     let id = stream.id().to_owned();
-    Ok(limits(upgrade, &app)
-        .on_upgrade(move |socket| connection(app, socket, Some((id, subscription))).instrument(span)))
+    let sockets = app.lifetime.sockets.clone();
+    Ok(limits(upgrade, &app).on_upgrade(move |socket| {
+        sockets.track_future(connection(app, socket, Some((id, subscription))).instrument(span))
+    }))
 }
 
 /// `GET /v1/ws`.
-pub(crate) async fn many(State(app): State<App>, upgrade: WebSocketUpgrade) -> Response {
+pub(crate) async fn many(State(app): State<App>, Upgrade(upgrade): Upgrade) -> Response {
     let span = tracing::info_span!("ws", stream = "*");
-    limits(upgrade, &app).on_upgrade(move |socket| connection(app, socket, None).instrument(span))
+    let sockets = app.lifetime.sockets.clone();
+    limits(upgrade, &app).on_upgrade(move |socket| sockets.track_future(connection(app, socket, None).instrument(span)))
 }
 
 /// Bytes the WebSocket writer gathers before it writes: small messages still go out many to a write, and
@@ -104,6 +108,7 @@ fn feed(subscription: Subscription) -> Feed {
 }
 
 async fn connection(app: App, socket: WebSocket, initial: Option<(String, Subscription)>) {
+    let lifetime = app.lifetime.clone();
     let single = initial.as_ref().map(|(id, _)| id.clone());
     let (mut sink, mut source) = socket.split();
     let mut feeds: StreamMap<String, Feed> = StreamMap::new();
@@ -111,14 +116,19 @@ async fn connection(app: App, socket: WebSocket, initial: Option<(String, Subscr
         feeds.insert(id, feed(subscription));
     }
     let mut lagged = false;
+    // Once the service closes, client frames are no longer read: what the streams still owe goes out, then
+    // the close frame.
+    let mut closing = false;
     let close = loop {
+        if closing && feeds.is_empty() {
+            break Some(close_frame(close_code::AWAY, "the server is shutting down"));
+        }
         tokio::select! {
-            incoming = source.next() => match incoming {
+            () = lifetime.gone.cancelled() => return,
+            () = lifetime.closing.cancelled(), if !closing => closing = true,
+            incoming = source.next(), if !closing => match incoming {
                 None => break None,
-                Some(Err(error)) => {
-                    tracing::debug!(%error, "websocket read failed");
-                    break Some(close_frame(close_code::SIZE, &format!("read failed: {error}")));
-                }
+                Some(Err(error)) => break read_failed(&error),
                 Some(Ok(Message::Close(_))) => break None,
                 Some(Ok(Message::Text(text))) => {
                     let reply = handle(&app, text.as_str(), &mut feeds);
@@ -127,10 +137,7 @@ async fn connection(app: App, socket: WebSocket, initial: Option<(String, Subscr
                     }
                 }
                 Some(Ok(Message::Binary(_))) => {
-                    let reply = error_message(None, "binary frames are not supported; send JSON text", "unsupported");
-                    if send(&mut sink, vec![reply]).await.is_err() {
-                        break None;
-                    }
+                    break Some(close_frame(close_code::UNSUPPORTED, "binary frames are not supported; send JSON text"));
                 }
                 Some(Ok(_)) => {}
             },
@@ -144,17 +151,47 @@ async fn connection(app: App, socket: WebSocket, initial: Option<(String, Subscr
                 None => {
                     feeds.remove(&stream);
                     if single.as_deref() == Some(stream.as_str()) {
-                        let reason = if lagged { "lagged" } else { "stream ended" };
-                        break Some(close_frame(close_code::NORMAL, reason));
+                        break Some(if lagged {
+                            close_frame(close_code::NORMAL, "lagged")
+                        } else if lifetime.draining.is_cancelled() {
+                            close_frame(close_code::AWAY, "the server is shutting down")
+                        } else {
+                            close_frame(close_code::NORMAL, "stream ended")
+                        });
                     }
                 }
             },
         }
     };
-    if let Some(frame) = close {
-        let _ = sink.send(Message::Close(Some(frame))).await;
+    let goodbye = async {
+        if let Some(frame) = close {
+            let _ = sink.send(Message::Close(Some(frame))).await;
+        }
+        let _ = sink.close().await;
+    };
+    tokio::select! {
+        () = goodbye => {}
+        () = lifetime.gone.cancelled() => {}
     }
-    let _ = sink.close().await;
+}
+
+/// The close frame for a client frame that could not be read, by its cause; `None` when the connection
+/// itself failed (nothing can be sent on it).
+fn read_failed(error: &axum::Error) -> Option<CloseFrame> {
+    use tungstenite::error::{CapacityError, Error as WsError};
+    tracing::debug!(%error, "websocket read failed");
+    let cause = std::error::Error::source(error).and_then(|e| e.downcast_ref::<WsError>());
+    match cause {
+        Some(WsError::Capacity(CapacityError::MessageTooLong { max_size, .. })) => {
+            Some(close_frame(close_code::SIZE, &format!("a message is over the limit of {max_size} bytes")))
+        }
+        Some(WsError::Capacity(_)) => Some(close_frame(close_code::SIZE, "a frame is over the size limit")),
+        Some(WsError::Utf8(_)) => Some(close_frame(close_code::INVALID, "a text frame is not valid UTF-8")),
+        Some(WsError::Protocol(_)) => {
+            Some(close_frame(close_code::PROTOCOL, "the frame breaks the WebSocket protocol"))
+        }
+        _ => None,
+    }
 }
 
 /// A batch's frames as text messages: each frame is one JSON object (see `crate::render`).

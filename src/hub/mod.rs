@@ -48,6 +48,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::output::{ErrorProps, Outcome};
+
 pub use clock::{Clock, Ids, RandomIds, SystemClock};
 #[cfg(test)]
 pub(crate) use log::MemoryLog;
@@ -69,6 +71,11 @@ pub struct Limits {
     pub streams: usize,
     /// Most bytes of messages in all streams (1 GiB).
     pub hub_bytes: u64,
+    /// Most streams one client may have open at once (a tenth of `streams`: 10,000), so that no one client
+    /// can fill the hub. Streams made without a client ([`Hub::create`]) are not counted.
+    pub streams_per_client: usize,
+    /// Most streams one client may create in a minute (0: no limit, the default).
+    pub streams_per_client_per_minute: u32,
 }
 
 impl Default for Limits {
@@ -79,6 +86,8 @@ impl Default for Limits {
             stream_bytes: 64 << 20,
             streams: 100_000,
             hub_bytes: 1 << 30,
+            streams_per_client: 10_000,
+            streams_per_client_per_minute: 0,
         }
     }
 }
@@ -92,6 +101,9 @@ pub struct HubConfig {
     pub batch_bytes: u64,
     /// How long an ended stream stays readable (10 minutes), by `clock`.
     pub retention: Duration,
+    /// How long an open stream may go without an append before it is ended with the error `idle_timeout`
+    /// (10 minutes; zero: never), by `clock`. Ends happen in [`Hub::sweep`].
+    pub idle_timeout: Duration,
     /// Where timestamps come from.
     pub clock: Arc<dyn Clock>,
     /// Where stream ids and epochs come from.
@@ -104,6 +116,7 @@ impl Default for HubConfig {
             limits: Limits::default(),
             batch_bytes: 256 << 10,
             retention: Duration::from_secs(600),
+            idle_timeout: Duration::from_secs(600),
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
         }
@@ -111,6 +124,10 @@ impl Default for HubConfig {
 }
 
 /// Why a stream could not be created.
+///
+/// Each says whether waiting helps: `retry_after` is when the hub expects room (the oldest ended stream's
+/// eviction, or the earliest an open stream can reach its idle timeout), and `None` when nothing the hub
+/// holds will free room by itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HubError {
@@ -119,22 +136,64 @@ pub enum HubError {
     TooManyStreams {
         /// The limit.
         limit: usize,
+        /// When room is expected.
+        retry_after: Option<Duration>,
     },
     /// The hub holds as many bytes as it may.
     #[error("the service has reached its limit of {limit} bytes of messages")]
     HubFull {
         /// The limit.
         limit: u64,
+        /// When room is expected.
+        retry_after: Option<Duration>,
+    },
+    /// The client has as many streams open as one client may: ending one makes room.
+    #[error("this client has {limit} streams open, the most one client may; end one to start another")]
+    ClientStreams {
+        /// The limit.
+        limit: usize,
+    },
+    /// The client created as many streams in the last minute as one client may.
+    #[error("this client created {limit} streams in the last minute, the most one client may")]
+    ClientRate {
+        /// The limit.
+        limit: u32,
+        /// When the minute is over.
+        retry_after: Duration,
     },
 }
 
-/// What the hub and its streams share: the config, the byte count, the ended streams awaiting eviction.
+impl HubError {
+    /// When a retry may succeed; `None` when waiting alone will not help.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            HubError::TooManyStreams { retry_after, .. } | HubError::HubFull { retry_after, .. } => *retry_after,
+            HubError::ClientRate { retry_after, .. } => Some(*retry_after),
+            HubError::ClientStreams { .. } => None,
+        }
+    }
+}
+
+/// What the hub and its streams share: the config, the byte count, the ended streams awaiting eviction, and
+/// what each client has open.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) config: HubConfig,
     bytes: AtomicU64,
     /// Ended streams by when they ended (ms by the hub's clock), oldest first.
     ended: Mutex<VecDeque<(u64, String)>>,
+    /// The earliest an open stream can reach its idle timeout (ms by the hub's clock; 0: none), as of the
+    /// last sweep.
+    next_idle_ms: AtomicU64,
+    clients: Mutex<HashMap<String, ClientUse>>,
+}
+
+/// One client's streams: open now, and created in the current minute.
+#[derive(Debug, Default)]
+struct ClientUse {
+    open: usize,
+    minute_started_ms: u64,
+    created_this_minute: u32,
 }
 
 impl Shared {
@@ -155,12 +214,73 @@ impl Shared {
         let _ = self.bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_sub(bytes)));
     }
 
-    /// Records that a stream ended now.
-    fn ended(&self, id: &str) {
-        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+    /// Records that a stream ended now; it no longer counts against its client.
+    fn ended(&self, id: &str, client: Option<&str>) {
+        if let Some(client) = client {
+            let mut clients = stream::lock(&self.clients);
+            if let Some(usage) = clients.get_mut(client) {
+                usage.open = usage.open.saturating_sub(1);
+            }
+        }
+        let mut ended = stream::lock(&self.ended);
         ended.push_back((self.config.clock.now_ms(), id.to_owned()));
     }
+
+    /// Counts a new stream against `client`'s budget, or says why it does not fit.
+    fn admit(&self, client: &str) -> Result<(), HubError> {
+        let limits = &self.config.limits;
+        let mut clients = stream::lock(&self.clients);
+        let usage = clients.entry(client.to_owned()).or_default();
+        if usage.open >= limits.streams_per_client {
+            return Err(HubError::ClientStreams { limit: limits.streams_per_client });
+        }
+        if limits.streams_per_client_per_minute > 0 {
+            let now_ms = self.config.clock.now_ms();
+            if now_ms.saturating_sub(usage.minute_started_ms) >= MINUTE_MS {
+                usage.minute_started_ms = now_ms;
+                usage.created_this_minute = 0;
+            }
+            if usage.created_this_minute >= limits.streams_per_client_per_minute {
+                let left = MINUTE_MS.saturating_sub(now_ms.saturating_sub(usage.minute_started_ms));
+                return Err(HubError::ClientRate {
+                    limit: limits.streams_per_client_per_minute,
+                    retry_after: Duration::from_millis(left.max(1)),
+                });
+            }
+            usage.created_this_minute += 1;
+        }
+        usage.open += 1;
+        Ok(())
+    }
+
+    /// Gives back what [`Shared::admit`] counted, for a stream that was not made after all.
+    fn unadmit(&self, client: &str) {
+        let mut clients = stream::lock(&self.clients);
+        if let Some(usage) = clients.get_mut(client) {
+            usage.open = usage.open.saturating_sub(1);
+            usage.created_this_minute = usage.created_this_minute.saturating_sub(1);
+        }
+    }
+
+    /// When the hub expects room: the oldest ended stream's eviction, or the earliest idle timeout.
+    fn room_expected_in(&self) -> Option<Duration> {
+        let now_ms = self.config.clock.now_ms();
+        let retention = self.config.retention.as_millis() as u64;
+        let eviction = stream::lock(&self.ended).front().map(|(at, _)| at.saturating_add(retention));
+        // Before the first sweep, the latest an open stream can time out.
+        let idle_timeout = self.config.idle_timeout.as_millis() as u64;
+        let idle = (idle_timeout > 0).then(|| match self.next_idle_ms.load(Ordering::Acquire) {
+            0 => now_ms.saturating_add(idle_timeout),
+            at => at,
+        });
+        let at = [eviction, idle].into_iter().flatten().min()?;
+        // At least a second: `Retry-After` counts whole seconds, and the sweep that frees the room runs
+        // about once a second.
+        Some(Duration::from_millis(at.saturating_sub(now_ms).max(1_000)))
+    }
 }
+
+const MINUTE_MS: u64 = 60_000;
 
 /// The streams of one process; cheap to clone.
 ///
@@ -202,7 +322,13 @@ impl Default for Inner {
 impl Inner {
     fn new(config: HubConfig) -> Self {
         Inner {
-            shared: Arc::new(Shared { config, bytes: AtomicU64::new(0), ended: Mutex::new(VecDeque::new()) }),
+            shared: Arc::new(Shared {
+                config,
+                bytes: AtomicU64::new(0),
+                ended: Mutex::new(VecDeque::new()),
+                next_idle_ms: AtomicU64::new(0),
+                clients: Mutex::new(HashMap::new()),
+            }),
             streams: Mutex::new(HashMap::new()),
         }
     }
@@ -219,16 +345,33 @@ impl Hub {
         &self.inner.shared.config
     }
 
-    /// Creates an open stream that reports `model`; it starts with `stream_start`.
+    /// Creates an open stream that reports `model`; it starts with `stream_start`. The stream counts against
+    /// no client's budget: this is for producers in the process itself.
     pub fn create(&self, model: &str) -> Result<Arc<Stream>, HubError> {
+        self.create_for(None, model)
+    }
+
+    /// Creates an open stream for `client` (an opaque name: the service uses the peer's address), within
+    /// that client's budget ([`Limits::streams_per_client`], [`Limits::streams_per_client_per_minute`]).
+    pub fn create_for(&self, client: Option<&str>, model: &str) -> Result<Arc<Stream>, HubError> {
         self.evict_expired();
+        let shared = &self.inner.shared;
         let limit = self.config().limits.streams;
         let mut streams = self.streams();
         if streams.len() >= limit {
-            return Err(HubError::TooManyStreams { limit });
+            return Err(HubError::TooManyStreams { limit, retry_after: shared.room_expected_in() });
         }
-        let Some(stream) = Stream::new(Arc::clone(&self.inner.shared), model) else {
-            return Err(HubError::HubFull { limit: self.config().limits.hub_bytes });
+        if let Some(client) = client {
+            shared.admit(client)?;
+        }
+        let Some(stream) = Stream::new(Arc::clone(shared), client, model) else {
+            if let Some(client) = client {
+                shared.unadmit(client);
+            }
+            return Err(HubError::HubFull {
+                limit: self.config().limits.hub_bytes,
+                retry_after: shared.room_expected_in(),
+            });
         };
         streams.insert(stream.id().to_owned(), Arc::clone(&stream));
         tracing::debug!(stream = stream.id(), model, "stream created");
@@ -259,6 +402,53 @@ impl Hub {
     /// Bytes of messages held, as counted against [`Limits::hub_bytes`].
     pub fn bytes(&self) -> u64 {
         self.inner.shared.bytes.load(Ordering::Acquire)
+    }
+
+    /// What a server runs about once a second: ends the streams idle for [`HubConfig::idle_timeout`], then
+    /// evicts those whose retention has passed. Returns how many it ended.
+    pub fn sweep(&self) -> usize {
+        let ended = self.end_idle();
+        self.evict_expired();
+        ended
+    }
+
+    /// Ends, with the error `idle_timeout`, every open stream that has had no append for the idle timeout,
+    /// and cancels what runs it; notes the next time one can time out.
+    fn end_idle(&self) -> usize {
+        let shared = &self.inner.shared;
+        let idle = self.config().idle_timeout.as_millis() as u64;
+        if idle == 0 {
+            return 0;
+        }
+        let now_ms = self.config().clock.now_ms();
+        let mut next = u64::MAX;
+        let mut idle_streams = Vec::new();
+        for stream in self.streams().values() {
+            if let Some(active_ms) = stream.active_ms() {
+                let deadline = active_ms.saturating_add(idle);
+                if deadline <= now_ms {
+                    idle_streams.push(Arc::clone(stream));
+                } else {
+                    next = next.min(deadline);
+                }
+            }
+        }
+        shared.next_idle_ms.store(if next == u64::MAX { 0 } else { next }, Ordering::Release);
+        let timeout = self.config().idle_timeout;
+        let mut ended = 0;
+        for stream in idle_streams {
+            let outcome = Outcome::failed(ErrorProps {
+                message: format!("the stream had no new message for {}", humantime_secs(timeout)),
+                code: Some("idle_timeout".into()),
+                details: None,
+            });
+            if stream.end(outcome) {
+                stream.cancellation().cancel();
+                tracing::info!(stream = stream.id(), "ended: idle");
+                ended += 1;
+            }
+        }
+        ended
     }
 
     /// Evicts the streams whose retention has passed: they are gone from the hub, their history and
@@ -296,4 +486,10 @@ impl Hub {
     fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Stream>>> {
         self.inner.streams.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// `90 s`, `10 min`: a duration as a person reads it in an error message.
+fn humantime_secs(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs >= 60.0 && secs % 60.0 == 0.0 { format!("{} min", secs / 60.0) } else { format!("{secs} s") }
 }

@@ -185,6 +185,10 @@ pub struct Stream {
     forgotten: AtomicBool,
     cancel: CancellationToken,
     next_id: AtomicU64,
+    /// The client whose budget it counts against, if any.
+    client: Option<String>,
+    /// When its producer last appended (ms by the hub's clock), for the idle timeout.
+    active_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for Stream {
@@ -201,7 +205,7 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Stream {
     /// A new open stream starting with `stream_start`; `None` when the hub cannot hold even that.
-    pub(crate) fn new(shared: Arc<Shared>, model: &str) -> Option<Arc<Self>> {
+    pub(crate) fn new(shared: Arc<Shared>, client: Option<&str>, model: &str) -> Option<Arc<Self>> {
         let id = shared.config.ids.stream_id();
         let epoch = shared.config.ids.epoch();
         let now_ms = shared.config.clock.now_ms();
@@ -226,6 +230,8 @@ impl Stream {
             forgotten: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             next_id: AtomicU64::new(1),
+            client: client.map(str::to_owned),
+            active_ms: AtomicU64::new(now_ms),
         });
         let start = event(
             "stream_start",
@@ -360,6 +366,11 @@ impl Stream {
         }
     }
 
+    /// When its producer last appended (ms by the hub's clock), while it is open.
+    pub(crate) fn active_ms(&self) -> Option<u64> {
+        (!self.log.is_ended()).then(|| self.active_ms.load(Ordering::Acquire))
+    }
+
     /// The last sequence appended.
     pub fn last_sequence(&self) -> u64 {
         self.lock().last
@@ -389,6 +400,11 @@ impl Stream {
         }
         producer.bytes += staged.bytes;
         producer.last += staged.entries.len() as u64;
+        // The time the batch was stamped with: reading the clock again would tick a test's stepping clock.
+        if let Some(Entry::Message { message, .. }) = staged.entries.last() {
+            let stamped = message.metadata.as_ref().and_then(|m| m.timestamp);
+            self.active_ms.store(stamped.unwrap_or_default(), Ordering::Release);
+        }
         self.log.append(staged.entries);
         Ok(staged.sequences)
     }
@@ -492,6 +508,7 @@ impl Stream {
         let entries: Vec<Entry> = events.into_iter().map(|e| self.push_event(&mut producer, e, now_ms)).collect();
         let last = (!entries.is_empty()).then_some(producer.last);
         self.log.append(entries);
+        self.active_ms.store(now_ms, Ordering::Release);
         Ok(last)
     }
 
@@ -524,7 +541,7 @@ impl Stream {
         producer.end = Some(outcome);
         self.log.append(entries);
         drop(producer);
-        self.shared.ended(&self.info.id);
+        self.shared.ended(&self.info.id, self.client.as_deref());
         true
     }
 

@@ -31,7 +31,7 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let hub = Hub::new(config);
-        let app = App { hub: hub.clone(), agents: Arc::new(agents), settings };
+        let app = App::new(hub.clone(), Arc::new(agents), settings);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(agentmux::http::serve(listener, app, async move {
             let _ = rx.await;

@@ -1,0 +1,167 @@
+//! The extractors handlers use for the path and the query, refusing bad input with the envelope.
+//!
+//! axum's own `Path` and `Query` answer a bad value with `text/plain` and no field name. These wrap the same
+//! parsing and answer 400 with the OpenAI envelope and `param` naming what is wrong: the path segment (`id`,
+//! when it is not UTF-8) or the query parameter (`from`, for `from=-1`, `from=abc` or a sequence past
+//! `u64`). A parameter given twice is refused rather than silently resolved one way or the other
+//! (`duplicate_parameter`); parameters a handler does not know are ignored, as a cache-busting `_=` must be.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use super::HttpError;
+
+/// The `{id}` of a stream path.
+#[derive(Debug)]
+pub(crate) struct StreamId(pub(crate) String);
+
+impl<S: Send + Sync> FromRequestParts<S> for StreamId {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        match axum::extract::Path::<String>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(id)) => Ok(StreamId(id)),
+            Err(rejection) => Err(path_error(&rejection)),
+        }
+    }
+}
+
+fn path_error(rejection: &PathRejection) -> HttpError {
+    HttpError::bad_request(
+        format!("the stream id in the path is not valid: {}", rejection.body_text()),
+        Some("id".into()),
+        "invalid_value",
+    )
+}
+
+/// A WebSocket upgrade; a request that is not one gets the envelope with `param` naming the header at fault.
+pub(crate) struct Upgrade(pub(crate) WebSocketUpgrade);
+
+impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        WebSocketUpgrade::from_request_parts(parts, state).await.map(Upgrade).map_err(|rejection| {
+            use WebSocketUpgradeRejection as R;
+            let param = match &rejection {
+                R::InvalidConnectionHeader(_) => Some("connection"),
+                R::InvalidUpgradeHeader(_) => Some("upgrade"),
+                R::InvalidWebSocketVersionHeader(_) => Some("sec-websocket-version"),
+                R::WebSocketKeyHeaderMissing(_) => Some("sec-websocket-key"),
+                _ => None,
+            };
+            HttpError::new(
+                rejection.status(),
+                "invalid_request_error",
+                format!("not a WebSocket upgrade: {}", rejection.body_text()),
+                param.map(str::to_owned),
+                "websocket_upgrade",
+            )
+        })
+    }
+}
+
+/// The client a request comes from, by whose budget it creates streams: the peer's IP address, or for
+/// IPv6 its /64 network (what one host is usually given, and what one attacker has at the least). A request
+/// that did not come through [`super::serve`] has none.
+#[derive(Debug)]
+pub(crate) struct Client(pub(crate) Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Client {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(peer)| peer.ip());
+        Ok(Client(peer.map(|ip| match ip {
+            IpAddr::V4(v4) => v4.to_string(),
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => v4.to_string(),
+                None => {
+                    let [a, b, c, d, ..] = v6.segments();
+                    format!("{a:x}:{b:x}:{c:x}:{d:x}::/64")
+                }
+            },
+        })))
+    }
+}
+
+/// A query string parsed into `T`, with errors that name the parameter.
+#[derive(Debug)]
+pub(crate) struct Params<T>(pub(crate) T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, HttpError> {
+        parse(parts.uri.query().unwrap_or("")).map(Params)
+    }
+}
+
+/// Parses a query string into `T`.
+pub(crate) fn parse<T: DeserializeOwned>(query: &str) -> Result<T, HttpError> {
+    let mut seen = HashSet::new();
+    for (name, _) in url::form_urlencoded::parse(query.as_bytes()) {
+        if !seen.insert(name.clone()) {
+            return Err(HttpError::bad_request(
+                format!("the query parameter {name:?} is given more than once"),
+                Some(name.into_owned()),
+                "duplicate_parameter",
+            ));
+        }
+    }
+    let deserializer = serde_urlencoded::Deserializer::new(url::form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(deserializer).map_err(|error| {
+        let param = error.path().to_string();
+        let value = url::form_urlencoded::parse(query.as_bytes())
+            .find(|(name, _)| *name == param)
+            .map(|(_, value)| value.into_owned())
+            .unwrap_or_default();
+        let reason = error.into_inner();
+        let param = (!param.is_empty() && param != ".").then_some(param);
+        let message = match &param {
+            Some(param) => format!("the query parameter {param} cannot be {value:?}: {reason}"),
+            None => format!("the query string is not valid: {reason}"),
+        };
+        HttpError::bad_request(message, param, "invalid_value")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde::Deserialize;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Query {
+        from: Option<u64>,
+        #[allow(dead_code)]
+        format: Option<String>,
+    }
+
+    fn param(query: &str) -> Option<String> {
+        parse::<Query>(query).err().and_then(|e| e.error.param)
+    }
+
+    #[test]
+    fn names_the_parameter_at_fault() {
+        assert_eq!(param("from=-1"), Some("from".into()));
+        assert_eq!(param("from=abc&format=cui"), Some("from".into()));
+        assert_eq!(param("from=18446744073709551616"), Some("from".into()));
+        assert_eq!(param("from=1&from=2"), Some("from".into()));
+        assert_eq!(param("format=cui&format=cui"), Some("format".into()));
+    }
+
+    #[test]
+    fn takes_good_values_and_ignores_unknown_ones() {
+        assert_eq!(parse::<Query>("from=18446744073709551615&_=123").ok().and_then(|q| q.from), Some(u64::MAX));
+        assert_eq!(parse::<Query>("").ok().and_then(|q| q.from), None);
+    }
+}

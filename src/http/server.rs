@@ -1,0 +1,269 @@
+//! [`serve`]: the accept loop, the connection cap, and the shutdown in phases.
+//!
+//! # Connections
+//!
+//! Every connection holds a permit of the cap ([`super::Settings::max_connections`]) for as long as its socket
+//! lives: the permit travels inside the socket ([`Held`]), so a connection upgraded to a WebSocket keeps
+//! counting after hyper has handed it over. Past the cap a new connection is read for its request head
+//! (a few seconds at most) and answered 503 `capacity` with the envelope, then closed; the others keep being
+//! served. Only a few such answers are given at once: past those, a connection is closed unanswered, so a
+//! flood of connections cannot use up the file descriptors the cap protects. Each request knows its peer
+//! (`ConnectInfo<SocketAddr>`), which names the client whose stream budget it spends.
+//!
+//! # Shutdown
+//!
+//! When the `shutdown` future completes:
+//! 1. *Draining*: the listener closes; connections already open keep being served, so a producer (an HTTP
+//!    client keeps its connections) can still append to and end its streams, and subscribers keep
+//!    receiving; creating a stream or starting a run answers 503 `shutting_down`.
+//! 2. After [`super::Settings::shutdown_grace`], or as soon as no stream is open, what is still open is cancelled
+//!    and ended with the error `shutdown`.
+//! 3. *Closing*: every connection finishes the response in flight and closes (an SSE response ends with its
+//!    stream); a WebSocket sends what its streams still owe, `done` included, then a close frame (1001).
+//! 4. After [`super::Settings::shutdown_drain`], whatever is left (a client that stopped reading, a body that
+//!    never arrives) is dropped, and `serve` returns.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use axum::response::IntoResponse;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower::Layer;
+
+use super::{App, HttpError, Room, router};
+use crate::hub::Hub;
+use crate::output::{ErrorProps, Outcome};
+
+/// Where the service is in its shutdown; every connection and WebSocket watches it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Lifetime {
+    /// Fires when shutdown begins: no new work from then on.
+    pub(crate) draining: CancellationToken,
+    /// Fires when every stream has ended: connections close.
+    pub(crate) closing: CancellationToken,
+    /// Fires when the drain is over: what is left is dropped.
+    pub(crate) gone: CancellationToken,
+    /// WebSocket connections, which outlive their HTTP connection's task.
+    pub(crate) sockets: TaskTracker,
+}
+
+/// Connections past the cap answered at once; past these, one is closed unanswered.
+const OVERFLOW_ANSWERS: usize = 64;
+
+/// How long a connection past the cap gets to send its request head.
+const OVERFLOW_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often the hub is swept (idle streams ended, expired ones evicted), at most.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Serves `app` on `listener` until `shutdown` completes, then shuts down as the module doc says.
+pub async fn serve(
+    listener: TcpListener,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let hub = app.hub.clone();
+    let settings = app.settings.clone();
+    let lifetime = app.lifetime.clone();
+    let sweeper = tokio::spawn(sweep(hub.clone()));
+    let router = router(app);
+    let http = connection_builder();
+    let connections = TaskTracker::new();
+    let cap = Arc::new(Semaphore::new(settings.max_connections));
+    let overflow = Arc::new(Semaphore::new(OVERFLOW_ANSWERS));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    wait_after_accept_error(error).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        // Events are small and latency matters more than packet count: no Nagle delay behind an
+        // unacknowledged write.
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY not set");
+        }
+        let Ok(permit) = Arc::clone(&cap).try_acquire_owned() else {
+            if let Ok(answer) = Arc::clone(&overflow).try_acquire_owned() {
+                connections.spawn(refuse(tcp, answer, settings.max_connections, lifetime.gone.clone()));
+            }
+            continue;
+        };
+        let service = with_peer(router.clone(), peer);
+        let connection = http.serve_connection(TokioIo::new(Held { tcp, _permit: permit }), service).with_upgrades();
+        let lifetime = lifetime.clone();
+        connections.spawn(async move {
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = lifetime.closing.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        result = connection.as_mut() => result,
+                        () = lifetime.gone.cancelled() => Ok(()),
+                    }
+                }
+            };
+            if let Err(error) = result {
+                tracing::debug!(%error, "connection closed with an error");
+            }
+        });
+    }
+    drop(listener);
+    lifetime.draining.cancel();
+    tracing::info!(open = hub.open_streams().len(), "shutting down: no new connections, no new streams");
+    end_open_streams(&hub, settings.shutdown_grace).await;
+    lifetime.closing.cancel();
+    connections.close();
+    lifetime.sockets.close();
+    let drained = async {
+        connections.wait().await;
+        lifetime.sockets.wait().await;
+    };
+    if tokio::time::timeout(settings.shutdown_drain, drained).await.is_err() {
+        tracing::warn!("connections still open after the drain; dropped");
+        lifetime.gone.cancel();
+        connections.wait().await;
+        lifetime.sockets.wait().await;
+    }
+    sweeper.abort();
+    Ok(())
+}
+
+/// The router with the peer's address in every request, as axum's `ConnectInfo`.
+fn with_peer(
+    router: Router,
+    peer: SocketAddr,
+) -> TowerToHyperService<axum::middleware::AddExtension<Router, ConnectInfo<SocketAddr>>> {
+    TowerToHyperService::new(axum::Extension(ConnectInfo(peer)).layer(router))
+}
+
+/// Answers a connection past the cap with 503 `capacity` and closes it.
+async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone: CancellationToken) {
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(OVERFLOW_HEAD_TIMEOUT).keep_alive(false);
+    let service = hyper::service::service_fn(move |_request| async move {
+        let message = format!("the service is serving its limit of {cap} connections");
+        Ok::<_, std::convert::Infallible>(HttpError::capacity(message, Room::Unknown).into_response())
+    });
+    let connection = http.serve_connection(TokioIo::new(tcp), service);
+    tokio::select! {
+        result = connection => if let Err(error) = result {
+            tracing::debug!(%error, "refused connection closed with an error");
+        },
+        () = gone.cancelled() => {}
+    }
+}
+
+/// How every connection is served: HTTP/1.1 only, with upgrades for WebSocket.
+///
+/// hyper's own HTTP/1 connection rather than hyper-util's `auto` one (which would also take HTTP/2 over
+/// cleartext, which browsers and the OpenAI SDKs do not use): an idle SSE subscriber is then only hyper's
+/// read and write buffers, its task and its response, about 4 KiB less per connection than `auto` kept.
+fn connection_builder() -> http1::Builder {
+    let mut http = http1::Builder::new();
+    // A client gets 30 s to send a request's head (hyper's default, which needs a timer to apply). hyper's
+    // header count limit sits above the service's own (`edge.rs`), so that one answers with the envelope.
+    http.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(30)).max_headers(super::edge::HEADERS * 2);
+    http
+}
+
+/// After a failed `accept`: a connection that died in the backlog is skipped; anything else (out of file
+/// descriptors, say) would fail again at once, so wait a second rather than spin.
+async fn wait_after_accept_error(error: std::io::Error) {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    if matches!(error.kind(), ConnectionAborted | ConnectionRefused | ConnectionReset) {
+        return;
+    }
+    tracing::error!(%error, "accept failed; retrying in 1 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
+/// Sweeps the hub about once a second, so idle streams end and memory comes back when nobody calls.
+async fn sweep(hub: Hub) {
+    let config = hub.config();
+    let shortest = [config.idle_timeout, config.retention].into_iter().filter(|d| !d.is_zero()).min();
+    let every = shortest.map_or(SWEEP_EVERY, |d| (d / 4).clamp(Duration::from_millis(10), SWEEP_EVERY));
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        hub.sweep();
+    }
+}
+
+/// Waits up to `grace` for open streams to end, then cancels and ends the rest with the error `shutdown`.
+async fn end_open_streams(hub: &Hub, grace: Duration) {
+    let deadline = tokio::time::Instant::now() + grace;
+    while !hub.open_streams().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for stream in hub.open_streams() {
+        let ended = stream.end(Outcome::failed(ErrorProps {
+            message: "the server is shutting down".into(),
+            code: Some("shutdown".into()),
+            details: None,
+        }));
+        stream.cancellation().cancel();
+        if ended {
+            tracing::warn!(stream = stream.id(), "ended by shutdown");
+        }
+    }
+}
+
+/// A connection's socket with its permit of the cap: the permit is given back when the socket closes,
+/// whoever holds it then (hyper, or a WebSocket after the upgrade).
+struct Held {
+    tcp: TcpStream,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Held {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Held {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
+    }
+}
