@@ -1,0 +1,235 @@
+//! One anonymous client against the real server, with small limits: it cannot fill the hub with streams
+//! (a per-client budget; idle streams end and are evicted like any ended stream), hold connections with
+//! bodies that never arrive, or keep the service from serving others past the connection cap. Capacity
+//! refusals say whether a retry helps.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use agentmux::agent::Agents;
+use agentmux::http::Settings;
+use agentmux::hub::{HubConfig, Limits};
+use common::http::{assert_envelope, create_stream, end_stream, header, post_empty, post_json, snapshot};
+use common::server::TestServer;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn start(limits: Limits, idle_timeout: Duration, settings: Settings) -> TestServer {
+    let config = HubConfig { limits, idle_timeout, ..HubConfig::default() };
+    // Streams left open end at once when the test stops the server.
+    let settings = Settings { shutdown_grace: Duration::ZERO, ..settings };
+    TestServer::with(config, settings, Agents::builtin()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_open_more_than_its_budget() {
+    let limits = Limits { streams_per_client: 3, ..Limits::default() };
+    let server = start(limits, Duration::from_secs(600), Settings::default()).await;
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(create_stream(&client, &server).await);
+    }
+    let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(header(&refused, "x-should-retry"), "false", "waiting alone frees nothing of this client's");
+    let body: Value = refused.json().await.expect("json");
+    assert_envelope(&body, None, "too_many_streams");
+
+    // A chat run is a stream too, and spends the same budget.
+    let chat = json!({ "model": "echo", "messages": [{ "role": "user", "content": "hi" }] });
+    let (status, body) = post_json(&client, &server.url("/v1/chat/completions"), &chat).await;
+    assert_eq!(status, 429, "{body}");
+
+    // Ending one makes room; ended streams stay readable and do not count.
+    end_stream(&client, &server, &ids[0]).await;
+    let (status, body) = post_json(&client, &server.url("/v1/chat/completions"), &chat).await;
+    assert_eq!(status, 200, "{body}");
+    snapshot(&client, &server, &ids[0]).await;
+    let (status, body) = post_empty(&client, &server.url("/v1/streams")).await;
+    assert_eq!(status, 201, "the finished run gave its place back: {body}");
+    let (status, body) = post_empty(&client, &server.url("/v1/streams")).await;
+    assert_eq!(status, 429, "the open ones did not: {body}");
+    server.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_minute_budget_says_when_to_retry() {
+    let limits = Limits { streams_per_client_per_minute: 2, ..Limits::default() };
+    let server = start(limits, Duration::from_secs(600), Settings::default()).await;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        let id = create_stream(&client, &server).await;
+        end_stream(&client, &server, &id).await;
+    }
+    let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
+    assert_eq!(refused.status(), 429);
+    let after: u64 = header(&refused, "retry-after").parse().expect("retry-after in seconds");
+    assert!((1..=60).contains(&after), "retry-after {after}");
+    assert!(refused.headers().get("x-should-retry").is_none(), "a retry helps");
+    assert_envelope(&refused.json().await.expect("json"), None, "rate_limit_exceeded");
+    server.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_hub_says_whether_a_retry_helps() {
+    // Full of open streams that never time out: nothing frees room by itself.
+    let limits = Limits { streams: 2, ..Limits::default() };
+    let server = start(limits.clone(), Duration::ZERO, Settings::default()).await;
+    let client = reqwest::Client::new();
+    let first = create_stream(&client, &server).await;
+    create_stream(&client, &server).await;
+    let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(header(&refused, "x-should-retry"), "false");
+    assert!(refused.headers().get("retry-after").is_none());
+    assert_envelope(&refused.json().await.expect("json"), None, "capacity");
+
+    // Once one has ended, room comes when its retention passes: retry then.
+    end_stream(&client, &server, &first).await;
+    let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
+    assert_eq!(refused.status(), 503);
+    let after: u64 = header(&refused, "retry-after").parse().expect("retry-after in seconds");
+    assert!((590..=600).contains(&after), "the default retention is 10 minutes: {after}");
+    assert!(refused.headers().get("x-should-retry").is_none(), "a retry helps");
+    server.stop().await.expect("stop");
+
+    // With the idle timeout on, open streams free room by then.
+    let server = start(limits, Duration::from_secs(120), Settings::default()).await;
+    create_stream(&client, &server).await;
+    create_stream(&client, &server).await;
+    let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
+    assert_eq!(refused.status(), 503);
+    let after: u64 = header(&refused, "retry-after").parse().expect("retry-after in seconds");
+    assert!((1..=120).contains(&after), "{after}");
+    server.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_ends_with_idle_timeout_and_stays_readable() {
+    let server = start(Limits::default(), Duration::from_millis(400), Settings::default()).await;
+    let client = reqwest::Client::new();
+    let idle = create_stream(&client, &server).await;
+    let busy = create_stream(&client, &server).await;
+    let events = client.get(server.url(&format!("/v1/streams/{idle}/events"))).send().await.expect("subscribe");
+    let started = Instant::now();
+    // The busy stream appends every 100 ms for a second: it never reaches the timeout.
+    for i in 0..10 {
+        let (status, body) = post_json(
+            &client,
+            &server.url(&format!("/v1/streams/{busy}/messages")),
+            &json!({"type": "text", "props": {"content": i.to_string()}}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = tokio::time::timeout(Duration::from_secs(5), common::http::read_events(events))
+        .await
+        .expect("the idle stream ends");
+    assert!(started.elapsed() >= Duration::from_millis(300), "not before the timeout");
+    let end = body.last().expect("stream_end").json();
+    assert_eq!(end["props"]["event"], "stream_end", "{end}");
+    assert_eq!(end["props"]["data"]["status"], "error", "{end}");
+    assert_eq!(end["props"]["data"]["error"]["code"], "idle_timeout", "{end}");
+    assert_eq!(snapshot(&client, &server, &idle).await["status"], "error", "retained like any ended stream");
+    assert_eq!(snapshot(&client, &server, &busy).await["status"], "open");
+    let (status, body) = post_empty(&client, &server.url(&format!("/v1/streams/{idle}/end"))).await;
+    assert_eq!(status, 409, "{body}");
+    server.stop().await.expect("stop");
+}
+
+/// Opens a connection and sends a request head that promises a body, and one byte of it.
+async fn stalled_body(server: &TestServer) -> TcpStream {
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let head = "POST /v1/streams HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{";
+    tcp.write_all(head.as_bytes()).await.expect("write");
+    tcp
+}
+
+/// Reads a whole response from a connection the server closes after it.
+async fn read_response(tcp: &mut TcpStream, within: Duration) -> String {
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(within, tcp.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "answered within {within:?}: {}", String::from_utf8_lossy(&out));
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_time_out_while_others_are_served() {
+    let settings = Settings { body_timeout: Duration::from_millis(600), ..Settings::default() };
+    let server = start(Limits::default(), Duration::from_secs(600), settings).await;
+    let mut stalled = Vec::new();
+    for _ in 0..200 {
+        stalled.push(stalled_body(&server).await);
+    }
+    let client = reqwest::Client::new();
+    let asked = Instant::now();
+    let health = client.get(server.url("/healthz")).send().await.expect("healthz");
+    assert_eq!(health.status(), 200);
+    let took = asked.elapsed();
+    assert!(took < Duration::from_millis(500), "/healthz answers at once beside 200 stalled bodies: {took:?}");
+    for tcp in &mut stalled {
+        let response = read_response(tcp, Duration::from_secs(10)).await;
+        assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+        assert!(response.contains("\"code\":\"body_timeout\""), "{response}");
+    }
+    assert_eq!(server.hub.len(), 0, "no stream was made from a partial body");
+    server.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_refuses_one_more_and_serves_the_rest() {
+    let settings = Settings { max_connections: 4, ..Settings::default() };
+    let server = start(Limits::default(), Duration::from_secs(600), settings).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await.expect("write");
+        let mut buf = [0u8; 512];
+        let n = tcp.read(&mut buf).await.expect("read");
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+        held.push(tcp);
+    }
+    let mut extra = TcpStream::connect(server.addr).await.expect("the listener still accepts");
+    extra.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await.expect("write");
+    let response = read_response(&mut extra, Duration::from_secs(5)).await;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("application/json") && response.contains("\"code\":\"capacity\""), "{response}");
+
+    // The four held connections are still served.
+    for tcp in &mut held {
+        tcp.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").await.expect("write");
+        let mut buf = [0u8; 512];
+        let n = tcp.read(&mut buf).await.expect("read");
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&buf[..n]));
+    }
+    // One goes away: its place is free again.
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(server.url("/healthz")).send().await.expect("healthz").status(), 200);
+    server.stop().await.expect("stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn echo_refuses_what_it_cannot_stream_with_400() {
+    let limits = Limits { messages_per_stream: 50, ..Limits::default() };
+    let server = start(limits, Duration::from_secs(600), Settings::default()).await;
+    let client = reqwest::Client::new();
+    let words = "word ".repeat(100);
+    for stream in [false, true] {
+        let chat = json!({
+            "model": "echo",
+            "stream": stream,
+            "messages": [{ "role": "system", "content": "be brief" }, { "role": "user", "content": words }],
+        });
+        let (status, body) = post_json(&client, &server.url("/v1/chat/completions"), &chat).await;
+        assert_eq!(status, 400, "{body}");
+        assert_envelope(&body, Some("messages[1].content"), "invalid_value");
+    }
+    assert_eq!(server.hub.len(), 0, "no stream was started");
+    server.stop().await.expect("stop");
+}
