@@ -13,13 +13,15 @@
 //! # Shutdown
 //!
 //! When the `shutdown` future completes:
-//! 1. *Draining*: the listener closes; connections already open keep being served, so a producer (an HTTP
-//!    client keeps its connections) can still append to and end its streams, and subscribers keep
-//!    receiving; creating a stream or starting a run answers 503 `shutting_down`.
-//! 2. After [`super::Settings::shutdown_grace`], or as soon as no stream is open, what is still open is cancelled
-//!    and ended with the error `shutdown`.
-//! 3. *Closing*: every connection finishes the response in flight and closes (an SSE response ends with its
-//!    stream); a WebSocket sends what its streams still owe, `done` included, then a close frame (1001).
+//! 1. *Draining*: no new work: creating a stream or starting a run answers 503 `shutting_down` (a retry
+//!    may reach another instance). Everything else is served as before, on open connections and new ones, so
+//!    a producer can still append to and end its streams (its client's pool may well open a new connection
+//!    to do it), and subscribers keep receiving.
+//! 2. After [`super::Settings::shutdown_grace`], or as soon as no stream is open, what is still open is
+//!    cancelled and ended with the error `shutdown`.
+//! 3. *Closing*: the listener closes; every connection finishes the response in flight and closes (an SSE
+//!    response ends with its stream); a WebSocket sends what its streams still owe, `done` included, then a
+//!    close frame (1001).
 //! 4. After [`super::Settings::shutdown_drain`], whatever is left (a client that stopped reading, a body that
 //!    never arrives) is dropped, and `serve` returns.
 
@@ -85,6 +87,7 @@ pub async fn serve(
     let cap = Arc::new(Semaphore::new(settings.max_connections));
     let overflow = Arc::new(Semaphore::new(OVERFLOW_ANSWERS));
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut grace = None;
     loop {
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -94,7 +97,17 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            () = &mut shutdown, if grace.is_none() => {
+                lifetime.draining.cancel();
+                tracing::info!(open = hub.open_streams().len(), "shutting down: no new streams");
+                let (hub, lifetime, wait) = (hub.clone(), lifetime.clone(), settings.shutdown_grace);
+                grace = Some(tokio::spawn(async move {
+                    end_open_streams(&hub, wait).await;
+                    lifetime.closing.cancel();
+                }));
+                continue;
+            }
+            () = lifetime.closing.cancelled() => break,
         };
         // Events are small and latency matters more than packet count: no Nagle delay behind an
         // unacknowledged write.
@@ -128,10 +141,7 @@ pub async fn serve(
         });
     }
     drop(listener);
-    lifetime.draining.cancel();
-    tracing::info!(open = hub.open_streams().len(), "shutting down: no new connections, no new streams");
-    end_open_streams(&hub, settings.shutdown_grace).await;
-    lifetime.closing.cancel();
+    tracing::info!("shutting down: every stream has ended; closing connections");
     connections.close();
     lifetime.sockets.close();
     let drained = async {

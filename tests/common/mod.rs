@@ -4,6 +4,7 @@
 
 pub(crate) mod doubles;
 pub(crate) mod http;
+pub(crate) mod process;
 pub(crate) mod server;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,84 @@
+//! The `agentmux` binary as a child process on `127.0.0.1:0`, for tests of what only the process does:
+//! signals, exit, the flags.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A running `agentmux`; killed when dropped.
+pub(crate) struct ServerProcess {
+    child: Child,
+    /// `http://127.0.0.1:<port>`
+    pub(crate) base: String,
+    /// `127.0.0.1:<port>`
+    pub(crate) addr: String,
+    /// Everything it wrote to stderr so far.
+    pub(crate) log: Arc<Mutex<String>>,
+}
+
+impl ServerProcess {
+    /// Starts `agentmux serve --addr 127.0.0.1:0` with `args`, and waits until it listens.
+    pub(crate) fn spawn(args: &[&str]) -> ServerProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_agentmux"))
+            .args(["serve", "--addr", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start agentmux");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("agentmux listening") {
+                    let address = line.split("address=").nth(1).and_then(|rest| rest.split_whitespace().next());
+                    let _ = tx.send(address.map(str::to_owned));
+                }
+                let mut log = sink.lock().unwrap_or_else(|p| p.into_inner());
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("agentmux did not say where it listens: {}", log.lock().expect("log")));
+        ServerProcess { child, base: format!("http://{addr}"), addr, log }
+    }
+
+    /// `base` + `path`.
+    pub(crate) fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Sends SIGTERM.
+    pub(crate) fn terminate(&self) {
+        let status =
+            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("run kill -TERM");
+        assert!(status.success(), "kill -TERM");
+    }
+
+    /// Waits up to `within` for the process to exit; how long it took and whether it exited cleanly.
+    pub(crate) fn wait_exit(&mut self, within: Duration) -> (Duration, bool) {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return (started.elapsed(), status.success());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("agentmux did not exit within {within:?}; its log:\n{}", self.log.lock().expect("log"));
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
