@@ -172,7 +172,12 @@ impl SubscribeQuery {
 
     /// True when the request resumes (by the header or `from`) rather than starting from the beginning.
     fn resumes(&self, headers: &HeaderMap) -> bool {
-        self.from.is_some() || headers.get("last-event-id").is_some_and(|v| !v.as_bytes().trim_ascii().is_empty())
+        self.from.is_some() || self.resumes_by_header(headers)
+    }
+
+    /// True when the `Last-Event-ID` header says where to resume.
+    fn resumes_by_header(&self, headers: &HeaderMap) -> bool {
+        headers.get("last-event-id").is_some_and(|v| !v.as_bytes().trim_ascii().is_empty())
     }
 }
 
@@ -191,7 +196,13 @@ pub(crate) async fn events(
     if query.resumes(&headers) && stream.status() != Status::Open && from == stream.last_sequence() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let subscription = stream.subscribe(format, from)?;
+    let subscription = stream.subscribe(format, from).map_err(|error| {
+        let mut error = HttpError::from(error);
+        if error.error.param.as_deref() == Some("from") && query.resumes_by_header(&headers) {
+            error.error.param = Some("Last-Event-ID".into());
+        }
+        error
+    })?;
     Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none()))
 }
 

@@ -6,8 +6,11 @@
 //! (`crate::render`: `{"stream", "seq", "message"}` for CUI, `{"stream", "chunk"}` for OpenAI, `{"stream",
 //! "error"}`, and `{"stream", "done": true, "status"}` at the end), error replies `{"stream"?, "error":
 //! {"message", "code"}}`, and small acknowledgements (`{"stream", "published": seq}`, `{"stream",
-//! "subscribed": true}`, ...). A frame that is not JSON or not a known op gets an error and the connection
-//! stays open.
+//! "subscribed": true}`, ...). A text frame that is not JSON or not a known op gets an error reply (with
+//! `param` naming the op's field where one is at fault) and the connection stays open. What cannot be read
+//! closes it with the code that fits: 1003 for a binary frame, 1009 for a message over the limit, 1007 for
+//! text that is not UTF-8, 1002 for a broken frame; the reason is written for the client. On shutdown a
+//! connection sends what its streams still owe (their `done` included) and closes with 1001.
 //!
 //! A connection's subscriptions are cursors into their streams' shared renditions, polled together by the
 //! connection's one task: it takes a batch only when the socket has taken the last one, so a connection
@@ -229,7 +232,7 @@ fn handle(app: &App, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message
     };
     let result = match op {
         Op::Subscribe { stream, from, format } => (|| {
-            let found = find(app, &stream)?;
+            let found = find_op(app, &stream)?;
             if feeds.contains_key(&stream) {
                 return Err(HttpError::bad_request(
                     "already subscribed to this stream",
@@ -248,14 +251,14 @@ fn handle(app: &App, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message
                 Err(HttpError::bad_request("not subscribed to this stream", Some("stream".into()), "not_subscribed"))
             }
         },
-        Op::Cancel { stream } => find(app, &stream).and_then(|found| {
+        Op::Cancel { stream } => find_op(app, &stream).and_then(|found| {
             if found.cancel() {
                 Ok(json!({ "stream": stream, "cancelled": true }))
             } else {
                 Err(crate::hub::AppendError::Ended.into())
             }
         }),
-        Op::Publish { stream, message } => find(app, &stream).and_then(|found| {
+        Op::Publish { stream, message } => find_op(app, &stream).and_then(|found| {
             let message = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"))?;
             let sequence = found.append(message).map_err(|e| HttpError::from(e).within("message"))?;
             Ok(json!({ "stream": stream, "published": sequence }))
@@ -272,6 +275,14 @@ fn handle(app: &App, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message
         }
     };
     Message::Text(reply.to_string().into())
+}
+
+/// The stream an op names; an unknown one is refused with `param: "stream"`, the op's field.
+fn find_op(app: &App, stream: &str) -> Result<std::sync::Arc<crate::hub::Stream>, HttpError> {
+    find(app, stream).map_err(|mut error| {
+        error.error.param.get_or_insert_with(|| "stream".into());
+        error
+    })
 }
 
 fn error_message(stream: Option<&str>, message: &str, code: &str) -> Message {
