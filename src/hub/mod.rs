@@ -32,8 +32,16 @@
 //! add only their cursor, however far behind they are. What renditions add reaches the hub's count in steps of
 //! 4 KiB per stream (one atomic shared by every stream is the count), so it trails by less than that. Per-message bookkeeping outside the JSON (the `Arc`,
 //! the reducer's map entries) is not counted: a few dozen bytes per message. An ended stream is evicted a
-//! retention time after it ended, and gives back everything; a stream whose producer never ends it stays
-//! until the process stops: its producer (an agent run, or an HTTP client through the service) owns ending it.
+//! retention time after it ended, and gives back everything. Its producer (an agent run, or an HTTP client
+//! through the service) owns ending a stream; one that has had no append for [`HubConfig::idle_timeout`] is
+//! ended by [`Hub::sweep`] with the error `idle_timeout`, so streams nobody ends cannot hold the hub for good.
+//!
+//! # Clients
+//!
+//! A stream made for a client ([`Hub::create_for`]) counts against that client's budget while it is open
+//! ([`Limits::streams_per_client`], a tenth of the stream limit by default, and optionally a number per
+//! minute), so that no one client can fill the hub. A refusal says when room is expected
+//! ([`HubError::retry_after`]).
 
 mod clock;
 mod lifecycle;
