@@ -3,10 +3,10 @@
 //! axum's own `Path` and `Query` answer a bad value with `text/plain` and no field name. These wrap the same
 //! parsing and answer 400 with the OpenAI envelope and `param` naming what is wrong: the path segment (`id`,
 //! when it is not UTF-8) or the query parameter (`from`, for `from=-1`, `from=abc` or a sequence past
-//! `u64`). A parameter given twice is refused rather than silently resolved one way or the other
-//! (`duplicate_parameter`); parameters a handler does not know are ignored, as a cache-busting `_=` must be.
+//! `u64`). A parameter the handler reads, given twice, is refused rather than silently resolved one way or the
+//! other (`duplicate_parameter`); parameters a handler does not know are ignored, however often they are
+//! given, as a cache-busting `_=` must be.
 
-use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::rejection::PathRejection;
@@ -106,24 +106,24 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
 
 /// Parses a query string into `T`.
 pub(crate) fn parse<T: DeserializeOwned>(query: &str) -> Result<T, HttpError> {
-    let mut seen = HashSet::new();
-    for (name, _) in url::form_urlencoded::parse(query.as_bytes()) {
-        if !seen.insert(name.clone()) {
-            return Err(HttpError::bad_request(
-                format!("the query parameter {name:?} is given more than once"),
-                Some(name.into_owned()),
-                "duplicate_parameter",
-            ));
-        }
-    }
     let deserializer = serde_urlencoded::Deserializer::new(url::form_urlencoded::parse(query.as_bytes()));
     serde_path_to_error::deserialize(deserializer).map_err(|error| {
         let param = error.path().to_string();
+        let reason = error.into_inner();
+        // A parameter `T` has, given twice: serde refuses it before it reads the second value. A parameter `T`
+        // does not have is ignored however often it is given.
+        let text = reason.to_string();
+        if let Some(name) = text.strip_prefix("duplicate field `").and_then(|rest| rest.split('`').next()) {
+            return HttpError::bad_request(
+                format!("the query parameter {name:?} is given more than once"),
+                Some(name.to_owned()),
+                "duplicate_parameter",
+            );
+        }
         let value = url::form_urlencoded::parse(query.as_bytes())
             .find(|(name, _)| *name == param)
             .map(|(_, value)| value.into_owned())
             .unwrap_or_default();
-        let reason = error.into_inner();
         let param = (!param.is_empty() && param != ".").then_some(param);
         let message = match &param {
             Some(param) => format!("the query parameter {param} cannot be {value:?}: {reason}"),
@@ -157,11 +157,17 @@ mod tests {
         assert_eq!(param("from=18446744073709551616"), Some("from".into()));
         assert_eq!(param("from=1&from=2"), Some("from".into()));
         assert_eq!(param("format=cui&format=cui"), Some("format".into()));
+        assert_eq!(param("from=1&fr%6Fm=2"), Some("from".into()));
+        let code = |query: &str| parse::<Query>(query).err().and_then(|e| e.error.code);
+        assert_eq!(code("from=1&from=2"), Some("duplicate_parameter".into()));
+        assert_eq!(code("from=abc"), Some("invalid_value".into()));
     }
 
     #[test]
     fn takes_good_values_and_ignores_unknown_ones() {
         assert_eq!(parse::<Query>("from=18446744073709551615&_=123").ok().and_then(|q| q.from), Some(u64::MAX));
         assert_eq!(parse::<Query>("").ok().and_then(|q| q.from), None);
+        // Only a parameter the handler reads is ambiguous when repeated; others stay ignored.
+        assert_eq!(parse::<Query>("_=1&_=2&from=3&x&x").ok().and_then(|q| q.from), Some(3));
     }
 }
