@@ -20,7 +20,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::{App, HttpError};
+use super::HttpError;
 
 /// The longest request target (path and query) taken, in bytes.
 pub(crate) const URI_BYTES: usize = 8 << 10;
@@ -32,8 +32,8 @@ pub(crate) const HEADER_BYTES: usize = 32 << 10;
 pub(crate) const HEADERS: usize = 64;
 
 /// The middleware: head limits, the declared size, then the handler, then the envelope on bare errors.
-pub(crate) async fn guard(State(app): State<App>, request: Request, next: Next) -> Response {
-    if let Err(error) = check_head(&request, app.settings.body_limit) {
+pub(crate) async fn guard(State(body_limit): State<usize>, request: Request, next: Next) -> Response {
+    if let Err(error) = check_head(&request, body_limit) {
         return error.into_response();
     }
     envelope(next.run(request).await).await

@@ -126,7 +126,7 @@ pub fn router(app: App) -> Router {
                 "not_found",
             )
         })
-        .layer(middleware::from_fn_with_state(app.clone(), edge::guard))
+        .layer(middleware::from_fn_with_state(app.settings.body_limit, edge::guard))
         .layer(middleware::from_fn(trace))
         .with_state(app)
 }
