@@ -233,3 +233,20 @@ async fn echo_refuses_what_it_cannot_stream_with_400() {
     assert_eq!(server.hub.len(), 0, "no stream was started");
     server.stop().await.expect("stop");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_raises_its_open_file_limit_and_sizes_the_cap_from_it() {
+    let hard = rlimit::getrlimit(rlimit::Resource::NOFILE).expect("getrlimit").1;
+    let server = common::process::ServerProcess::spawn_with_open_files(256, &[]);
+    let log = server.log.lock().expect("log").clone();
+    let line = log.lines().find(|l| l.contains("agentmux listening")).expect("the listening line");
+    let field = |name: &str| -> u64 {
+        let value = line.split(&format!("{name}=")).nth(1).and_then(|rest| rest.split_whitespace().next());
+        value.and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name} in {line}"))
+    };
+    assert_eq!(field("open_files"), hard, "the soft limit was raised from 256 to the hard one: {line}");
+    let cap = field("max_connections");
+    assert!(cap < hard && cap >= hard * 8 / 10, "the cap leaves room for everything else: {line}");
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(server.url("/healthz")).send().await.expect("healthz").status(), 200);
+}

@@ -20,9 +20,21 @@ pub(crate) struct ServerProcess {
 impl ServerProcess {
     /// Starts `agentmux serve --addr 127.0.0.1:0` with `args`, and waits until it listens.
     pub(crate) fn spawn(args: &[&str]) -> ServerProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentmux"))
-            .args(["serve", "--addr", "127.0.0.1:0"])
-            .args(args)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agentmux"));
+        command.args(["serve", "--addr", "127.0.0.1:0"]).args(args);
+        ServerProcess::start(command)
+    }
+
+    /// Starts it with a soft open-file limit of `soft` (through the shell's `ulimit`).
+    pub(crate) fn spawn_with_open_files(soft: u64, args: &[&str]) -> ServerProcess {
+        let script = format!("ulimit -Sn {soft} && exec \"$0\" serve --addr 127.0.0.1:0 \"$@\"");
+        let mut command = Command::new("sh");
+        command.args(["-c", &script, env!("CARGO_BIN_EXE_agentmux")]).args(args);
+        ServerProcess::start(command)
+    }
+
+    fn start(mut command: Command) -> ServerProcess {
+        let mut child = command
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
