@@ -91,7 +91,7 @@ impl IntoResponse for HttpError {
 impl From<ValidationError> for HttpError {
     fn from(error: ValidationError) -> Self {
         let param = error.field().map(str::to_owned);
-        HttpError::bad_request(error.to_string(), param, "invalid_message")
+        HttpError::bad_request(error.to_string(), param, error.code())
     }
 }
 
@@ -131,7 +131,10 @@ impl From<BatchError> for HttpError {
 
 impl From<HubError> for HttpError {
     fn from(error: HubError) -> Self {
-        HttpError::capacity(error.to_string())
+        match error {
+            HubError::Invalid(error) => error.into(),
+            _ => HttpError::capacity(error.to_string()),
+        }
     }
 }
 

@@ -56,6 +56,8 @@ pub use render::{Render, Renderer, StreamInfo};
 pub use stream::{AppendError, BatchError, Snapshot, Status, Stream, SubscribeError};
 pub use subscription::{Batch, Subscription};
 
+use crate::output::{ValidationError, check_name};
+
 /// Limits that bound what the hub holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -126,6 +128,9 @@ pub enum HubError {
         /// The limit.
         limit: u64,
     },
+    /// The model name is over [`crate::output::NAME_BYTES`] (the error's field is `model`).
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
 }
 
 /// What the hub and its streams share: the config, the byte count, the ended streams awaiting eviction.
@@ -219,8 +224,10 @@ impl Hub {
         &self.inner.shared.config
     }
 
-    /// Creates an open stream that reports `model`; it starts with `stream_start`.
+    /// Creates an open stream that reports `model` (at most [`crate::output::NAME_BYTES`] long); it starts
+    /// with `stream_start`.
     pub fn create(&self, model: &str) -> Result<Arc<Stream>, HubError> {
+        check_name("model", model)?;
         self.evict_expired();
         let limit = self.config().limits.streams;
         let mut streams = self.streams();
