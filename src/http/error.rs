@@ -133,6 +133,13 @@ impl From<HubError> for HttpError {
     fn from(error: HubError) -> Self {
         match error {
             HubError::Invalid(error) => error.into(),
+            HubError::StreamLimitsTooSmall { .. } => HttpError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                error.to_string(),
+                None,
+                "limits_too_small",
+            ),
             _ => HttpError::capacity(error.to_string()),
         }
     }

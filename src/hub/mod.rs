@@ -24,7 +24,8 @@
 //! # Memory
 //!
 //! Every byte a stream holds is counted against the hub's limit ([`Limits::hub_bytes`], 1 GiB by default):
-//! its log entries (as JSON), its own first and last events, and for each rendition in use its frames and
+//! its log entries (as JSON), its own first and last events, the room reserved for the events that will close
+//! what is open and for the outcome (see `stream.rs`), and for each rendition in use its frames and
 //! its renderer's state (see `stream.rs` for how). An append that would not fit in every format in use is
 //! refused (`HubFull`), as is a subscription that needs a new rendition the hub could not hold. The snapshot's
 //! reduction of the log counts like a rendition from its first use, but is never refused: a status request
@@ -63,13 +64,15 @@ use crate::output::{ValidationError, check_name};
 pub struct Limits {
     /// Largest message, as JSON (1 MiB).
     pub message_bytes: u64,
-    /// Most messages in one stream, lifecycle events included (100,000).
+    /// Most messages in one stream, lifecycle events included (100,000). The places of the events that will
+    /// close what is open (`stream_end` from the start) are kept for them. At least 2.
     pub messages_per_stream: usize,
-    /// Most bytes of messages in one stream (64 MiB).
+    /// Most bytes of messages in one stream, with the room kept for the events that will close what is open
+    /// (64 MiB). At least what a stream's first event and the room for its last take, about 1 KiB.
     pub stream_bytes: u64,
     /// Most streams, open or retained (100,000).
     pub streams: usize,
-    /// Most bytes of messages in all streams (1 GiB).
+    /// Most bytes of messages in all streams, with every stream's rooms, outcome and renditions (1 GiB).
     pub hub_bytes: u64,
 }
 
@@ -127,6 +130,21 @@ pub enum HubError {
     HubFull {
         /// The limit.
         limit: u64,
+    },
+    /// A stream's limits cannot hold even its first and last events: `messages_per_stream` under 2, or
+    /// `stream_bytes` under what `stream_start` and the room for `stream_end` take (about 1 KiB). A
+    /// configuration error.
+    #[error(
+        "a stream's limits ({messages} messages, {bytes} bytes) cannot hold its first and last events \
+         (2 messages, {needed} bytes)"
+    )]
+    StreamLimitsTooSmall {
+        /// [`Limits::messages_per_stream`].
+        messages: usize,
+        /// [`Limits::stream_bytes`].
+        bytes: u64,
+        /// What the first and last events take.
+        needed: u64,
     },
     /// The model name is over [`crate::output::NAME_BYTES`] (the error's field is `model`).
     #[error(transparent)]
@@ -234,9 +252,7 @@ impl Hub {
         if streams.len() >= limit {
             return Err(HubError::TooManyStreams { limit });
         }
-        let Some(stream) = Stream::new(Arc::clone(&self.inner.shared), model) else {
-            return Err(HubError::HubFull { limit: self.config().limits.hub_bytes });
-        };
+        let stream = Stream::new(Arc::clone(&self.inner.shared), model)?;
         streams.insert(stream.id().to_owned(), Arc::clone(&stream));
         tracing::debug!(stream = stream.id(), model, "stream created");
         Ok(stream)
