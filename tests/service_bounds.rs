@@ -1,14 +1,18 @@
 //! Bounded fields over real sockets ("Holds under abuse", unbounded fields): every name or id a producer or
 //! a client gives that is not content (a model name, a message, block or thread id, an event, tool or action
 //! name) is at most `NAME_BYTES` long, and over it the request is refused with `400` and the OpenAI error
-//! envelope whose `param` names the field, before anything is kept.
+//! envelope whose `param` names the field, before anything is kept (over WebSocket, a `publish` op's error
+//! reply names it the same way).
 
 mod common;
 
 use agentmux::output::NAME_BYTES;
-use common::http::{assert_envelope, create_stream, post_json, snapshot};
+use common::http::{PATIENCE, assert_envelope, create_stream, post_json, snapshot};
 use common::server::TestServer;
+use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use tokio_tungstenite::connect_async;
+use tokio_tungstenite::tungstenite::Message;
 
 /// A name of `bytes` bytes.
 fn name(bytes: usize) -> String {
@@ -115,4 +119,27 @@ async fn over_long_names_in_messages_are_refused_with_the_field_and_nothing_is_a
     )
     .await;
     assert_eq!(status, 200, "{reply}");
+}
+
+#[tokio::test]
+async fn an_over_long_name_published_over_websocket_is_refused_with_the_field() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    let before = snapshot(&client, &server, &id).await;
+    let url = format!("ws://{}/v1/ws", server.addr);
+    let (mut ws, _) = connect_async(url.as_str()).await.expect("connect");
+    let message = json!({ "type": "tool_call", "props": { "id": "call_1", "name": name(NAME_BYTES + 1) } });
+    let op = json!({ "op": "publish", "stream": id, "message": message });
+    ws.send(Message::text(op.to_string())).await.expect("send");
+    let reply = loop {
+        match tokio::time::timeout(PATIENCE, ws.next()).await.expect("a reply in time") {
+            Some(Ok(Message::Text(text))) => break serde_json::from_str::<Value>(text.as_str()).expect("JSON"),
+            Some(Ok(_)) => {}
+            other => panic!("no reply: {other:?}"),
+        }
+    };
+    assert_eq!(reply["error"]["param"], "message.props.name", "{reply}");
+    assert_eq!(reply["error"]["code"], "string_above_max_length", "{reply}");
+    assert_eq!(snapshot(&client, &server, &id).await, before, "nothing was appended");
 }
