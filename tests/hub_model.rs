@@ -392,9 +392,9 @@ impl ModelStream {
         self.outcome.as_ref().map_or_else(outcome_room, |o| serde_json::to_vec(o).map_or(0, |v| v.len() as u64))
     }
 
-    /// The log, the snapshot's reduction, and each rendition.
+    /// The log, the producer's reduction, the snapshot's reduction, and each rendition.
     fn copies(&self) -> u64 {
-        2 + self.formats.len() as u64
+        3 + self.formats.len() as u64
     }
 
     /// The stream's short epoch, as in the ids it makes up (`m7-<short>`).
@@ -907,22 +907,22 @@ impl World {
         match self.hub.create(MODEL_NAME) {
             Ok(stream) => {
                 prop_assert!(
-                    before + size + end + outcome <= self.limits.hub_bytes,
-                    "created a stream of {size} + {end} + {outcome} bytes in a hub holding {before}"
+                    before + 2 * (size + end) + outcome <= self.limits.hub_bytes,
+                    "created a stream of {size} + {end} (twice) + {outcome} bytes in a hub holding {before}"
                 );
                 prop_assert!(size + end <= self.limits.stream_bytes, "created a stream its limit cannot hold");
                 prop_assert_eq!((stream.id(), stream.epoch()), (stream_id.as_str(), epoch.as_str()));
                 prop_assert_eq!(
                     self.hub.bytes(),
-                    before + size + end + outcome,
-                    "a new stream counts its stream_start and the room for its end"
+                    before + 2 * (size + end) + outcome,
+                    "a new stream counts its stream_start and the room for its end, in its log and its reduction"
                 );
                 // The snapshot is a reader of the log with a reduction of its own, counted like a
                 // rendition from its first use: make it now, so it is in every later count.
                 stream.snapshot();
                 prop_assert_eq!(
                     self.hub.bytes(),
-                    before + 2 * (size + end) + outcome,
+                    before + 3 * (size + end) + outcome,
                     "the snapshot's reduction counts the log and the room for stream_end once more"
                 );
                 self.streams.push(ModelStream {
@@ -948,8 +948,8 @@ impl World {
                 prop_assert_eq!(limit, self.limits.hub_bytes);
                 prop_assert!(size + end <= self.limits.stream_bytes, "HubFull for a stream its limits refuse");
                 prop_assert!(
-                    before + size + end + outcome > limit,
-                    "refused a stream of {size} + {end} + {outcome} bytes in a hub holding {before} of {limit}"
+                    before + 2 * (size + end) + outcome > limit,
+                    "refused a stream of {size} + {end} (twice) + {outcome} bytes in a hub holding {before} of {limit}"
                 );
                 prop_assert_eq!(self.hub.bytes(), before, "a refused stream counts nothing");
             }
@@ -1538,7 +1538,8 @@ fn run_case(limits: Limits, batch_bytes: u64, ops: Vec<Op>) -> Checked {
 /// in once, as a fresh append would, and a subscriber reads exactly the log the snapshot was reduced from.
 #[test]
 fn a_new_delta_refused_for_a_full_hub_leaves_the_stream_unchanged_and_goes_in_once_space_is_freed() {
-    let limits = Limits { hub_bytes: 4_000, ..Limits::default() };
+    const HUB_BYTES: u64 = 6_000;
+    let limits = Limits { hub_bytes: HUB_BYTES, ..Limits::default() };
     let clock = Arc::new(SteppingClock::new(START_MS));
     let hub = Hub::new(HubConfig {
         limits,
@@ -1556,7 +1557,7 @@ fn a_new_delta_refused_for_a_full_hub_leaves_the_stream_unchanged_and_goes_in_on
             break;
         }
     }
-    assert_eq!(filled, Some(AppendError::HubFull { limit: 4_000 }), "the hub is full");
+    assert_eq!(filled, Some(AppendError::HubFull { limit: HUB_BYTES }), "the hub is full");
 
     let delta = || {
         let mut message = OutputMessage::text("x".repeat(300)).with_message_id("a");
@@ -1565,7 +1566,7 @@ fn a_new_delta_refused_for_a_full_hub_leaves_the_stream_unchanged_and_goes_in_on
     };
     let (history, snapshot, bytes) = (fresh.history(), fresh.snapshot(), hub.bytes());
     for attempt in 0..3 {
-        assert_eq!(fresh.append(delta()), Err(AppendError::HubFull { limit: 4_000 }), "attempt {attempt}");
+        assert_eq!(fresh.append(delta()), Err(AppendError::HubFull { limit: HUB_BYTES }), "attempt {attempt}");
         assert_eq!(fresh.history(), history, "attempt {attempt} left the log as it was");
         let after = fresh.snapshot();
         assert_eq!(after.messages, snapshot.messages, "attempt {attempt} left the snapshot as it was");

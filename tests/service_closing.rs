@@ -112,7 +112,7 @@ async fn a_stream_at_its_byte_limit_still_ends_within_it() {
 
 #[tokio::test]
 async fn a_full_hub_ends_every_stream_left_open_without_passing_its_limit() {
-    let limit: u64 = 96 << 10;
+    let limit: u64 = 192 << 10;
     let server = server(Limits { hub_bytes: limit, ..Limits::default() }).await;
     let client = reqwest::Client::new();
     let mut streams = Vec::new();

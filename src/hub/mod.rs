@@ -24,15 +24,17 @@
 //! # Memory
 //!
 //! Every byte a stream holds is counted against the hub's limit ([`Limits::hub_bytes`], 1 GiB by default):
-//! its log entries (as JSON), its own first and last events, the room reserved for the events that will close
-//! what is open and for the outcome (see `stream.rs`), and for each rendition in use its frames and
+//! its log entries (as JSON), once for the log and once for the producer's own reduction of it, its own first
+//! and last events, the room reserved for the events that will close what is open and for the outcome (see
+//! `stream.rs`), and for each rendition in use its frames and
 //! its renderer's state (see `stream.rs` for how). An append that would not fit in every format in use is
 //! refused (`HubFull`), as is a subscription that needs a new rendition the hub could not hold. The snapshot's
 //! reduction of the log counts like a rendition from its first use, but is never refused: a status request
 //! must answer, and it adds at most the log once more. Subscribers
 //! add only their cursor, however far behind they are. What renditions add reaches the hub's count in steps of
 //! 4 KiB per stream (one atomic shared by every stream is the count), so it trails by less than that. Per-message bookkeeping outside the JSON (the `Arc`,
-//! the reducer's map entries) is not counted: a few dozen bytes per message. An ended stream is evicted a
+//! the reducers' map entries, keyed by a `message_id` of at most 256 bytes) is not counted: a few dozen bytes
+//! per message. An ended stream is evicted a
 //! retention time after it ended, and gives back everything; a stream whose producer never ends it stays
 //! until the process stops: its producer (an agent run, or an HTTP client through the service) owns ending it.
 

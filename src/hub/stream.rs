@@ -11,7 +11,7 @@
 //! Readers never touch the producer's state: renditions, subscriptions and the snapshot read the log
 //! (`log.rs`), each behind its own mutex (`rendition.rs`), so a producer never waits for a reader, and a
 //! reader rendering a long log never holds up an append. The producer keeps a reducer of its own only to
-//! decide whether a delta applies.
+//! decide whether a delta applies (counted like a copy of the log, below).
 //!
 //! The producer's state sits behind a `std::sync::Mutex`: no `.await` happens while it is held and every
 //! critical section is short (stamping and reducing one batch), which a tokio mutex would only make slower.
@@ -19,10 +19,11 @@
 //! # What a stream counts
 //!
 //! Everything it holds is counted against the hub's byte limit (`held`): each log entry as JSON when it is
-//! appended, the stream's own first event included, and for each rendition in use an estimate of the same
-//! size per entry, replaced by the real figure (frames, offsets, the renderer's state) once rendered. The
-//! snapshot's reduction of the log, once asked for, counts like a rendition whose estimate stands (a
-//! reduced message is at most the entries it came from). So an
+//! appended, the stream's own first event included, once more for the producer's own reduction of the log
+//! (the reducer that decides whether a delta applies: a reduced message is at most the entries it came
+//! from), and for each rendition in use an estimate of the same size per entry, replaced by the real figure
+//! (frames, offsets, the renderer's state) once rendered. The snapshot's reduction of the log, once asked
+//! for, counts like a rendition whose estimate stands. So an
 //! append is refused when the hub could not hold it in every format in use, and a subscription that needs a
 //! new rendition is refused when the hub could not hold the log once more. All of it is given back when the
 //! stream is evicted.
@@ -193,6 +194,14 @@ struct Producer {
     readers: u64,
 }
 
+impl Producer {
+    /// How many times an entry is counted: the log, the producer's own reduction (`reducer`, at most the
+    /// entries it came from), and each reader.
+    fn copies(&self) -> u64 {
+        2 + self.readers
+    }
+}
+
 /// One stream; see the module doc. Shared as `Arc<Stream>` by the hub, its producer and its subscribers.
 pub struct Stream {
     info: StreamInfo,
@@ -274,7 +283,7 @@ impl Stream {
                 needed: bytes + end,
             });
         }
-        if !stream.reserve(bytes + end + outcome) {
+        if !stream.reserve((bytes + end) * producer.copies() + outcome) {
             return Err(HubError::HubFull { limit: limits.hub_bytes });
         }
         producer.bytes += bytes + end;
@@ -450,7 +459,7 @@ impl Stream {
     ) -> Result<(), BatchError> {
         let limits = &self.shared.config.limits;
         let logged = messages.len() > 1;
-        let copies = 1 + producer.readers;
+        let copies = producer.copies();
         for (index, mut message) in messages.into_iter().enumerate() {
             let fail = |error| Err(BatchError { index, error });
             let now_ms = self.shared.config.clock.now_ms();
@@ -581,7 +590,7 @@ impl Stream {
             return if refusable { Err(AppendError::Ended) } else { Ok(false) };
         }
         let limits = &self.shared.config.limits;
-        let copies = 1 + producer.readers;
+        let copies = producer.copies();
         let now_ms = self.shared.config.clock.now_ms();
         let duration_ms = now_ms.saturating_sub(producer.started_ms);
         let lifecycle = producer.lifecycle.clone();
@@ -739,7 +748,7 @@ impl Stream {
     /// hub's (once per copy) give back the difference. (A closing event is never larger than its room; if it
     /// were, the difference would be counted regardless.)
     fn settle(&self, producer: &mut Producer, room: u64, bytes: u64) {
-        let copies = 1 + producer.readers;
+        let copies = producer.copies();
         producer.bytes = (producer.bytes + bytes).saturating_sub(room);
         match bytes.cmp(&room) {
             std::cmp::Ordering::Less => self.release((room - bytes) * copies),
