@@ -18,7 +18,7 @@ use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, Op
 use agentmux::agent::Agents;
 use agentmux::http::{App, Settings};
 use agentmux::hub::{Hub, HubConfig, Limits};
-use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer};
+use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
@@ -98,7 +98,7 @@ struct Serve {
     /// The largest WebSocket message from a client, in bytes.
     #[arg(long, env = "AGENTMUX_WS_MAX_MESSAGE", default_value_t = 1 << 20)]
     ws_max_message: usize,
-    /// The model (agent) a chat request without one gets.
+    /// The model (agent) a chat request without one gets (at most 256 bytes).
     #[arg(long, env = "AGENTMUX_DEFAULT_MODEL", default_value = "demo")]
     default_model: String,
     /// On shutdown, how long open streams get to finish (producers may still append and end them).
@@ -141,6 +141,10 @@ fn main() -> ExitCode {
 }
 
 fn run_serve(serve: Serve) -> ExitCode {
+    // A model name is bounded: a default no stream could report would refuse every chat without a model.
+    if let Err(error) = check_name("--default-model", &serve.default_model) {
+        return fail(&error.to_string());
+    }
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
         .with_writer(std::io::stderr)

@@ -31,6 +31,16 @@
 //! polls `Subscription::next` once, so a read that would wait where the model says it must not is a failure,
 //! not a hang.
 //!
+//! The stream's own closing events never pass a limit: every event that opens something (`message_start`,
+//! `block_start`, `stream_start` for `stream_end`) reserves the room its closing event takes at most (that
+//! event with every number at `u64::MAX`, the widest id the stream makes up; for `stream_end` any finish
+//! reason and usage and an error of 64 bytes of message and code) and its place among the stream's messages,
+//! and the outcome's copy is reserved beside it. The model computes that room from the log and checks after
+//! every step that a stream's messages and bytes, reservations included, are within its limits, that every
+//! closing event fits its room, and that closing gives back exactly the difference. Ends come both ways: the
+//! internal `end` (never refused; an outcome larger than its room is kept when the limits have room for it,
+//! else shrunk into it) and `try_end` (a producer's: refused, changing nothing, when it does not fit).
+//!
 //! One example test beside it pins the scenario of issue 9's first defect (a new delta refused by a full hub,
 //! then retried) step by step.
 
@@ -185,8 +195,8 @@ enum Op {
     EndMessage { stream: usize, id: usize },
     /// `Stream::end_block` for one of the blocks, open or not.
     EndBlock { stream: usize, block: usize },
-    /// `Stream::end` with one of four outcomes.
-    End { stream: usize, outcome: usize },
+    /// `Stream::end` (or, `refusable`, `Stream::try_end`) with one of [`outcome`]'s outcomes.
+    End { stream: usize, outcome: usize, refusable: bool },
     /// Moves the hub's clock past the retention and lets it evict every ended stream.
     Evict,
 }
@@ -201,13 +211,17 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (pick(), 1usize..4).prop_map(|(reader, batches)| Op::Read { reader, batches }),
         1 => (pick(), pick()).prop_map(|(stream, id)| Op::EndMessage { stream, id }),
         1 => (pick(), pick()).prop_map(|(stream, block)| Op::EndBlock { stream, block }),
-        1 => (pick(), pick()).prop_map(|(stream, outcome)| Op::End { stream, outcome }),
+        2 => (pick(), pick(), any::<bool>()).prop_map(|(stream, outcome, refusable)| Op::End {
+            stream,
+            outcome,
+            refusable
+        }),
         1 => Just(Op::Evict),
     ]
 }
 
 fn limits() -> impl Strategy<Value = Limits> {
-    (120u64..700, 2usize..40, 400u64..6_000, 800u64..12_000).prop_map(
+    (120u64..1_200, 2usize..40, 600u64..6_000, 800u64..12_000).prop_map(
         |(message_bytes, messages_per_stream, stream_bytes, hub_bytes)| Limits {
             message_bytes,
             messages_per_stream,
@@ -219,12 +233,25 @@ fn limits() -> impl Strategy<Value = Limits> {
     )
 }
 
+/// Small outcomes that always fit the room reserved for the end, and three that do not: an error with
+/// details a little over the room (which the limits often have room for), a long one (over most message
+/// size limits), and an error code over the name limit.
 fn outcome(pick: usize) -> Outcome {
-    match pick % 4 {
+    let long = |repeat: usize, details: usize| {
+        Outcome::failed(ErrorProps {
+            message: "an error é日😀 \"quoted\" ".repeat(repeat),
+            code: Some("agent_failed".into()),
+            details: Some(json!({ "trace": "x".repeat(details) })),
+        })
+    };
+    match pick % 7 {
         0 => Outcome::completed(),
         1 => Outcome::completed().with_usage(Usage::new(12, 34)),
         2 => Outcome::cancelled(),
-        _ => Outcome::failed(ErrorProps { message: "boom".into(), code: Some("agent_failed".into()), details: None }),
+        3 => Outcome::failed(ErrorProps { message: "boom".into(), code: Some("agent_failed".into()), details: None }),
+        4 => long(8, 150),
+        5 => long(30, 600),
+        _ => Outcome::failed(ErrorProps { message: "a long code".into(), code: Some("c".repeat(300)), details: None }),
     }
 }
 
@@ -348,9 +375,27 @@ impl ModelStream {
         self.log.iter().map(json_len).sum()
     }
 
-    /// The log, the snapshot's reduction, and each rendition.
+    /// What the stream counts against its limits: the log, the room reserved for closing what is open, and
+    /// the room for `stream_end` while the stream is open.
+    fn counted(&self) -> u64 {
+        let short = self.short_epoch();
+        let end = if self.outcome.is_none() { end_room(&short) } else { 0 };
+        self.log_bytes() + open_rooms(&self.log, &short).0 + end
+    }
+
+    /// Closing events reserved: one per open message and block, and `stream_end` while open.
+    fn closings(&self) -> u64 {
+        open_rooms(&self.log, &self.short_epoch()).1 + u64::from(self.outcome.is_none())
+    }
+
+    /// What the hub counts once for the outcome: its room while open, its size once ended.
+    fn outcome_counted(&self) -> u64 {
+        self.outcome.as_ref().map_or_else(outcome_room, |o| serde_json::to_vec(o).map_or(0, |v| v.len() as u64))
+    }
+
+    /// The log, the producer's reduction, the snapshot's reduction, and each rendition.
     fn copies(&self) -> u64 {
-        2 + self.formats.len() as u64
+        3 + self.formats.len() as u64
     }
 
     /// The stream's short epoch, as in the ids it makes up (`m7-<short>`).
@@ -390,6 +435,115 @@ fn lifecycle_event(name: &str, data: Value, block_id: Option<String>, thread_id:
     event.block_id = block_id;
     event.thread_id = thread_id;
     event
+}
+
+/// The name of a lifecycle event, if the message is one.
+fn lifecycle_name(message: &OutputMessage) -> Option<&str> {
+    message.prop_str("event").filter(|e| message.kind == "event" && LIFECYCLE.contains(e))
+}
+
+/// The room reserved for a closing event, given its widest form: its size stamped with the widest id the
+/// stream can make up (`m18446744073709551615-<short epoch>`) and `u64::MAX` as sequence and time.
+fn room(widest: &OutputMessage, short_epoch: &str) -> u64 {
+    let mut widest = widest.clone();
+    widest.message_id = Some(format!("m{}-{short_epoch}", u64::MAX));
+    widest.metadata = Some(Metadata { sequence: Some(u64::MAX), timestamp: Some(u64::MAX), trace_id: None });
+    json_len(&widest)
+}
+
+/// The widest event that closes what `start` (a `message_start` or `block_start`) opened: every number at
+/// `u64::MAX`.
+fn widest_end(start: &OutputMessage) -> OutputMessage {
+    let data = &start.props["data"];
+    match start.prop_str("event") {
+        Some("message_start") => lifecycle_event(
+            "message_end",
+            json!({ "message_id": data["message_id"], "type": data["type"], "chunk_count": u64::MAX,
+                "duration_ms": u64::MAX }),
+            start.block_id.clone(),
+            start.thread_id.clone(),
+        ),
+        _ => lifecycle_event(
+            "block_end",
+            json!({ "block_id": data["block_id"], "message_count": u64::MAX, "duration_ms": u64::MAX }),
+            start.block_id.clone(),
+            start.thread_id.clone(),
+        ),
+    }
+}
+
+/// The widest closing form of a closing event in the log (its numbers at `u64::MAX`).
+fn widen(closing: &OutputMessage) -> OutputMessage {
+    let mut widest = closing.clone();
+    if let Some(Value::Object(data)) = widest.props.get_mut("data") {
+        for value in data.values_mut() {
+            if value.is_number() {
+                *value = json!(u64::MAX);
+            }
+        }
+    }
+    widest
+}
+
+/// The room reserved for closing what `log` leaves open, and how many closing events that is.
+fn open_rooms(log: &[OutputMessage], short_epoch: &str) -> (u64, u64) {
+    let mut open: Vec<(&str, String, u64)> = Vec::new();
+    for message in log {
+        let data = message.props.get("data").unwrap_or(&Value::Null);
+        let id = |key: &str| data[key].as_str().unwrap_or_default().to_owned();
+        match lifecycle_name(message) {
+            Some("message_start") => {
+                open.push(("message", id("message_id"), room(&widest_end(message), short_epoch)));
+            }
+            Some("block_start") => open.push(("block", id("block_id"), room(&widest_end(message), short_epoch))),
+            Some(end @ ("message_end" | "block_end")) => {
+                let (kind, key) = if end == "message_end" { ("message", "message_id") } else { ("block", "block_id") };
+                let wanted = id(key);
+                if let Some(at) = open.iter().rposition(|(k, i, _)| *k == kind && *i == wanted) {
+                    open.remove(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    (open.iter().map(|(_, _, room)| room).sum(), open.len() as u64)
+}
+
+/// The widest outcome an end that cannot be refused keeps whole (the room reserved for it): the longest
+/// status, finish reason and usage, and an error of 64 bytes of message and of code.
+fn widest_outcome() -> Outcome {
+    let most = "x".repeat(64);
+    Outcome {
+        finish_reason: Some(agentmux::output::FinishReason::ContentFilter),
+        usage: Some(Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX, total_tokens: u64::MAX }),
+        error: Some(ErrorProps { message: most.clone(), code: Some(most), details: None }),
+        ..Outcome::completed()
+    }
+}
+
+/// `stream_end` for `outcome` after `duration_ms`, as the lifecycle writes it.
+fn stream_end(outcome: &Outcome, duration_ms: u64) -> OutputMessage {
+    let mut data = json!({ "status": Status::of(Some(outcome)), "duration_ms": duration_ms });
+    if let Some(reason) = outcome.finish_reason {
+        data["finish_reason"] = json!(reason);
+    }
+    if let Some(usage) = &outcome.usage {
+        data["usage"] = json!(usage);
+    }
+    if let Some(error) = &outcome.error {
+        data["error"] = json!(error);
+    }
+    lifecycle_event("stream_end", data, None, None)
+}
+
+/// The room reserved for `stream_end`.
+fn end_room(short_epoch: &str) -> u64 {
+    room(&stream_end(&widest_outcome(), u64::MAX), short_epoch)
+}
+
+/// The room reserved for the outcome's copy.
+fn outcome_room() -> u64 {
+    serde_json::to_vec(&widest_outcome()).map_or(0, |v| v.len() as u64)
 }
 
 /// Whether a limit refuses, given the lowest and highest size it may see.
@@ -442,7 +596,8 @@ fn plan(model: &ModelStream, batch: &[OutputMessage], limits: &Limits, hub_bytes
     let mut user = model.user.clone();
     let mut lifecycle = model.lifecycle.clone();
     let mut last = model.log.len() as u64;
-    let log_bytes = model.log_bytes();
+    let counted = model.counted();
+    let mut closings = model.closings();
     let copies = model.copies();
     let (mut low_total, mut high_total) = (0u64, 0u64);
     let mut checks = Vec::new();
@@ -506,14 +661,18 @@ fn plan(model: &ModelStream, batch: &[OutputMessage], limits: &Limits, hub_bytes
         for (shape, event) in events {
             last += 1;
             let (mut low, high) = size_bounds(&event, &short, last);
+            // The room for the event that will close what it opens, and its place.
+            let (mut room_low, room_high) = (room(&widest_end(&event), &short), room(&widest_end(&event), &short));
             if shape.event.as_deref() == Some("message_start") && shape.about.is_none() {
                 // Its data names a made-up id too: as short as `m1-…` at the lowest.
                 let mut shortest = event.clone();
                 shortest.props["data"]["message_id"] = json!(format!("m1-{short}"));
                 low = size_bounds(&shortest, &short, last).0;
+                room_low = room(&widest_end(&shortest), &short);
             }
-            low_total += low;
-            high_total += high;
+            closings += 1;
+            low_total += low + room_low;
+            high_total += high + room_high;
             entries.push((shape, low, high));
         }
         last += 1;
@@ -524,11 +683,11 @@ fn plan(model: &ModelStream, batch: &[OutputMessage], limits: &Limits, hub_bytes
         checks.push(Checks {
             message_size: (low, high),
             too_large: verdict(low > limits.message_bytes, high > limits.message_bytes),
-            too_many: verdict(last > limits.messages_per_stream as u64, last > limits.messages_per_stream as u64),
-            stream_full: verdict(
-                log_bytes + low_total > limits.stream_bytes,
-                log_bytes + high_total > limits.stream_bytes,
+            too_many: verdict(
+                last + closings > limits.messages_per_stream as u64,
+                last + closings > limits.messages_per_stream as u64,
             ),
+            stream_full: verdict(counted + low_total > limits.stream_bytes, counted + high_total > limits.stream_bytes),
             hub_full: verdict(
                 hub_bytes + copies * low_total > limits.hub_bytes,
                 hub_bytes + copies * high_total > limits.hub_bytes,
@@ -726,8 +885,8 @@ impl World {
                 Some(s) => self.end_block(s, BLOCKS[block % BLOCKS.len()]),
                 None => Ok(()),
             },
-            Op::End { stream, outcome: pick } => match self.alive(*stream) {
-                Some(s) => self.end(s, outcome(*pick)),
+            Op::End { stream, outcome: pick, refusable } => match self.alive(*stream) {
+                Some(s) => self.end(s, outcome(*pick), *refusable),
                 None => Ok(()),
             },
             Op::Evict => self.evict(),
@@ -745,22 +904,29 @@ impl World {
             None,
         );
         let size = json_len(&stamped(&start, &format!("m1-{short}"), 1));
+        // The stream's own first and last events, and the outcome's copy.
+        let (end, outcome) = (end_room(&short), outcome_room());
         let before = self.hub.bytes();
         match self.hub.create(MODEL_NAME) {
             Ok(stream) => {
                 prop_assert!(
-                    before + size <= self.limits.hub_bytes,
-                    "created a stream of {size} bytes in a hub holding {before}"
+                    before + 2 * (size + end) + outcome <= self.limits.hub_bytes,
+                    "created a stream of {size} + {end} (twice) + {outcome} bytes in a hub holding {before}"
                 );
+                prop_assert!(size + end <= self.limits.stream_bytes, "created a stream its limit cannot hold");
                 prop_assert_eq!((stream.id(), stream.epoch()), (stream_id.as_str(), epoch.as_str()));
-                prop_assert_eq!(self.hub.bytes(), before + size, "a new stream counts its stream_start");
+                prop_assert_eq!(
+                    self.hub.bytes(),
+                    before + 2 * (size + end) + outcome,
+                    "a new stream counts its stream_start and the room for its end, in its log and its reduction"
+                );
                 // The snapshot is a reader of the log with a reduction of its own, counted like a
                 // rendition from its first use: make it now, so it is in every later count.
                 stream.snapshot();
                 prop_assert_eq!(
                     self.hub.bytes(),
-                    before + 2 * size,
-                    "the snapshot's reduction counts the log once more"
+                    before + 3 * (size + end) + outcome,
+                    "the snapshot's reduction counts the log and the room for stream_end once more"
                 );
                 self.streams.push(ModelStream {
                     stream,
@@ -773,11 +939,20 @@ impl World {
                     formats: Vec::new(),
                 });
             }
+            Err(HubError::StreamLimitsTooSmall { messages, bytes, needed }) => {
+                prop_assert_eq!(
+                    (messages, bytes, needed),
+                    (self.limits.messages_per_stream, self.limits.stream_bytes, size + end)
+                );
+                prop_assert!(needed > bytes || messages < 2, "refused a stream its limits hold");
+                prop_assert_eq!(self.hub.bytes(), before, "a refused stream counts nothing");
+            }
             Err(HubError::HubFull { limit, .. }) => {
                 prop_assert_eq!(limit, self.limits.hub_bytes);
+                prop_assert!(size + end <= self.limits.stream_bytes, "HubFull for a stream its limits refuse");
                 prop_assert!(
-                    before + size > limit,
-                    "refused a stream of {size} bytes in a hub holding {before} of {limit}"
+                    before + 2 * (size + end) + outcome > limit,
+                    "refused a stream of {size} + {end} (twice) + {outcome} bytes in a hub holding {before} of {limit}"
                 );
                 prop_assert_eq!(self.hub.bytes(), before, "a refused stream counts nothing");
             }
@@ -821,12 +996,15 @@ impl World {
                     );
                 }
                 let added_bytes: u64 = added.iter().map(json_len).sum();
+                // The room for closing what the batch opened counts with it.
+                let short = model.short_epoch();
+                let rooms = open_rooms(&stream.history(), &short).0 - open_rooms(&history, &short).0;
                 prop_assert_eq!(
                     self.hub.bytes() - hub_before,
-                    added_bytes * model.copies(),
-                    "the hub counts the batch once for the log and once per rendition in use"
+                    (added_bytes + rooms) * model.copies(),
+                    "the hub counts the batch and its rooms once for the log and once per rendition in use"
                 );
-                prop_assert_eq!(stream.held_bytes() - held_before, added_bytes * model.copies());
+                prop_assert_eq!(stream.held_bytes() - held_before, (added_bytes + rooms) * model.copies());
                 model.shapes.extend(plan.entries.into_iter().map(|(shape, _, _)| shape));
                 model.user = plan.user;
                 model.lifecycle = plan.lifecycle;
@@ -855,7 +1033,7 @@ impl World {
         if free {
             for other in 0..self.streams.len() {
                 if other != s && self.streams[other].alive && self.streams[other].outcome.is_none() {
-                    self.end(other, Outcome::completed())?;
+                    self.end(other, Outcome::completed(), false)?;
                     self.check()?;
                 }
             }
@@ -875,9 +1053,9 @@ impl World {
             Ok(subscription) => {
                 prop_assert!(after <= last, "subscribed after {after}, beyond the last sequence {last}");
                 prop_assert!(
-                    !needs_rendition || before + model.log_bytes() <= self.limits.hub_bytes,
+                    !needs_rendition || before + model.counted() <= self.limits.hub_bytes,
                     "a new rendition of {} bytes fit in a hub holding {before}",
-                    model.log_bytes()
+                    model.counted()
                 );
                 if needs_rendition {
                     self.streams[s].formats.push(format);
@@ -901,7 +1079,7 @@ impl World {
             Err(SubscribeError::HubFull { limit }) => {
                 prop_assert!(after <= last);
                 prop_assert!(needs_rendition, "refused a subscriber of a format already rendered");
-                prop_assert!(before + model.log_bytes() > limit, "refused a rendition that fit");
+                prop_assert!(before + model.counted() > limit, "refused a rendition that fit");
                 prop_assert_eq!(self.hub.bytes(), before, "a refused subscription counts nothing");
             }
             Err(other) => return Err(TestCaseError::fail(format!("unexpected {other:?}"))),
@@ -1022,7 +1200,7 @@ impl World {
         };
         let last = (!shapes.is_empty()).then_some(model.log.len() as u64 + shapes.len() as u64);
         prop_assert_eq!(result, Ok(last), "end_message({}) gives the last sequence of what it appended", id);
-        self.forced(s, before, shapes)
+        self.forced(s, before, shapes, false)
     }
 
     fn end_block(&mut self, s: usize, block: &str) -> Checked {
@@ -1035,37 +1213,157 @@ impl World {
         let shapes = model.lifecycle.end_block(block);
         let last = (!shapes.is_empty()).then_some(model.log.len() as u64 + shapes.len() as u64);
         prop_assert_eq!(result, Ok(last), "end_block({}) gives the last sequence of what it appended", block);
-        self.forced(s, before, shapes)
+        self.forced(s, before, shapes, false)
     }
 
-    fn end(&mut self, s: usize, outcome: Outcome) -> Checked {
+    /// Ends stream `s` with `requested`: `end` (never refused) or, `refusable`, `try_end`. The model predicts
+    /// whether the outcome fits the room reserved for the end, or else the limits' room beside it: then it is
+    /// kept whole; otherwise `try_end` is refused and changes nothing, and `end` shrinks the outcome into its
+    /// room (no details, the error's message and code cut to a prefix of at most 64 bytes, or no error).
+    fn end(&mut self, s: usize, requested: Outcome, refusable: bool) -> Checked {
         let before = self.counts(s);
+        let limits = self.limits.clone();
         let model = &mut self.streams[s];
-        let ended = model.stream.end(outcome.clone());
+        let stream = Arc::clone(&model.stream);
+        let history = stream.history();
+        let result = if refusable { stream.try_end(requested.clone()) } else { Ok(()) };
+        let ended = if refusable { result.is_ok() } else { stream.end(requested.clone()) };
+        // A producer's outcome is checked first, as a message is.
+        let code_too_long = requested.error.as_ref().and_then(|e| e.code.as_ref()).is_some_and(|c| c.len() > 256);
+        if refusable && code_too_long {
+            let Err(AppendError::Invalid(error)) = &result else {
+                return Err(TestCaseError::fail(format!("a code over the name limit: {result:?}")));
+            };
+            prop_assert_eq!(error.field(), Some("error.code"));
+            return if model.outcome.is_some() { Ok(()) } else { self.unchanged(s, before, &history) };
+        }
         if model.outcome.is_some() {
             prop_assert!(!ended, "ended twice");
+            if refusable {
+                prop_assert_eq!(result, Err(AppendError::Ended));
+            }
             return Ok(());
         }
+        // The outcome as kept whole: an end that cannot be refused cuts a code over the name limit to it.
+        let mut whole = requested.clone();
+        if let Some(code) = whole.error.as_mut().and_then(|e| e.code.as_mut()) {
+            code.truncate(256);
+        }
+        let short = model.short_epoch();
+        let closings = model.lifecycle.clone().end_all().len() as u64;
+        let sequence = model.log.len() as u64 + closings + 1;
+        let sized = |duration: u64, id: &str| json_len(&stamped(&stream_end(&whole, duration), id, sequence));
+        let (low, high) = (sized(0, &format!("m1-{short}")), sized(u64::MAX, &format!("m99999-{short}")));
+        let outcome_size = serde_json::to_vec(&whole).map_or(0, |v| v.len() as u64);
+        let (room, outcome_room) = (end_room(&short), outcome_room());
+        let (counted, copies) = (model.counted(), model.copies());
+        let refused_at = |size: u64| {
+            let (extra, outcome_extra) = (size.saturating_sub(room), outcome_size.saturating_sub(outcome_room));
+            (extra > 0 || outcome_extra > 0)
+                && (size > limits.message_bytes
+                    || counted + extra > limits.stream_bytes
+                    || before.0 + extra * copies + outcome_extra > limits.hub_bytes)
+        };
+        let verdict = verdict(refused_at(low), refused_at(high));
+        if refusable {
+            match &result {
+                Ok(()) => prop_assert!(verdict != Verdict::Refuse, "try_end took an outcome that does not fit"),
+                Err(error) => {
+                    prop_assert!(verdict != Verdict::Pass, "try_end refused an outcome that fits: {error}");
+                    prop_assert!(
+                        matches!(
+                            error,
+                            AppendError::MessageTooLarge { .. }
+                                | AppendError::StreamFull { .. }
+                                | AppendError::HubFull { .. }
+                        ),
+                        "{error}"
+                    );
+                    return self.unchanged(s, before, &history);
+                }
+            }
+        }
         prop_assert!(ended, "an open stream ends");
+        let kept = stream.outcome().unwrap_or_default();
+        let end = stream.history().pop().unwrap_or_default();
+        prop_assert_eq!(&end.props["data"]["error"], &json!(kept.error), "stream_end carries the outcome");
+        let shrunk = kept != whole;
+        prop_assert!(!(shrunk && verdict == Verdict::Pass), "an outcome that fits was shrunk: {kept:?}");
+        prop_assert!(shrunk || verdict != Verdict::Refuse, "an outcome that does not fit was kept: {kept:?}");
+        if shrunk {
+            prop_assert!(!refusable);
+            prop_assert_eq!(
+                (kept.status, kept.finish_reason, kept.usage),
+                (whole.status, whole.finish_reason, whole.usage)
+            );
+            if let (Some(kept), Some(whole)) = (&kept.error, &whole.error) {
+                prop_assert!(kept.details.is_none(), "details dropped");
+                prop_assert!(kept.message.len() <= 64 && whole.message.starts_with(&kept.message), "{kept:?}");
+                let code = kept.code.as_deref().unwrap_or_default();
+                prop_assert!(code.len() <= 64 && whole.code.as_deref().unwrap_or_default().starts_with(code));
+            }
+            prop_assert!(json_len(&end) <= room, "a shrunk stream_end fits its room");
+            prop_assert!(serde_json::to_vec(&kept).map_or(0, |v| v.len() as u64) <= outcome_room);
+        }
         let mut shapes = model.lifecycle.end_all();
         shapes.push(Shape::event("stream_end", None, None, None));
-        model.outcome = Some(outcome);
-        self.forced(s, before, shapes)
+        model.outcome = Some(kept);
+        self.forced(s, before, shapes, true)
     }
 
-    /// The stream's own events (`shapes`) were just appended to stream `s`, whatever the limits: the log
-    /// grew by them and both byte counts by their size per copy.
-    fn forced(&mut self, s: usize, (hub_before, held_before): (u64, u64), shapes: Vec<Shape>) -> Checked {
+    /// A refused end left stream `s` as it was: open, the same log and counts.
+    fn unchanged(&self, s: usize, (hub_before, held_before): (u64, u64), history: &[OutputMessage]) -> Checked {
+        let stream = &self.streams[s].stream;
+        prop_assert_eq!(stream.status(), Status::Open, "a refused end leaves the stream open");
+        prop_assert_eq!(&stream.history()[..], history, "a refused end changed the log");
+        prop_assert_eq!(
+            (self.hub.bytes(), stream.held_bytes()),
+            (hub_before, held_before),
+            "a refused end counts nothing"
+        );
+        Ok(())
+    }
+
+    /// The stream's own closing events (`shapes`) were just appended to stream `s` (`ended`: with
+    /// `stream_end` and the outcome), whatever the limits: each fits the room reserved for it (`stream_end`
+    /// unless its outcome took more room, which the limits had), and both byte counts changed by exactly
+    /// what was appended less the rooms it took, per copy.
+    fn forced(&mut self, s: usize, (hub_before, held_before): (u64, u64), shapes: Vec<Shape>, ended: bool) -> Checked {
         let model = &mut self.streams[s];
+        let short = model.short_epoch();
         let history = model.stream.history();
         prop_assert_eq!(history.len(), model.log.len() + shapes.len(), "entries appended");
-        let added: u64 = history[model.log.len()..].iter().map(json_len).sum();
+        let appended = &history[model.log.len()..];
+        let added: u64 = appended.iter().map(json_len).sum();
+        let mut fits = true;
+        for closing in appended {
+            if lifecycle_name(closing) == Some("stream_end") {
+                fits &= json_len(closing) <= end_room(&short);
+            } else {
+                prop_assert!(json_len(closing) <= room(&widen(closing), &short), "a closing event fits its room");
+            }
+        }
+        let mut rooms = open_rooms(&model.log, &short).0 - open_rooms(&history, &short).0;
+        let (mut outcome_before, mut outcome_after) = (0, 0);
+        if ended {
+            rooms += end_room(&short);
+            (outcome_before, outcome_after) = (outcome_room(), model.outcome_counted());
+            fits &= outcome_after <= outcome_before;
+        }
+        let copies = model.copies();
         prop_assert_eq!(
-            model.stream.held_bytes(),
-            held_before + added * model.copies(),
-            "the stream counts its events"
+            model.stream.held_bytes() + rooms * copies + outcome_before,
+            held_before + added * copies + outcome_after,
+            "the stream counts its events in place of their rooms"
         );
-        prop_assert_eq!(self.hub.bytes(), hub_before + added * model.copies(), "the hub counts the stream's events");
+        prop_assert_eq!(
+            self.hub.bytes() + rooms * copies + outcome_before,
+            hub_before + added * copies + outcome_after,
+            "the hub counts the stream's events in place of their rooms"
+        );
+        if fits {
+            prop_assert!(self.hub.bytes() <= hub_before, "closing what is open adds nothing to the hub's count");
+        }
         model.shapes.extend(shapes);
         Ok(())
     }
@@ -1130,6 +1428,18 @@ impl World {
             prop_assert_eq!(stream.status(), Status::of(model.outcome.as_ref()));
             held += stream.held_bytes();
             model.log = history;
+            // Never past a limit, the room reserved for closing what is open included.
+            let (messages, counted) = (model.log.len() as u64 + model.closings(), model.counted());
+            prop_assert!(
+                messages <= self.limits.messages_per_stream as u64,
+                "stream {s}: {messages} messages and closings reserved, over {}",
+                self.limits.messages_per_stream
+            );
+            prop_assert!(
+                counted <= self.limits.stream_bytes,
+                "stream {s}: {counted} bytes with its rooms, over {}",
+                self.limits.stream_bytes
+            );
         }
         prop_assert_eq!(self.hub.bytes(), held, "the hub counts what its streams hold");
         prop_assert_eq!(self.hub.len(), self.streams.iter().filter(|m| m.alive).count());
@@ -1141,7 +1451,7 @@ impl World {
     fn finish(&mut self) -> Checked {
         for s in 0..self.streams.len() {
             if self.streams[s].alive && self.streams[s].outcome.is_none() {
-                self.end(s, Outcome::completed())?;
+                self.end(s, Outcome::completed(), false)?;
                 self.check()?;
             }
         }
@@ -1231,7 +1541,8 @@ fn run_case(limits: Limits, batch_bytes: u64, ops: Vec<Op>) -> Checked {
 /// in once, as a fresh append would, and a subscriber reads exactly the log the snapshot was reduced from.
 #[test]
 fn a_new_delta_refused_for_a_full_hub_leaves_the_stream_unchanged_and_goes_in_once_space_is_freed() {
-    let limits = Limits { hub_bytes: 4_000, ..Limits::default() };
+    const HUB_BYTES: u64 = 6_000;
+    let limits = Limits { hub_bytes: HUB_BYTES, ..Limits::default() };
     let clock = Arc::new(SteppingClock::new(START_MS));
     let hub = Hub::new(HubConfig {
         limits,
@@ -1249,7 +1560,7 @@ fn a_new_delta_refused_for_a_full_hub_leaves_the_stream_unchanged_and_goes_in_on
             break;
         }
     }
-    assert_eq!(filled, Some(AppendError::HubFull { limit: 4_000 }), "the hub is full");
+    assert_eq!(filled, Some(AppendError::HubFull { limit: HUB_BYTES }), "the hub is full");
 
     let delta = || {
         let mut message = OutputMessage::text("x".repeat(300)).with_message_id("a");
@@ -1258,7 +1569,7 @@ fn a_new_delta_refused_for_a_full_hub_leaves_the_stream_unchanged_and_goes_in_on
     };
     let (history, snapshot, bytes) = (fresh.history(), fresh.snapshot(), hub.bytes());
     for attempt in 0..3 {
-        assert_eq!(fresh.append(delta()), Err(AppendError::HubFull { limit: 4_000 }), "attempt {attempt}");
+        assert_eq!(fresh.append(delta()), Err(AppendError::HubFull { limit: HUB_BYTES }), "attempt {attempt}");
         assert_eq!(fresh.history(), history, "attempt {attempt} left the log as it was");
         let after = fresh.snapshot();
         assert_eq!(after.messages, snapshot.messages, "attempt {attempt} left the snapshot as it was");

@@ -129,9 +129,10 @@ fn limits_are_typed_errors() {
     assert!(matches!(stream.append(big), Err(AppendError::MessageTooLarge { limit: 200, .. })));
     stream.append(OutputMessage::text("1")).expect("2");
     stream.append(OutputMessage::text("2")).expect("3");
-    stream.append(OutputMessage::text("3")).expect("4");
-    assert_eq!(stream.append(OutputMessage::text("4")), Err(AppendError::TooManyMessages { limit: 4 }));
+    // The fourth place is stream_end's, kept from the start.
+    assert_eq!(stream.append(OutputMessage::text("3")), Err(AppendError::TooManyMessages { limit: 4 }));
     assert!(stream.end(Outcome::completed()), "the end always fits");
+    assert_eq!(stream.last_sequence(), 4, "and within the limit");
     hub.create("m").expect("second stream");
     // One of the two has ended: room comes when its retention passes.
     assert!(
@@ -149,7 +150,9 @@ fn limits_are_typed_errors() {
         }
     }
     assert_eq!(refused, Some(AppendError::HubFull { limit: 2_000 }));
-    assert!(small.bytes() <= 2_000 + 400, "only the stream's own events may pass the limit: {}", small.bytes());
+    assert!(small.bytes() <= 2_000, "the room for the end is kept within the limit: {}", small.bytes());
+    assert!(stream.end(Outcome::completed()));
+    assert!(small.bytes() <= 2_000, "the stream's own events do not pass the limit: {}", small.bytes());
 }
 
 #[test]

@@ -71,7 +71,7 @@ async fn a_refused_append_leaves_the_stream_as_it_was_and_succeeds_once_space_is
     for size in [2000, 200, 1] {
         filled += fill(&client, &filler_url, size).await;
     }
-    assert!(filled > 20, "the filler stream holds {filled} messages");
+    assert!(filled > 10, "the filler stream holds {filled} messages");
     // The first snapshot makes the stream's reduction of its log, which counts (never refused); the count
     // is taken after it, so every later snapshot reads an unchanged hub.
     let before = snapshot(&client, &server, &fresh).await;

@@ -182,8 +182,13 @@ async fn a_last_event_id_that_is_not_a_sequence_is_400_with_the_envelope() {
         assert_eq!(reply["error"]["type"], "invalid_request_error", "{reply}");
     }
 
-    // A sequence the stream has not reached: 400 sequence_ahead, by the header as by `from`.
+    // A sequence the stream has not reached: 400 sequence_ahead, by the header as by `from`, naming the one
+    // that said it.
     let response = client.get(&url).header("last-event-id", "5").send().await.expect("GET");
+    assert_eq!(response.status(), 400);
+    assert_envelope(&response.json().await.expect("JSON"), Some("Last-Event-ID"), "sequence_ahead");
+    let ahead = server.url(&format!("/v1/streams/{id}/events?from=5"));
+    let response = client.get(&ahead).send().await.expect("GET");
     assert_eq!(response.status(), 400);
     assert_envelope(&response.json().await.expect("JSON"), Some("from"), "sequence_ahead");
 }

@@ -2,8 +2,8 @@
 //!
 //! The request is parsed leniently where OpenAI clients vary (unknown fields kept, content as a string or
 //! parts, `content: null` beside tool calls) and strictly where it matters: a missing or wrong-typed field,
-//! an unknown role, a tool message without `tool_call_id`, an empty `messages` and an unknown model are 4xx
-//! errors whose `param` names the field. The run gets its own stream (`x-agentmux-stream-id`), so any other
+//! an unknown role, a tool message without `tool_call_id`, an empty `messages`, a `model` over
+//! [`crate::output::NAME_BYTES`] and an unknown model are 4xx errors whose `param` names the field. The run gets its own stream (`x-agentmux-stream-id`), so any other
 //! client can watch it through the stream endpoints. With `stream: true` the response is the stream's SSE
 //! rendition from the start (OpenAI chunks, or the typed messages with `accept=cui`); without, the handler
 //! waits for the end and answers with one `chat.completion` (or, for CUI, the stream's snapshot). A client
@@ -23,7 +23,7 @@ use super::{App, HttpError, body, format};
 use crate::adapter::{OpenAiCompletion, OpenAiOptions, ReasoningField};
 use crate::conversation::{ChatRequest, Role};
 use crate::hub::Stream;
-use crate::output::EndStatus;
+use crate::output::{EndStatus, check_name};
 use crate::render::Format;
 
 #[derive(Debug, Deserialize, Default)]
@@ -34,6 +34,8 @@ pub(crate) struct ChatQuery {
 /// Parses and checks a chat request.
 pub(crate) fn parse(bytes: &[u8]) -> Result<ChatRequest, HttpError> {
     let request: ChatRequest = body::json(bytes)?;
+    // Before the agent is looked up: an unknown model's error names it, and a name is bounded.
+    check_name("model", &request.model)?;
     if request.messages.is_empty() {
         return Err(HttpError::bad_request("messages must not be empty", Some("messages".into()), "invalid_value"));
     }

@@ -134,7 +134,7 @@ impl IntoResponse for HttpError {
 impl From<ValidationError> for HttpError {
     fn from(error: ValidationError) -> Self {
         let param = error.field().map(str::to_owned);
-        HttpError::bad_request(error.to_string(), param, "invalid_message")
+        HttpError::bad_request(error.to_string(), param, error.code())
     }
 }
 
@@ -177,6 +177,10 @@ impl From<HubError> for HttpError {
     fn from(error: HubError) -> Self {
         let message = error.to_string();
         match error {
+            HubError::Invalid(error) => error.into(),
+            HubError::StreamLimitsTooSmall { .. } => {
+                HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message, None, "limits_too_small")
+            }
             HubError::ClientStreams { .. } => {
                 HttpError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message, None, "too_many_streams")
             }

@@ -108,15 +108,16 @@ fn ndjson_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
         .collect()
 }
 
-/// `POST /v1/streams/{id}/end` with an [`Outcome`] (empty body: completed).
+/// `POST /v1/streams/{id}/end` with an [`Outcome`] (empty body: completed), refused (the stream left open)
+/// when it does not fit: an error `code` over the name limit, a `stream_end` over the message size limit,
+/// or more than the stream's or the hub's limits leave room for.
 pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request: Body) -> Result<Response, HttpError> {
     let stream = find(&app, &id)?;
     let bytes = body::read(request, &app.settings).await?;
     let outcome: Outcome =
         if bytes.iter().all(u8::is_ascii_whitespace) { Outcome::completed() } else { body::json(&bytes)? };
-    if !stream.end(outcome) {
-        return Err(crate::hub::AppendError::Ended.into());
-    }
+    // An outcome that does not fit is refused, and the stream stays open for an end with less.
+    stream.try_end(outcome)?;
     Ok(Json(json!({ "id": stream.id(), "status": stream.status(), "last_sequence": stream.last_sequence() }))
         .into_response())
 }

@@ -7,10 +7,25 @@
 //! sees them in the same place, and OpenAI clients never (events are silent there).
 //!
 //! A message or block still open when its block or the stream ends is ended first, innermost first.
+//!
+//! # Room to close
+//!
+//! Every event that opens something comes with the widest event that can close it ([`Opening`]): the same
+//! event with every number in its data at `u64::MAX`. Its strings are the open message's or block's bounded
+//! ids and type (see `NAME_BYTES`), fixed when it opens, so the stream can reserve room for the closing event
+//! then (`stream.rs`) and the closing event always fits. `stream_end` likewise has its widest form
+//! ([`widest_outcome`]): any finish reason and usage, and an error of up to [`END_ERROR_BYTES`] of message and
+//! code.
 
 use serde_json::{Map, Value, json};
 
-use crate::output::{EventProps, OutputMessage};
+use super::stream::Status;
+use crate::output::{ErrorProps, EventProps, FinishReason, NAME_BYTES, Outcome, OutputMessage, Usage};
+
+/// The bytes of an error's message, and of its code, that the room reserved for `stream_end` holds: what an
+/// end the stream cannot refuse (a shutdown, a cancel, an agent's error) always keeps. More is kept when the
+/// limits leave room for it.
+pub(crate) const END_ERROR_BYTES: usize = 64;
 
 #[derive(Debug, Clone)]
 struct OpenMessage {
@@ -28,6 +43,53 @@ struct OpenBlock {
     thread_id: Option<String>,
     messages: u64,
     started_ms: u64,
+}
+
+impl OpenMessage {
+    fn end_event(&self, chunk_count: u64, duration_ms: u64) -> OutputMessage {
+        let mut end = event(
+            "message_end",
+            object(json!({
+                "message_id": self.id,
+                "type": self.kind,
+                "chunk_count": chunk_count,
+                "duration_ms": duration_ms,
+            })),
+        );
+        end.block_id.clone_from(&self.block_id);
+        end.thread_id.clone_from(&self.thread_id);
+        end
+    }
+}
+
+impl OpenBlock {
+    fn end_event(&self, message_count: u64, duration_ms: u64) -> OutputMessage {
+        let mut end = event(
+            "block_end",
+            object(json!({
+                "block_id": self.id,
+                "message_count": message_count,
+                "duration_ms": duration_ms,
+            })),
+        );
+        end.block_id = Some(self.id.clone());
+        end.thread_id.clone_from(&self.thread_id);
+        end
+    }
+}
+
+/// An event that opens a message or a block, and the widest event that will close it.
+#[derive(Debug)]
+pub(crate) struct Opening {
+    pub(crate) event: OutputMessage,
+    pub(crate) widest_end: OutputMessage,
+}
+
+/// An event that closes a message or a block, and the widest it could have been (what was reserved for it).
+#[derive(Debug)]
+pub(crate) struct Closing {
+    pub(crate) event: OutputMessage,
+    pub(crate) widest: OutputMessage,
 }
 
 /// What is open in a stream.
@@ -51,8 +113,9 @@ pub(crate) fn object(value: Value) -> Map<String, Value> {
 }
 
 impl Lifecycle {
-    /// The events that go before `message` (stamped with its ids), which is `new` when it starts a message.
-    pub(crate) fn before(&mut self, message: &OutputMessage, new: bool, now_ms: u64) -> Vec<OutputMessage> {
+    /// The events that go before `message` (stamped with its ids), which is `new` when it starts a message,
+    /// each with the widest event that will close what it opens.
+    pub(crate) fn before(&mut self, message: &OutputMessage, new: bool, now_ms: u64) -> Vec<Opening> {
         let mut events = Vec::new();
         if let (Some(block), true) = (&message.block_id, new) {
             match self.blocks.iter_mut().find(|b| &b.id == block) {
@@ -61,13 +124,14 @@ impl Lifecycle {
                     let mut start = event("block_start", object(json!({ "block_id": block })));
                     start.block_id = Some(block.clone());
                     start.thread_id.clone_from(&message.thread_id);
-                    events.push(start);
-                    self.blocks.push(OpenBlock {
+                    let open = OpenBlock {
                         id: block.clone(),
                         thread_id: message.thread_id.clone(),
                         messages: 1,
                         started_ms: now_ms,
-                    });
+                    };
+                    events.push(Opening { event: start, widest_end: open.end_event(u64::MAX, u64::MAX) });
+                    self.blocks.push(open);
                 }
             }
         }
@@ -78,64 +142,46 @@ impl Lifecycle {
             let mut start = event("message_start", object(json!({ "message_id": id, "type": message.kind })));
             start.block_id.clone_from(&message.block_id);
             start.thread_id.clone_from(&message.thread_id);
-            events.push(start);
-            self.messages.push(OpenMessage {
+            let open = OpenMessage {
                 id,
                 block_id: message.block_id.clone(),
                 thread_id: message.thread_id.clone(),
                 kind: message.kind.clone(),
                 chunks: 1,
                 started_ms: now_ms,
-            });
+            };
+            events.push(Opening { event: start, widest_end: open.end_event(u64::MAX, u64::MAX) });
+            self.messages.push(open);
         }
         events
     }
 
     /// `message_end` for an open message, if it is open.
-    pub(crate) fn end_message(&mut self, id: &str, now_ms: u64) -> Option<OutputMessage> {
+    pub(crate) fn end_message(&mut self, id: &str, now_ms: u64) -> Option<Closing> {
         let index = self.messages.iter().position(|m| m.id == id)?;
         let open = self.messages.remove(index);
-        let mut end = event(
-            "message_end",
-            object(json!({
-                "message_id": open.id,
-                "type": open.kind,
-                "chunk_count": open.chunks,
-                "duration_ms": now_ms.saturating_sub(open.started_ms),
-            })),
-        );
-        end.block_id = open.block_id;
-        end.thread_id = open.thread_id;
-        Some(end)
+        let event = open.end_event(open.chunks, now_ms.saturating_sub(open.started_ms));
+        Some(Closing { event, widest: open.end_event(u64::MAX, u64::MAX) })
     }
 
     /// `block_end` for an open block, after `message_end` for its open messages.
-    pub(crate) fn end_block(&mut self, id: &str, now_ms: u64) -> Vec<OutputMessage> {
+    pub(crate) fn end_block(&mut self, id: &str, now_ms: u64) -> Vec<Closing> {
         let Some(index) = self.blocks.iter().position(|b| b.id == id) else {
             return Vec::new();
         };
         let in_block: Vec<String> =
             self.messages.iter().filter(|m| m.block_id.as_deref() == Some(id)).map(|m| m.id.clone()).collect();
-        let mut events: Vec<OutputMessage> = in_block.iter().filter_map(|m| self.end_message(m, now_ms)).collect();
+        let mut events: Vec<Closing> = in_block.iter().filter_map(|m| self.end_message(m, now_ms)).collect();
         let open = self.blocks.remove(index);
-        let mut end = event(
-            "block_end",
-            object(json!({
-                "block_id": open.id,
-                "message_count": open.messages,
-                "duration_ms": now_ms.saturating_sub(open.started_ms),
-            })),
-        );
-        end.block_id = Some(open.id);
-        end.thread_id = open.thread_id;
-        events.push(end);
+        let event = open.end_event(open.messages, now_ms.saturating_sub(open.started_ms));
+        events.push(Closing { event, widest: open.end_event(u64::MAX, u64::MAX) });
         events
     }
 
     /// Ends everything still open: messages outside blocks, then blocks from the newest.
-    pub(crate) fn end_all(&mut self, now_ms: u64) -> Vec<OutputMessage> {
+    pub(crate) fn end_all(&mut self, now_ms: u64) -> Vec<Closing> {
         let loose: Vec<String> = self.messages.iter().filter(|m| m.block_id.is_none()).map(|m| m.id.clone()).collect();
-        let mut events: Vec<OutputMessage> = loose.iter().filter_map(|m| self.end_message(m, now_ms)).collect();
+        let mut events: Vec<Closing> = loose.iter().filter_map(|m| self.end_message(m, now_ms)).collect();
         while let Some(block) = self.blocks.last().map(|b| b.id.clone()) {
             events.extend(self.end_block(&block, now_ms));
         }
@@ -143,5 +189,74 @@ impl Lifecycle {
         let rest: Vec<String> = self.messages.iter().map(|m| m.id.clone()).collect();
         events.extend(rest.iter().filter_map(|m| self.end_message(m, now_ms)));
         events
+    }
+}
+
+/// `stream_end` for a stream that ended with `outcome` after `duration_ms`.
+pub(crate) fn stream_end(outcome: &Outcome, duration_ms: u64) -> OutputMessage {
+    let mut data = json!({ "status": Status::of(Some(outcome)), "duration_ms": duration_ms });
+    if let Some(reason) = outcome.finish_reason {
+        data["finish_reason"] = json!(reason);
+    }
+    if let Some(usage) = &outcome.usage {
+        data["usage"] = json!(usage);
+    }
+    if let Some(error) = &outcome.error {
+        data["error"] = json!(error);
+    }
+    event("stream_end", object(data))
+}
+
+/// The widest outcome an end that cannot be refused keeps whole: the longest status, finish reason and
+/// usage, and an error of [`END_ERROR_BYTES`] of message and of code without details.
+pub(crate) fn widest_outcome() -> Outcome {
+    let most = "x".repeat(END_ERROR_BYTES);
+    Outcome {
+        finish_reason: Some(FinishReason::ContentFilter),
+        usage: Some(Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX, total_tokens: u64::MAX }),
+        error: Some(ErrorProps { message: most.clone(), code: Some(most), details: None }),
+        ..Outcome::completed()
+    }
+}
+
+/// Shrinks an outcome until `fits` says it does: its error's details go, then its message and code are cut
+/// (at a character boundary) to [`END_ERROR_BYTES`], then to half as much, and so on. An outcome whose
+/// error is cut to nothing fits whatever [`widest_outcome`] fits.
+pub(crate) fn shrink(outcome: &mut Outcome, fits: impl Fn(&Outcome) -> bool) {
+    let mut keep = END_ERROR_BYTES;
+    loop {
+        if fits(outcome) {
+            return;
+        }
+        let Some(error) = outcome.error.as_mut() else { return };
+        if keep == 0 {
+            outcome.error = None;
+            return;
+        }
+        error.details = None;
+        cut(&mut error.message, keep);
+        if let Some(code) = error.code.as_mut() {
+            cut(code, keep);
+        }
+        keep /= 2;
+    }
+}
+
+/// Cuts an outcome's error code, a name, to [`NAME_BYTES`]: what an end that cannot be refused does with
+/// a longer one (a producer's is refused instead).
+pub(crate) fn bound_code(outcome: &mut Outcome) {
+    if let Some(code) = outcome.error.as_mut().and_then(|e| e.code.as_mut()) {
+        cut(code, NAME_BYTES);
+    }
+}
+
+/// Cuts `text` to at most `bytes`, at a character boundary.
+fn cut(text: &mut String, bytes: usize) {
+    if text.len() > bytes {
+        let mut end = bytes;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
     }
 }

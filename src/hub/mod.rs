@@ -24,17 +24,20 @@
 //! # Memory
 //!
 //! Every byte a stream holds is counted against the hub's limit ([`Limits::hub_bytes`], 1 GiB by default):
-//! its log entries (as JSON), its own first and last events, and for each rendition in use its frames and
+//! its log entries (as JSON), once for the log and once for the producer's own reduction of it, its own first
+//! and last events, the room reserved for the events that will close what is open and for the outcome (see
+//! `stream.rs`), and for each rendition in use its frames and
 //! its renderer's state (see `stream.rs` for how). An append that would not fit in every format in use is
 //! refused (`HubFull`), as is a subscription that needs a new rendition the hub could not hold. The snapshot's
 //! reduction of the log counts like a rendition from its first use, but is never refused: a status request
 //! must answer, and it adds at most the log once more. Subscribers
 //! add only their cursor, however far behind they are. What renditions add reaches the hub's count in steps of
 //! 4 KiB per stream (one atomic shared by every stream is the count), so it trails by less than that. Per-message bookkeeping outside the JSON (the `Arc`,
-//! the reducer's map entries) is not counted: a few dozen bytes per message. An ended stream is evicted a
-//! retention time after it ended, and gives back everything. Its producer (an agent run, or an HTTP client
-//! through the service) owns ending a stream; one that has had no append for [`HubConfig::idle_timeout`] is
-//! ended by [`Hub::sweep`] with the error `idle_timeout`, so streams nobody ends cannot hold the hub for good.
+//! the reducers' map entries, keyed by a `message_id` of at most 256 bytes) is not counted: a few dozen bytes
+//! per message. An ended stream is evicted a retention time after it ended, and gives back everything. Its
+//! producer (an agent run, or an HTTP client through the service) owns ending a stream; one that has had no
+//! append for [`HubConfig::idle_timeout`] is ended by [`Hub::sweep`] with the error `idle_timeout`, so
+//! streams nobody ends cannot hold the hub for good.
 //!
 //! # Clients
 //!
@@ -66,18 +69,22 @@ pub use render::{Render, Renderer, StreamInfo};
 pub use stream::{AppendError, BatchError, Snapshot, Status, Stream, SubscribeError};
 pub use subscription::{Batch, Subscription};
 
+use crate::output::{ValidationError, check_name};
+
 /// Limits that bound what the hub holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Largest message, as JSON (1 MiB).
     pub message_bytes: u64,
-    /// Most messages in one stream, lifecycle events included (100,000).
+    /// Most messages in one stream, lifecycle events included (100,000). The places of the events that will
+    /// close what is open (`stream_end` from the start) are kept for them. At least 2.
     pub messages_per_stream: usize,
-    /// Most bytes of messages in one stream (64 MiB).
+    /// Most bytes of messages in one stream, with the room kept for the events that will close what is open
+    /// (64 MiB). At least what a stream's first event and the room for its last take, about 1 KiB.
     pub stream_bytes: u64,
     /// Most streams, open or retained (100,000).
     pub streams: usize,
-    /// Most bytes of messages in all streams (1 GiB).
+    /// Most bytes of messages in all streams, with every stream's rooms, outcome and renditions (1 GiB).
     pub hub_bytes: u64,
     /// Most streams one client may have open at once (a tenth of `streams`: 10,000), so that no one client
     /// can fill the hub. Streams made without a client ([`Hub::create`]) are not counted.
@@ -169,6 +176,24 @@ pub enum HubError {
         /// When the minute is over.
         retry_after: Duration,
     },
+    /// A stream's limits cannot hold even its first and last events: `messages_per_stream` under 2, or
+    /// `stream_bytes` under what `stream_start` and the room for `stream_end` take (about 1 KiB). A
+    /// configuration error.
+    #[error(
+        "a stream's limits ({messages} messages, {bytes} bytes) cannot hold its first and last events \
+         (2 messages, {needed} bytes)"
+    )]
+    StreamLimitsTooSmall {
+        /// [`Limits::messages_per_stream`].
+        messages: usize,
+        /// [`Limits::stream_bytes`].
+        bytes: u64,
+        /// What the first and last events take.
+        needed: u64,
+    },
+    /// The model name is over [`crate::output::NAME_BYTES`] (the error's field is `model`).
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
 }
 
 impl HubError {
@@ -177,7 +202,7 @@ impl HubError {
         match self {
             HubError::TooManyStreams { retry_after, .. } | HubError::HubFull { retry_after, .. } => *retry_after,
             HubError::ClientRate { retry_after, .. } => Some(*retry_after),
-            HubError::ClientStreams { .. } => None,
+            HubError::ClientStreams { .. } | HubError::StreamLimitsTooSmall { .. } | HubError::Invalid(_) => None,
         }
     }
 }
@@ -353,8 +378,9 @@ impl Hub {
         &self.inner.shared.config
     }
 
-    /// Creates an open stream that reports `model`; it starts with `stream_start`. The stream counts against
-    /// no client's budget: this is for producers in the process itself.
+    /// Creates an open stream that reports `model` (at most [`crate::output::NAME_BYTES`] long); it starts
+    /// with `stream_start`. The stream counts against no client's budget: this is for producers in the
+    /// process itself.
     pub fn create(&self, model: &str) -> Result<Arc<Stream>, HubError> {
         self.create_for(None, model)
     }
@@ -362,6 +388,7 @@ impl Hub {
     /// Creates an open stream for `client` (an opaque name: the service uses the peer's address), within
     /// that client's budget ([`Limits::streams_per_client`], [`Limits::streams_per_client_per_minute`]).
     pub fn create_for(&self, client: Option<&str>, model: &str) -> Result<Arc<Stream>, HubError> {
+        check_name("model", model)?;
         self.evict_expired();
         let shared = &self.inner.shared;
         let limit = self.config().limits.streams;
@@ -372,14 +399,19 @@ impl Hub {
         if let Some(client) = client {
             shared.admit(client)?;
         }
-        let Some(stream) = Stream::new(Arc::clone(shared), client, model) else {
-            if let Some(client) = client {
-                shared.unadmit(client);
+        let stream = match Stream::new(Arc::clone(shared), client, model) {
+            Ok(stream) => stream,
+            Err(error) => {
+                if let Some(client) = client {
+                    shared.unadmit(client);
+                }
+                return Err(match error {
+                    HubError::HubFull { limit, .. } => {
+                        HubError::HubFull { limit, retry_after: shared.room_expected_in() }
+                    }
+                    other => other,
+                });
             }
-            return Err(HubError::HubFull {
-                limit: self.config().limits.hub_bytes,
-                retry_after: shared.room_expected_in(),
-            });
         };
         streams.insert(stream.id().to_owned(), Arc::clone(&stream));
         tracing::debug!(stream = stream.id(), model, "stream created");

@@ -11,7 +11,7 @@
 //! Readers never touch the producer's state: renditions, subscriptions and the snapshot read the log
 //! (`log.rs`), each behind its own mutex (`rendition.rs`), so a producer never waits for a reader, and a
 //! reader rendering a long log never holds up an append. The producer keeps a reducer of its own only to
-//! decide whether a delta applies.
+//! decide whether a delta applies (counted like a copy of the log, below).
 //!
 //! The producer's state sits behind a `std::sync::Mutex`: no `.await` happens while it is held and every
 //! critical section is short (stamping and reducing one batch), which a tokio mutex would only make slower.
@@ -19,13 +19,31 @@
 //! # What a stream counts
 //!
 //! Everything it holds is counted against the hub's byte limit (`held`): each log entry as JSON when it is
-//! appended, the stream's own first event included, and for each rendition in use an estimate of the same
-//! size per entry, replaced by the real figure (frames, offsets, the renderer's state) once rendered. The
-//! snapshot's reduction of the log, once asked for, counts like a rendition whose estimate stands (a
-//! reduced message is at most the entries it came from). So an
+//! appended, the stream's own first event included, once more for the producer's own reduction of the log
+//! (the reducer that decides whether a delta applies: a reduced message is at most the entries it came
+//! from), and for each rendition in use an estimate of the same size per entry, replaced by the real figure
+//! (frames, offsets, the renderer's state) once rendered. The snapshot's reduction of the log, once asked
+//! for, counts like a rendition whose estimate stands. So an
 //! append is refused when the hub could not hold it in every format in use, and a subscription that needs a
 //! new rendition is refused when the hub could not hold the log once more. All of it is given back when the
 //! stream is evicted.
+//!
+//! # Room to close
+//!
+//! A stream's own events are never the way past a limit. Every event that opens something reserves the
+//! room for the event that will close it (`lifecycle.rs`: its widest form, names bounded and numbers at
+//! their largest, stamped with the widest id, sequence and time): `stream_start` for `stream_end` (and for
+//! the outcome the log keeps beside it, counted once), `message_start` for `message_end`, `block_start` for
+//! `block_end`. The room is a place among the stream's messages and its bytes, counted in the stream's
+//! bytes and against the hub like an entry (once per copy, so a reader added later counts it too). A
+//! producer's message that would leave no room for what is reserved is refused (`TooManyMessages`,
+//! `StreamFull`, `HubFull`), the opening events it calls for included; a batch refused gives back the room
+//! its openings reserved with everything else. A closing event then always fits: it takes its room and gives
+//! back the difference, so `end_message`, `end_block`, a cancel or a shutdown never add to any count. The one
+//! thing that may need more than its room is an outcome larger than the widest an internal end keeps (an
+//! error with details, a long message): [`Stream::try_end`] (a producer's end) counts the difference like a
+//! message and is refused when it does not fit, changing nothing; [`Stream::end`] (an agent's, a cancel, a
+//! shutdown) counts it when it fits, and otherwise shrinks the outcome into its room.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,12 +52,12 @@ use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
-use super::lifecycle::{Lifecycle, event, object};
+use super::lifecycle::{self, Closing, Lifecycle, Opening, event, object};
 use super::log::{Entry, Gone, Log, MemoryLog};
 use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
 use super::subscription::Subscription;
+use super::{HubError, Shared};
 use crate::output::{DeltaError, EndStatus, Metadata, Outcome, OutputMessage, Reducer, Undo, ValidationError};
 
 /// Why an append was refused. Nothing of the batch was appended.
@@ -158,15 +176,30 @@ pub struct Snapshot {
 struct Producer {
     /// The last sequence appended.
     last: u64,
-    /// Bytes of the log as JSON, against the stream's limit.
+    /// Bytes against the stream's limit: the log as JSON, and the room reserved for the events that will
+    /// close what is open (`stream_end` while the stream is open).
     bytes: u64,
+    /// Closing events reserved: one per open message and block, and `stream_end` while the stream is open.
+    closings: u64,
+    /// Bytes counted against the hub (once) for the outcome the log keeps beside `stream_end`: the widest an
+    /// internal end keeps while the stream is open, the outcome's own size once it ended.
+    outcome_bytes: u64,
     reducer: Reducer,
     lifecycle: Lifecycle,
-    end: Option<Outcome>,
+    /// The outcome, shared with the log's last entry.
+    end: Option<Arc<Outcome>>,
     started_ms: u64,
     /// Readers holding a copy of the whole log (renditions, the snapshot's reduction): each entry is counted
     /// once more per reader.
     readers: u64,
+}
+
+impl Producer {
+    /// How many times an entry is counted: the log, the producer's own reduction (`reducer`, at most the
+    /// entries it came from), and each reader.
+    fn copies(&self) -> u64 {
+        2 + self.readers
+    }
 }
 
 /// One stream; see the module doc. Shared as `Arc<Stream>` by the hub, its producer and its subscribers.
@@ -204,8 +237,9 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Stream {
-    /// A new open stream starting with `stream_start`; `None` when the hub cannot hold even that.
-    pub(crate) fn new(shared: Arc<Shared>, client: Option<&str>, model: &str) -> Option<Arc<Self>> {
+    /// A new open stream starting with `stream_start`, with room reserved for its `stream_end` and outcome;
+    /// refused when the hub cannot hold that, or a stream's limits could not.
+    pub(crate) fn new(shared: Arc<Shared>, client: Option<&str>, model: &str) -> Result<Arc<Self>, HubError> {
         let id = shared.config.ids.stream_id();
         let epoch = shared.config.ids.epoch();
         let now_ms = shared.config.clock.now_ms();
@@ -216,6 +250,8 @@ impl Stream {
             producer: Mutex::new(Producer {
                 last: 0,
                 bytes: 0,
+                closings: 0,
+                outcome_bytes: 0,
                 reducer: Reducer::default(),
                 lifecycle: Lifecycle::default(),
                 end: None,
@@ -237,16 +273,31 @@ impl Stream {
             "stream_start",
             object(json!({ "stream_id": stream.info.id, "epoch": stream.info.epoch, "model": model })),
         );
+        let limits = &stream.shared.config.limits;
         let mut producer = stream.lock();
-        let entry = stream.stamp_event(&mut producer, start, now_ms);
-        let Entry::Message { bytes, .. } = &entry else { return None };
-        if !stream.reserve(*bytes) {
-            return None;
+        let id = stream.new_id("m");
+        let entry = stream.stamp_event(&mut producer, start, id, now_ms);
+        let Entry::Message { bytes, .. } = &entry else {
+            return Err(HubError::HubFull { limit: limits.hub_bytes, retry_after: None });
+        };
+        let end = stream.reservation(lifecycle::stream_end(&lifecycle::widest_outcome(), u64::MAX));
+        let outcome = json_size(&lifecycle::widest_outcome());
+        if limits.messages_per_stream < 2 || bytes + end > limits.stream_bytes {
+            return Err(HubError::StreamLimitsTooSmall {
+                messages: limits.messages_per_stream,
+                bytes: limits.stream_bytes,
+                needed: bytes + end,
+            });
         }
-        producer.bytes += bytes;
+        if !stream.reserve((bytes + end) * producer.copies() + outcome) {
+            return Err(HubError::HubFull { limit: limits.hub_bytes, retry_after: None });
+        }
+        producer.bytes += bytes + end;
+        producer.closings = 1;
+        producer.outcome_bytes = outcome;
         stream.log.append(vec![entry]);
         drop(producer);
-        Some(stream)
+        Ok(stream)
     }
 
     /// The stream's id: URL-safe and unguessable.
@@ -296,7 +347,7 @@ impl Stream {
 
     /// The status now.
     pub fn status(&self) -> Status {
-        Status::of(self.lock().end.as_ref())
+        Status::of(self.lock().end.as_deref())
     }
 
     /// The status, the epoch and every message's current state, as the log says: a reader like any other,
@@ -348,7 +399,7 @@ impl Stream {
 
     /// How the stream ended, once it has.
     pub fn outcome(&self) -> Option<Outcome> {
-        self.lock().end.clone()
+        self.lock().end.as_deref().cloned()
     }
 
     /// Waits until the stream has ended, and returns how.
@@ -399,6 +450,7 @@ impl Stream {
             return Err(error);
         }
         producer.bytes += staged.bytes;
+        producer.closings += staged.closings;
         producer.last += staged.entries.len() as u64;
         // The time the batch was stamped with: reading the clock again would tick a test's stepping clock.
         if let Some(Entry::Message { message, .. }) = staged.entries.last() {
@@ -423,7 +475,7 @@ impl Stream {
     ) -> Result<(), BatchError> {
         let limits = &self.shared.config.limits;
         let logged = messages.len() > 1;
-        let copies = 1 + producer.readers;
+        let copies = producer.copies();
         for (index, mut message) in messages.into_iter().enumerate() {
             let fail = |error| Err(BatchError { index, error });
             let now_ms = self.shared.config.clock.now_ms();
@@ -440,14 +492,17 @@ impl Stream {
             if message.message_id.is_none() {
                 message.message_id = Some(self.new_id("m"));
             }
-            let mut events_bytes = 0;
-            for mut event in producer.lifecycle.before(&message, new, now_ms) {
+            // The events this message opens with, and the room for the events that will close what they open.
+            let (mut events_bytes, mut closing_bytes, mut closings) = (0, 0, 0);
+            for Opening { mut event, widest_end } in producer.lifecycle.before(&message, new, now_ms) {
                 event.message_id = Some(self.new_id("m"));
                 stamp(&mut event, producer.last + staged.entries.len() as u64 + 1, now_ms, None);
                 // A lifecycle event starts a new message: the reducer cannot refuse it.
                 let _ = producer.reducer.apply_logged(&event, &mut staged.undo);
                 let bytes = json_size(&event);
                 events_bytes += bytes;
+                closing_bytes += self.reservation(widest_end);
+                closings += 1;
                 staged.entries.push(Entry::Message { message: Arc::new(event), bytes });
             }
             let sequence = producer.last + staged.entries.len() as u64 + 1;
@@ -457,13 +512,15 @@ impl Stream {
             if size > limits.message_bytes {
                 return fail(AppendError::MessageTooLarge { size, limit: limits.message_bytes });
             }
-            if sequence > limits.messages_per_stream as u64 {
+            // Room must stay for every closing event reserved, this message's included.
+            if sequence + producer.closings + staged.closings + closings > limits.messages_per_stream as u64 {
                 return fail(AppendError::TooManyMessages { limit: limits.messages_per_stream });
             }
-            if producer.bytes + staged.bytes + events_bytes + size > limits.stream_bytes {
+            let bytes = events_bytes + closing_bytes + size;
+            if producer.bytes + staged.bytes + bytes > limits.stream_bytes {
                 return fail(AppendError::StreamFull { limit: limits.stream_bytes });
             }
-            let needed = (events_bytes + size) * copies;
+            let needed = bytes * copies;
             if !self.reserve(needed) {
                 return fail(AppendError::HubFull { limit: limits.hub_bytes });
             }
@@ -476,36 +533,43 @@ impl Stream {
             if let Err(error) = applied {
                 return fail(error.into());
             }
-            staged.bytes += events_bytes + size;
+            staged.bytes += bytes;
+            staged.closings += closings;
             staged.sequences.push(sequence);
             staged.entries.push(Entry::Message { message: Arc::new(message), bytes: size });
         }
         Ok(())
     }
 
-    /// Ends an open message (one that streams in deltas): appends its `message_end`. `Ok(None)` when it was
-    /// not open.
+    /// Ends an open message (one that streams in deltas): appends its `message_end`, into the room reserved
+    /// for it when the message opened. `Ok(None)` when it was not open.
     pub fn end_message(&self, message_id: &str) -> Result<Option<u64>, AppendError> {
-        self.append_events(|lifecycle, now_ms| lifecycle.end_message(message_id, now_ms).into_iter().collect())
+        self.append_closings(|lifecycle, now_ms| lifecycle.end_message(message_id, now_ms).into_iter().collect())
     }
 
-    /// Ends an open block: `message_end` for its open messages, then `block_end`.
+    /// Ends an open block: `message_end` for its open messages, then `block_end`, into their reserved room.
     pub fn end_block(&self, block_id: &str) -> Result<Option<u64>, AppendError> {
-        self.append_events(|lifecycle, now_ms| lifecycle.end_block(block_id, now_ms))
+        self.append_closings(|lifecycle, now_ms| lifecycle.end_block(block_id, now_ms))
     }
 
-    /// Appends the stream's own events; returns the last one's sequence.
-    fn append_events(
+    /// Appends the stream's own closing events; returns the last one's sequence.
+    fn append_closings(
         &self,
-        events: impl FnOnce(&mut Lifecycle, u64) -> Vec<OutputMessage>,
+        closings: impl FnOnce(&mut Lifecycle, u64) -> Vec<Closing>,
     ) -> Result<Option<u64>, AppendError> {
         let mut producer = self.lock();
         if producer.end.is_some() {
             return Err(AppendError::Ended);
         }
         let now_ms = self.shared.config.clock.now_ms();
-        let events = events(&mut producer.lifecycle, now_ms);
-        let entries: Vec<Entry> = events.into_iter().map(|e| self.push_event(&mut producer, e, now_ms)).collect();
+        let closings = closings(&mut producer.lifecycle, now_ms);
+        let entries: Vec<Entry> = closings
+            .into_iter()
+            .map(|closing| {
+                let id = self.new_id("m");
+                self.push_closing(&mut producer, closing, id, now_ms)
+            })
+            .collect();
         let last = (!entries.is_empty()).then_some(producer.last);
         self.log.append(entries);
         self.active_ms.store(now_ms, Ordering::Release);
@@ -514,35 +578,109 @@ impl Stream {
 
     /// Ends the stream: ends what is open, appends `stream_end`, and records the outcome. `false` when it had
     /// already ended.
+    ///
+    /// It cannot be refused (an agent's end, a cancel, a shutdown): the closing events go into the room
+    /// reserved for them, and an outcome larger than its room (an agent's long error, its details) is kept
+    /// whole when the limits have room for the difference, and otherwise shrunk to fit its room (the
+    /// error's details dropped, its message and code cut). An error code is a name: one over
+    /// [`crate::output::NAME_BYTES`] is cut to it. See [`Stream::try_end`] for an end that may be refused
+    /// instead.
     pub fn end(&self, outcome: Outcome) -> bool {
+        self.finish(outcome, false).unwrap_or(false)
+    }
+
+    /// Ends the stream as [`Stream::end`] does, but with an outcome a producer sent: one that does not fit is
+    /// refused rather than shrunk, and the stream stays open as it was, so the producer may end it again
+    /// with less. Refused: [`AppendError::Ended`]; [`AppendError::Invalid`] for an error `code` over
+    /// [`crate::output::NAME_BYTES`]; [`AppendError::MessageTooLarge`] when its `stream_end` would be over
+    /// the message size limit; [`AppendError::StreamFull`] or [`AppendError::HubFull`] when the room reserved
+    /// for the end and the limits together cannot hold it.
+    pub fn try_end(&self, outcome: Outcome) -> Result<(), AppendError> {
+        outcome.validate()?;
+        self.finish(outcome, true).map(|_| ())
+    }
+
+    /// Ends the stream; see [`Stream::end`] (`refusable`: false) and [`Stream::try_end`].
+    fn finish(&self, mut outcome: Outcome, refusable: bool) -> Result<bool, AppendError> {
         let mut producer = self.lock();
         if producer.end.is_some() {
-            return false;
+            return if refusable { Err(AppendError::Ended) } else { Ok(false) };
         }
+        let limits = &self.shared.config.limits;
+        let copies = producer.copies();
         let now_ms = self.shared.config.clock.now_ms();
-        let mut entries: Vec<Entry> = (producer.lifecycle.end_all(now_ms).into_iter())
-            .map(|event| self.push_event(&mut producer, event, now_ms))
+        let duration_ms = now_ms.saturating_sub(producer.started_ms);
+        let lifecycle = producer.lifecycle.clone();
+        let closings = producer.lifecycle.end_all(now_ms);
+        // Ids in the order of the events, taken now to size `stream_end` before anything is appended.
+        let ids: Vec<String> = closings.iter().map(|_| self.new_id("m")).collect();
+        let end_id = self.new_id("m");
+        let sequence = producer.last + closings.len() as u64 + 1;
+        let sized = |outcome: &Outcome| {
+            let mut end = lifecycle::stream_end(outcome, duration_ms);
+            end.message_id = Some(end_id.clone());
+            stamp(&mut end, sequence, now_ms, None);
+            let size = json_size(&end);
+            (end, size, json_size(outcome))
+        };
+        let mut room = self.reservation(lifecycle::stream_end(&lifecycle::widest_outcome(), u64::MAX));
+        let mut outcome_room = producer.outcome_bytes;
+        if !refusable {
+            lifecycle::bound_code(&mut outcome);
+        }
+        let (mut end, mut size, mut outcome_size) = sized(&outcome);
+        // What does not fit the reserved room is counted like a producer's message, and may be refused.
+        let (extra, outcome_extra) = (size.saturating_sub(room), outcome_size.saturating_sub(outcome_room));
+        let refused = if extra == 0 && outcome_extra == 0 {
+            None
+        } else if size > limits.message_bytes {
+            Some(AppendError::MessageTooLarge { size, limit: limits.message_bytes })
+        } else if producer.bytes + extra > limits.stream_bytes {
+            Some(AppendError::StreamFull { limit: limits.stream_bytes })
+        } else if !self.reserve(extra * copies + outcome_extra) {
+            Some(AppendError::HubFull { limit: limits.hub_bytes })
+        } else {
+            None
+        };
+        match refused {
+            None => {
+                producer.bytes += extra;
+                (room, outcome_room) = (room + extra, outcome_room + outcome_extra);
+            }
+            Some(error) if refusable => {
+                producer.lifecycle = lifecycle;
+                return Err(error);
+            }
+            Some(_) => {
+                lifecycle::shrink(&mut outcome, |o| {
+                    let (_, size, outcome_size) = sized(o);
+                    size <= room && outcome_size <= outcome_room
+                });
+                (end, size, outcome_size) = sized(&outcome);
+            }
+        }
+        let mut entries: Vec<Entry> = closings
+            .into_iter()
+            .zip(ids)
+            .map(|(closing, id)| self.push_closing(&mut producer, closing, id, now_ms))
             .collect();
-        let mut data = json!({
-            "status": Status::of(Some(&outcome)),
-            "duration_ms": now_ms.saturating_sub(producer.started_ms),
-        });
-        if let Some(reason) = outcome.finish_reason {
-            data["finish_reason"] = json!(reason);
+        // The reducer takes any event that starts a message.
+        let _ = producer.reducer.apply(&end);
+        producer.last = sequence;
+        self.settle(&mut producer, room, size);
+        producer.closings = producer.closings.saturating_sub(1);
+        if outcome_size < outcome_room {
+            self.release(outcome_room - outcome_size);
         }
-        if let Some(usage) = &outcome.usage {
-            data["usage"] = json!(usage);
-        }
-        if let Some(error) = &outcome.error {
-            data["error"] = json!(error);
-        }
-        entries.push(self.push_event(&mut producer, event("stream_end", object(data)), now_ms));
-        entries.push(Entry::End(Arc::new(outcome.clone())));
+        producer.outcome_bytes = outcome_size;
+        entries.push(Entry::Message { message: Arc::new(end), bytes: size });
+        let outcome = Arc::new(outcome);
+        entries.push(Entry::End(Arc::clone(&outcome)));
         producer.end = Some(outcome);
         self.log.append(entries);
         drop(producer);
         self.shared.ended(&self.info.id, self.client.as_deref());
-        true
+        Ok(true)
     }
 
     /// Cancels the stream: fires the cancellation token the agent watches and ends the stream `cancelled`.
@@ -612,18 +750,42 @@ impl Stream {
         true
     }
 
-    /// Stamps one of the stream's own events, counts it (it cannot be refused) and reduces it.
-    fn push_event(&self, producer: &mut Producer, message: OutputMessage, now_ms: u64) -> Entry {
-        let entry = self.stamp_event(producer, message, now_ms);
+    /// Stamps one of the stream's closing events and reduces it; it takes the room reserved for it.
+    fn push_closing(&self, producer: &mut Producer, closing: Closing, id: String, now_ms: u64) -> Entry {
+        let room = self.reservation(closing.widest);
+        let entry = self.stamp_event(producer, closing.event, id, now_ms);
         if let Entry::Message { bytes, .. } = &entry {
-            producer.bytes += bytes;
-            self.force(bytes * (1 + producer.readers));
+            self.settle(producer, room, *bytes);
         }
+        producer.closings = producer.closings.saturating_sub(1);
         entry
     }
 
-    fn stamp_event(&self, producer: &mut Producer, mut message: OutputMessage, now_ms: u64) -> Entry {
-        message.message_id = Some(self.new_id("m"));
+    /// A closing event of `bytes` took the place of the `room` reserved for it: the stream's count and the
+    /// hub's (once per copy) give back the difference. (A closing event is never larger than its room; if it
+    /// were, the difference would be counted regardless.)
+    fn settle(&self, producer: &mut Producer, room: u64, bytes: u64) {
+        let copies = producer.copies();
+        producer.bytes = (producer.bytes + bytes).saturating_sub(room);
+        match bytes.cmp(&room) {
+            std::cmp::Ordering::Less => self.release((room - bytes) * copies),
+            std::cmp::Ordering::Greater => self.force((bytes - room) * copies),
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+
+    /// The room a closing event takes at most, given its widest form: stamped with the widest id and
+    /// sequence and time the stream can give it.
+    fn reservation(&self, mut widest: OutputMessage) -> u64 {
+        let short = self.info.epoch.get(..8).unwrap_or(&self.info.epoch);
+        widest.message_id = Some(format!("m{}-{short}", u64::MAX));
+        stamp(&mut widest, u64::MAX, u64::MAX, None);
+        json_size(&widest)
+    }
+
+    /// Stamps one of the stream's own events with `id` and the next sequence, and reduces it.
+    fn stamp_event(&self, producer: &mut Producer, mut message: OutputMessage, id: String, now_ms: u64) -> Entry {
+        message.message_id = Some(id);
         producer.last += 1;
         stamp(&mut message, producer.last, now_ms, None);
         // The stream's own events start new messages: the reducer cannot refuse them.
@@ -716,8 +878,10 @@ const CHUNK: usize = 1024;
 struct Staged {
     entries: Vec<Entry>,
     sequences: Vec<u64>,
-    /// Bytes of the entries as JSON.
+    /// Bytes of the entries as JSON, and of the room reserved for the closing events they call for.
     bytes: u64,
+    /// Closing events reserved for what the entries open.
+    closings: u64,
     /// Bytes counted against the hub for them.
     reserved: u64,
     undo: Vec<Undo>,
@@ -733,8 +897,8 @@ impl Drop for Stream {
     }
 }
 
-/// A message's size as compact JSON, without building it.
-fn json_size(message: &OutputMessage) -> u64 {
+/// A value's size as compact JSON, without building it.
+fn json_size(message: &impl Serialize) -> u64 {
     struct Count(u64);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

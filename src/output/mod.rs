@@ -8,7 +8,8 @@
 //! - The built-in types and their typed props (`props.rs`): [`TextProps`], [`ImageProps`], ... Any other
 //!   `type` is a custom type whose props round-trip untouched.
 //! - Validation of what a producer sends (`validate.rs`): a [`ValidationError`] names the offending field
-//!   (`props.url`, `delta_action`), so the HTTP layer can put it in the error envelope's `param`.
+//!   (`props.url`, `delta_action`), so the HTTP layer can put it in the error envelope's `param`. Names and
+//!   ids (not content) are at most [`NAME_BYTES`] long.
 //! - The delta reducer (`reducer.rs`): [`Reducer`] applies `append | replace | merge | set` deltas in order
 //!   and keeps the current state of every message.
 //! - How a stream ends (`outcome.rs`): [`Outcome`], with the finish reason and token [`Usage`].
@@ -28,4 +29,4 @@ pub use props::{
 };
 pub(crate) use reducer::Undo;
 pub use reducer::{DeltaError, Reducer};
-pub use validate::ValidationError;
+pub use validate::{NAME_BYTES, ValidationError, check_name};

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::ErrorProps;
+use super::validate::{ValidationError, check_name};
 
 /// The end of a stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -45,6 +46,15 @@ impl Outcome {
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = Some(usage);
         self
+    }
+
+    /// Checks an outcome a producer sends: its error's `code` is a name, at most
+    /// [`super::NAME_BYTES`] long (the field is `error.code`). Its size is the stream's to check.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        match self.error.as_ref().and_then(|e| e.code.as_deref()) {
+            Some(code) => check_name("error.code", code),
+            None => Ok(()),
+        }
     }
 }
 

@@ -5,10 +5,27 @@
 //! every required prop; a delta carries only what it changes, so for a delta only the props present are
 //! checked. Unknown props are allowed (a producer may add its own); custom types are not checked beyond
 //! having a type.
+//!
+//! # Names
+//!
+//! Every string a producer gives that is a name or an id rather than content is at most [`NAME_BYTES`]
+//! bytes of UTF-8: the `type` (a custom type's name too), `message_id`, `chunk_id`, `block_id`,
+//! `thread_id`, `delta_path` and `metadata.trace_id`, and the built-in props that name something
+//! (`tool_call`'s `id` and `name`, `action`'s `name`, `event`'s `event`, `error`'s `code`, `file`'s `name`
+//! and `mime`, `audio`'s and `video`'s `format`). Names are what the stream and the adapters copy: into
+//! the lifecycle events that open and close a message or block, into every OpenAI chunk (a stream's model
+//! name), into a tool call's header. Bounding them bounds those copies, and lets a stream reserve room for
+//! the events that close what is open (see `hub/stream.rs`). Content (text, arguments, URLs, alt text, and
+//! every key and value of free-form objects such as `data`, `details`, `payload` or a custom type's props)
+//! is bounded only by the message size limit.
 
 use serde_json::Value;
 
 use super::OutputMessage;
+
+/// The most bytes (as UTF-8) of a name or an id a producer gives: see the module doc. A stream's model name
+/// is bounded by it too.
+pub const NAME_BYTES: usize = 256;
 
 /// Why a producer's message was refused. [`ValidationError::field`] names the field for an error envelope's
 /// `param`.
@@ -40,6 +57,16 @@ pub enum ValidationError {
         /// The value, cut to 100 characters.
         found: String,
     },
+    /// A name or an id over [`NAME_BYTES`].
+    #[error("{field} is {size} bytes long, over the limit of {limit} bytes for a name or an id")]
+    TooLong {
+        /// e.g. `message_id`, `props.name`
+        field: String,
+        /// Its length in bytes.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 impl ValidationError {
@@ -49,7 +76,17 @@ impl ValidationError {
             ValidationError::Syntax(_) => None,
             ValidationError::Missing { field }
             | ValidationError::WrongType { field, .. }
-            | ValidationError::Url { field, .. } => Some(field),
+            | ValidationError::Url { field, .. }
+            | ValidationError::TooLong { field, .. } => Some(field),
+        }
+    }
+
+    /// The code an error envelope gives it: `string_above_max_length` for a name over its limit (OpenAI's
+    /// code for a string too long), `invalid_message` otherwise.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ValidationError::TooLong { .. } => "string_above_max_length",
+            _ => "invalid_message",
         }
     }
 
@@ -77,13 +114,15 @@ pub(crate) enum Kind {
     Object,
     Url,
     OneOf(&'static [&'static str]),
+    /// A string of at most [`NAME_BYTES`].
+    Name,
     Any,
 }
 
 impl Kind {
     fn expected(self) -> String {
         match self {
-            Kind::String => "a string".into(),
+            Kind::String | Kind::Name => "a string".into(),
             Kind::Bool => "a boolean".into(),
             Kind::Number => "a number".into(),
             Kind::Count => "a non-negative integer".into(),
@@ -96,7 +135,7 @@ impl Kind {
 
     fn accepts(self, value: &Value) -> bool {
         match self {
-            Kind::String | Kind::Url => value.is_string(),
+            Kind::String | Kind::Url | Kind::Name => value.is_string(),
             Kind::Bool => value.is_boolean(),
             Kind::Number => value.is_number(),
             Kind::Count => value.is_u64(),
@@ -124,8 +163,8 @@ const fn opt(name: &'static str, kind: Kind) -> Field {
 
 const TEXT: &[Field] = &[req("content", Kind::String)];
 const LOADING: &[Field] = &[req("message", Kind::String), opt("done", Kind::Bool)];
-const TOOL_CALL: &[Field] = &[req("id", Kind::String), req("name", Kind::String), opt("arguments", Kind::String)];
-const ERROR: &[Field] = &[req("message", Kind::String), opt("code", Kind::String), opt("details", Kind::Any)];
+const TOOL_CALL: &[Field] = &[req("id", Kind::Name), req("name", Kind::Name), opt("arguments", Kind::String)];
+const ERROR: &[Field] = &[req("message", Kind::String), opt("code", Kind::Name), opt("details", Kind::Any)];
 const IMAGE: &[Field] = &[
     req("url", Kind::Url),
     opt("alt", Kind::String),
@@ -135,7 +174,7 @@ const IMAGE: &[Field] = &[
 ];
 const AUDIO: &[Field] = &[
     req("url", Kind::Url),
-    opt("format", Kind::String),
+    opt("format", Kind::Name),
     opt("duration", Kind::Number),
     opt("transcript", Kind::String),
     opt("autoplay", Kind::Bool),
@@ -143,7 +182,7 @@ const AUDIO: &[Field] = &[
 ];
 const VIDEO: &[Field] = &[
     req("url", Kind::Url),
-    opt("format", Kind::String),
+    opt("format", Kind::Name),
     opt("duration", Kind::Number),
     opt("thumbnail", Kind::Url),
     opt("width", Kind::Count),
@@ -153,9 +192,9 @@ const VIDEO: &[Field] = &[
     opt("loop", Kind::Bool),
 ];
 const FILE: &[Field] =
-    &[req("url", Kind::Url), opt("name", Kind::String), opt("mime", Kind::String), opt("size", Kind::Count)];
-const ACTION: &[Field] = &[req("name", Kind::String), opt("payload", Kind::Object)];
-const EVENT: &[Field] = &[req("event", Kind::String), opt("message", Kind::String), opt("data", Kind::Object)];
+    &[req("url", Kind::Url), opt("name", Kind::Name), opt("mime", Kind::Name), opt("size", Kind::Count)];
+const ACTION: &[Field] = &[req("name", Kind::Name), opt("payload", Kind::Object)];
+const EVENT: &[Field] = &[req("event", Kind::Name), opt("message", Kind::String), opt("data", Kind::Object)];
 
 /// The props of each built-in type; `None` for a custom type.
 pub(crate) fn schema(kind: &str) -> Option<&'static [Field]> {
@@ -174,9 +213,43 @@ pub(crate) fn schema(kind: &str) -> Option<&'static [Field]> {
     })
 }
 
+/// Checks that a name or an id (`field` names it) is at most [`NAME_BYTES`] long.
+///
+/// ```
+/// use agentmux::output::{NAME_BYTES, check_name};
+///
+/// assert!(check_name("model", "demo").is_ok());
+/// let error = check_name("model", &"x".repeat(NAME_BYTES + 1)).unwrap_err();
+/// assert_eq!((error.field(), error.code()), (Some("model"), "string_above_max_length"));
+/// ```
+pub fn check_name(field: &str, value: &str) -> Result<(), ValidationError> {
+    if value.len() > NAME_BYTES {
+        return Err(ValidationError::TooLong { field: field.to_owned(), size: value.len(), limit: NAME_BYTES });
+    }
+    Ok(())
+}
+
+/// The message's own names and ids, each with its field.
+fn names(message: &OutputMessage) -> [(&'static str, Option<&str>); 7] {
+    [
+        ("type", Some(message.kind.as_str())),
+        ("message_id", message.message_id.as_deref()),
+        ("chunk_id", message.chunk_id.as_deref()),
+        ("block_id", message.block_id.as_deref()),
+        ("thread_id", message.thread_id.as_deref()),
+        ("delta_path", message.delta_path.as_deref()),
+        ("metadata.trace_id", message.metadata.as_ref().and_then(|m| m.trace_id.as_deref())),
+    ]
+}
+
 pub(crate) fn validate(message: &OutputMessage) -> Result<(), ValidationError> {
     if message.kind.is_empty() {
         return Err(ValidationError::Missing { field: "type".into() });
+    }
+    for (field, value) in names(message) {
+        if let Some(value) = value {
+            check_name(field, value)?;
+        }
     }
     let Some(fields) = schema(&message.kind) else {
         return Ok(());
@@ -194,6 +267,7 @@ pub(crate) fn validate(message: &OutputMessage) -> Result<(), ValidationError> {
             Some(Value::String(url)) if field.kind == Kind::Url && !is_media_url(url) => {
                 return Err(ValidationError::Url { field: path(), found: url.chars().take(100).collect() });
             }
+            Some(Value::String(name)) if field.kind == Kind::Name => check_name(&path(), name)?,
             Some(_) => {}
         }
     }
@@ -281,6 +355,58 @@ mod tests {
             let err = check(message.clone()).expect_err(&message.to_string());
             assert_eq!(err.field(), Some(field), "{message}: {err}");
         }
+    }
+
+    #[test]
+    fn names_and_ids_are_bounded_and_content_is_not() {
+        let long = "n".repeat(NAME_BYTES + 1);
+        let text = || json!({"type": "text", "props": {"content": "a"}});
+        let with = |key: &str| {
+            let mut message = text();
+            message[key] = json!(long);
+            message
+        };
+        let cases = [
+            (json!({"type": long, "props": {}}), "type"),
+            (with("message_id"), "message_id"),
+            (with("chunk_id"), "chunk_id"),
+            (with("block_id"), "block_id"),
+            (with("thread_id"), "thread_id"),
+            (with("delta_path"), "delta_path"),
+            (json!({"type": "text", "props": {"content": "a"}, "metadata": {"trace_id": long}}), "metadata.trace_id"),
+            (json!({"type": "tool_call", "props": {"id": long, "name": "f"}}), "props.id"),
+            (json!({"type": "tool_call", "props": {"id": "c", "name": long}}), "props.name"),
+            (json!({"type": "action", "props": {"name": long}}), "props.name"),
+            (json!({"type": "event", "props": {"event": long}}), "props.event"),
+            (json!({"type": "error", "props": {"message": "m", "code": long}}), "props.code"),
+            (json!({"type": "file", "props": {"url": "https://x/y", "mime": long}}), "props.mime"),
+            (json!({"type": "audio", "props": {"url": "https://x/y", "format": long}}), "props.format"),
+            (json!({"type": "tool_call", "props": {"name": long}, "delta": true, "message_id": "t"}), "props.name"),
+        ];
+        for (message, field) in cases {
+            let err = check(message.clone()).expect_err(field);
+            assert_eq!(err.field(), Some(field), "{err}");
+            assert_eq!(err.code(), "string_above_max_length", "{err}");
+        }
+        // Exactly at the limit (in bytes: é is two), and content of any length, pass.
+        let at_limit = "é".repeat(NAME_BYTES / 2);
+        let huge = "c".repeat(4 * NAME_BYTES);
+        let ok = [
+            json!({"type": "text", "props": {"content": huge}, "message_id": at_limit}),
+            json!({"type": "tool_call", "props": {"id": "c", "name": at_limit, "arguments": huge}}),
+            json!({"type": "event", "props": {"event": "e", "message": huge, "data": {huge.clone(): huge}}}),
+            json!({"type": "chart", "props": {huge.clone(): huge}}),
+            json!({"type": "error", "props": {"message": huge, "details": {huge.clone(): 1}}}),
+        ];
+        for message in ok {
+            check(message).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let err = check(json!({"type": "text", "props": {"content": "a"}, "message_id": "é".repeat(NAME_BYTES)}))
+            .expect_err("bytes, not characters");
+        assert_eq!(
+            err.to_string(),
+            format!("message_id is {} bytes long, over the limit of 256 bytes for a name or an id", 2 * NAME_BYTES)
+        );
     }
 
     #[test]
