@@ -6,12 +6,15 @@
 //! ./bench --quick                  # one short run of every scenario
 //! ./bench --json target/bench.json # three runs, medians, and every run as JSON
 //! cargo bench --bench load -- --only fanout,latency --runs 1
+//! ./bench --soak --soak-duration 60s  # the soak (never in the default set), one minute instead of ten
 //! ```
 //!
 //! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
 //! - `scenarios.rs`: fan-out, latency, many streams, idle connections, OpenAI mix, chat;
 //! - `stall.rs`: the first OpenAI subscriber to a long stream, and the producer's POST latency meanwhile;
 //! - `ws_idle.rs`: the server memory that SSE and WebSocket subscribers which never read cost;
+//! - `soak/`: about 10,000 connections of every kind for ten minutes while streams come and go, and whether
+//!   the server's RSS stays flat (run only when asked for, once);
 //! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with;
 //! - `procfs.rs`: the child servers and their CPU and memory from `/proc`;
 //! - `hist.rs`: the latency histogram.
@@ -21,6 +24,7 @@ mod client;
 mod hist;
 mod procfs;
 mod scenarios;
+mod soak;
 mod stall;
 mod ws_idle;
 
@@ -34,6 +38,7 @@ use serde::Serialize;
 
 use procfs::Target;
 use scenarios::{Kind, RunResult, Scenario, Settings};
+use soak::Soak;
 use ws_idle::WsIdle;
 
 #[derive(Parser, Debug)]
@@ -48,9 +53,31 @@ struct Args {
     /// Also write every run and the medians here, as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Only the scenarios whose names start with one of these (comma-separated).
+    /// Only the scenarios whose names start with one of these (comma-separated). The soak runs only when
+    /// named in full: `--only soak`.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Run the soak (the same as `--only soak`): about 10,000 connections for `--soak-duration`, once.
+    #[arg(long)]
+    soak: bool,
+    /// How long the soak holds its connections once they are open.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    soak_duration: Duration,
+    /// Subscriber connections the soak holds (its producers' come on top).
+    #[arg(long, default_value_t = 10_000)]
+    soak_connections: usize,
+    /// The server's `--retention` in the soak: ended streams are evicted during it.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    soak_retention: Duration,
+    /// The start of the soak left out of its RSS figures (default: a fifth of the duration).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    soak_warmup: Option<Duration>,
+    /// How often the soak samples the server's RSS.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    soak_sample: Duration,
+    /// One more flag for the soak's server (repeat it; `--soak-server-arg=--max-connections=12000`).
+    #[arg(long, allow_hyphen_values = true)]
+    soak_server_arg: Vec<String>,
     /// The agentmux binary.
     #[arg(long, default_value = "target/release/agentmux")]
     server: PathBuf,
@@ -81,7 +108,32 @@ fn fanout(name: &str, cui: usize, openai: usize, messages: usize) -> Scenario {
     Scenario { name: name.into(), kind: Kind::Fanout { cui, openai, messages }, ceiling: true }
 }
 
-fn scenarios(quick: bool) -> Vec<Scenario> {
+/// Every scenario: the soak (last) only runs when asked for by name.
+fn scenarios(args: &Args) -> Vec<Scenario> {
+    let mut all = standard(args.quick);
+    let soak = Soak {
+        duration: args.soak_duration,
+        connections: args.soak_connections,
+        retention: args.soak_retention,
+        warmup: args.soak_warmup,
+        sample: args.soak_sample.max(Duration::from_millis(100)),
+        server_args: args.soak_server_arg.clone(),
+    };
+    all.push(Scenario { name: "soak".into(), kind: Kind::Soak(soak), ceiling: false });
+    all
+}
+
+fn selected(args: &Args, scenario: &Scenario) -> bool {
+    if let Kind::Soak(_) = scenario.kind {
+        return args.soak || args.only.iter().any(|o| o == "soak");
+    }
+    if args.soak && args.only.is_empty() {
+        return false;
+    }
+    args.only.is_empty() || args.only.iter().any(|o| scenario.name.starts_with(o.as_str()))
+}
+
+fn standard(quick: bool) -> Vec<Scenario> {
     let other = |name: &str, kind| Scenario { name: name.into(), kind, ceiling: false };
     // The same in both modes (under 10 s each): a stream holds at most 100,000 messages, so the fill leaves
     // room for the live producer's 3,000 and the stream's own events.
@@ -166,7 +218,6 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
         eprintln!("load: {} not found: build it with `cargo build --release` (or use ./bench)", args.server.display());
         return ExitCode::FAILURE;
     }
-    let runs = args.runs.unwrap_or(if args.quick { 1 } else { 3 }).max(1);
     let settings = Settings {
         agentmux: args.server.clone(),
         batch: args.batch.max(1),
@@ -174,10 +225,9 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
         sample_every: args.sample_every,
         drain: Duration::from_secs(if args.quick { 20 } else { 60 }),
     };
-    let selected: Vec<Scenario> = scenarios(args.quick)
-        .into_iter()
-        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| s.name.starts_with(o.as_str())))
-        .collect();
+    let selected: Vec<Scenario> = scenarios(&args).into_iter().filter(|s| selected(&args, s)).collect();
+    let only_soak = selected.iter().all(|s| matches!(s.kind, Kind::Soak(_)));
+    let runs = args.runs.unwrap_or(if args.quick || only_soak { 1 } else { 3 }).max(1);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     eprintln!(
         "load: {} scenario(s), {runs} run(s) each, {cores} cores, open-file limit {nofile}, batch {}, {} deltas per \
@@ -191,6 +241,10 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
     let mut all = Vec::new();
     for run in 1..=runs {
         for scenario in &selected {
+            // The soak runs for minutes: once.
+            if run > 1 && matches!(scenario.kind, Kind::Soak(_)) {
+                continue;
+            }
             let targets: &[Target] = if scenario.ceiling && !args.no_ceiling {
                 &[Target::Agentmux, Target::Ceiling]
             } else {
@@ -403,6 +457,22 @@ fn notes(row: &RunResult) -> String {
     }
     if get("ws_idle_added_mib").is_some() {
         parts.push("each set on a fresh server holding the same stream".into());
+    }
+    if let Some(slope) = get("soak_rss_slope_mib_per_min") {
+        parts.push(format!(
+            "RSS {:.1} → {:.1} MiB over the steady part (max {:.1}), slope {slope:+.3} MiB/min, end/start {:.3}: \
+             {}; {:.0} connections held (min {:.0}), {:.0} opened; streams {:.0} created, {:.0} ended",
+            get("soak_rss_start_mib").unwrap_or(0.0),
+            get("soak_rss_end_mib").unwrap_or(0.0),
+            get("soak_rss_max_mib").unwrap_or(0.0),
+            get("soak_rss_end_over_start").unwrap_or(0.0),
+            if get("soak_flat") == Some(1.0) { "flat" } else { "NOT flat" },
+            get("soak_held_end").unwrap_or(0.0),
+            get("soak_held_min").unwrap_or(0.0),
+            get("soak_opened").unwrap_or(0.0),
+            get("soak_streams_created").unwrap_or(0.0),
+            get("soak_streams_ended").unwrap_or(0.0),
+        ));
     }
     if let Some(overflows) = get("listen_overflows") {
         parts.push(format!("{overflows:.0} SYNs dropped by a full listen queue"));

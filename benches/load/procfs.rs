@@ -117,6 +117,16 @@ pub(crate) struct Server {
 impl Server {
     /// Starts `target` and waits until `/healthz` answers.
     pub(crate) async fn start(target: Target, agentmux: &Path, label: &str) -> io::Result<Server> {
+        Server::start_with(target, agentmux, label, &[]).await
+    }
+
+    /// The same, with more flags for the server.
+    pub(crate) async fn start_with(
+        target: Target,
+        agentmux: &Path,
+        label: &str,
+        args: &[String],
+    ) -> io::Result<Server> {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let logs = PathBuf::from("target/bench/logs");
@@ -130,7 +140,7 @@ impl Server {
                 c
             }
         };
-        command.arg("--addr").arg(addr.to_string());
+        command.arg("--addr").arg(addr.to_string()).args(args);
         let child = command.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn().map_err(|e| {
             io::Error::new(e.kind(), format!("starting {}: {e} (build it: cargo build --release)", agentmux.display()))
         })?;

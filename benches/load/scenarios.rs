@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{self, Conn, Ctx, Sse, now_ns, source_ip};
 use crate::hist::Histogram;
 use crate::procfs::{self, Server, Target};
+use crate::soak::Soak;
 use crate::ws_idle::WsIdle;
 
 /// How the scenarios run.
@@ -49,6 +50,8 @@ pub(crate) enum Kind {
     Stall { messages: usize, rate: f64, seconds: f64, join_after: f64 },
     /// Subscribers that never read, SSE and WebSocket, to one large stream (`ws_idle.rs`).
     WsIdle(WsIdle),
+    /// About 10,000 connections of every kind for minutes while streams come and go (`soak/`).
+    Soak(Soak),
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +73,7 @@ impl Scenario {
             Kind::Chat { concurrency, .. } => concurrency,
             Kind::Stall { .. } => 2,
             Kind::WsIdle(WsIdle { connections, .. }) => 2 * connections,
+            Kind::Soak(ref soak) => soak.connections(),
         }
     }
 }
@@ -398,7 +402,11 @@ impl Window {
 /// One run of `scenario` against `target`.
 pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, settings: &Settings) -> io::Result<RunResult> {
     let label = format!("{}-run{run}", scenario.name);
-    let server = Server::start(target, &settings.agentmux, &label).await?;
+    let args = match &scenario.kind {
+        Kind::Soak(soak) => soak.server_args(&settings.agentmux),
+        _ => Vec::new(),
+    };
+    let server = Server::start_with(target, &settings.agentmux, &label, &args).await?;
     let mut result = RunResult::new(scenario, target, run);
     let overflows = procfs::listen_overflows();
     match scenario.kind {
@@ -421,6 +429,7 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
             crate::stall::stall(&server, settings, messages, rate, seconds, join_after, &mut result).await?;
         }
         Kind::WsIdle(ref sizes) => crate::ws_idle::ws_idle(&server, settings, &label, sizes, &mut result).await?,
+        Kind::Soak(ref soak) => crate::soak::soak(&server, soak, &args, &mut result).await?,
     }
     let overflows = procfs::listen_overflows().saturating_sub(overflows);
     if overflows > 0 {
