@@ -286,6 +286,17 @@ impl Shared {
         Ok(())
     }
 
+    /// Forgets the clients with nothing open and no minute running, so that clients come and go without
+    /// the map growing.
+    fn forget_idle_clients(&self) {
+        let mut clients = stream::lock(&self.clients);
+        if clients.is_empty() {
+            return;
+        }
+        let now_ms = self.config.clock.now_ms();
+        clients.retain(|_, usage| usage.open > 0 || now_ms.saturating_sub(usage.minute_started_ms) < MINUTE_MS);
+    }
+
     /// Gives back what [`Shared::admit`] counted, for a stream that was not made after all.
     fn unadmit(&self, client: &str) {
         let mut clients = stream::lock(&self.clients);
@@ -449,6 +460,7 @@ impl Hub {
     pub fn sweep(&self) -> usize {
         let ended = self.end_idle();
         self.evict_expired();
+        self.inner.shared.forget_idle_clients();
         ended
     }
 
