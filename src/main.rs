@@ -184,6 +184,12 @@ fn run_serve(serve: Serve) -> ExitCode {
             default_model: serve.default_model.clone(),
         };
         let app = App::new(hub, Arc::new(Agents::builtin()), settings);
+        if !app.agents.contains(&serve.default_model) {
+            tracing::warn!(
+                default_model = serve.default_model,
+                "--default-model names no agent: a chat request without a model will get 404 model_not_found"
+            );
+        }
         let address = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());
         tracing::info!(
             %address,

@@ -96,14 +96,30 @@ async fn a_full_hub_says_whether_a_retry_helps() {
     assert!(refused.headers().get("x-should-retry").is_none(), "a retry helps");
     server.stop().await.expect("stop");
 
-    // With the idle timeout on, open streams free room by then.
-    let server = start(limits, Duration::from_secs(120), Settings::default()).await;
+    // With the idle timeout on, an open stream frees room once it has timed out and its retention passed.
+    let config = HubConfig {
+        limits: limits.clone(),
+        idle_timeout: Duration::from_millis(300),
+        retention: Duration::from_secs(5),
+        ..HubConfig::default()
+    };
+    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
+    let server = TestServer::with(config, settings, Agents::builtin()).await;
     create_stream(&client, &server).await;
     create_stream(&client, &server).await;
     let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
     assert_eq!(refused.status(), 503);
     let after: u64 = header(&refused, "retry-after").parse().expect("retry-after in seconds");
-    assert!((1..=120).contains(&after), "{after}");
+    assert!((5..=6).contains(&after), "the idle timeout, then the retention: {after}");
+    // Both have timed out: their room comes when their retention passes, not again at the idle timeout.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
+    assert_eq!(refused.status(), 503);
+    let after: u64 = header(&refused, "retry-after").parse().expect("retry-after in seconds");
+    assert!((3..=5).contains(&after), "the retention of the ended streams: {after}");
+    tokio::time::sleep(Duration::from_secs(after)).await;
+    let (status, body) = post_empty(&client, &server.url("/v1/streams")).await;
+    assert_eq!(status, 201, "room came when it said: {body}");
     server.stop().await.expect("stop");
 }
 

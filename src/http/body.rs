@@ -13,13 +13,18 @@ pub(crate) async fn read(body: Body, settings: &Settings) -> Result<Bytes, HttpE
     let limit = settings.body_limit;
     let read = tokio::time::timeout(settings.body_timeout, axum::body::to_bytes(body, limit));
     match read.await {
-        Err(_elapsed) => Err(HttpError::new(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            "invalid_request_error",
-            format!("the request body did not arrive within {} s", settings.body_timeout.as_secs_f64()),
-            None,
-            "body_timeout",
-        )),
+        Err(_elapsed) => {
+            let mut error = HttpError::new(
+                axum::http::StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                format!("the request body did not arrive within {} s", settings.body_timeout.as_secs_f64()),
+                None,
+                "body_timeout",
+            );
+            // A slow network is what a retry can fix.
+            error.retry = true;
+            Err(error)
+        }
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(error)) => {
             let over = std::error::Error::source(&error)

@@ -14,6 +14,8 @@ use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::HttpError;
@@ -45,9 +47,9 @@ fn path_error(rejection: &PathRejection) -> HttpError {
 pub(crate) struct Upgrade(pub(crate) WebSocketUpgrade);
 
 impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
-    type Rejection = HttpError;
+    type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
         WebSocketUpgrade::from_request_parts(parts, state).await.map(Upgrade).map_err(|rejection| {
             use WebSocketUpgradeRejection as R;
             let param = match &rejection {
@@ -57,13 +59,20 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
                 R::WebSocketKeyHeaderMissing(_) => Some("sec-websocket-key"),
                 _ => None,
             };
-            HttpError::new(
-                rejection.status(),
+            let status = rejection.status();
+            let error = HttpError::new(
+                status,
                 "invalid_request_error",
                 format!("not a WebSocket upgrade: {}", rejection.body_text()),
                 param.map(str::to_owned),
                 "websocket_upgrade",
-            )
+            );
+            let mut response = error.into_response();
+            // A `HEAD` reaches a WebSocket route (axum routes it with `GET`), and only `GET` upgrades.
+            if status == StatusCode::METHOD_NOT_ALLOWED {
+                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET"));
+            }
+            response
         })
     }
 }

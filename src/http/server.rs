@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
-use super::{App, HttpError, Room, router};
+use super::{App, HttpError, router};
 use crate::hub::Hub;
 use crate::output::{ErrorProps, Outcome};
 
@@ -171,8 +171,12 @@ async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone:
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(OVERFLOW_HEAD_TIMEOUT).keep_alive(false);
     let service = hyper::service::service_fn(move |_request| async move {
-        let message = format!("the service is serving its limit of {cap} connections");
-        Ok::<_, std::convert::Infallible>(HttpError::capacity(message, Room::Unknown).into_response())
+        let message =
+            format!("the service is serving its limit of {cap} connections; a retry may succeed once others close");
+        let mut error =
+            HttpError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity");
+        error.retry = true;
+        Ok::<_, std::convert::Infallible>(error.into_response())
     });
     let connection = http.serve_connection(TokioIo::new(tcp), service);
     tokio::select! {

@@ -141,8 +141,8 @@ impl Default for HubConfig {
 /// Why a stream could not be created.
 ///
 /// Each says whether waiting helps: `retry_after` is when the hub expects room (the oldest ended stream's
-/// eviction, or the earliest an open stream can reach its idle timeout), and `None` when nothing the hub
-/// holds will free room by itself.
+/// eviction, or the eviction of the first open stream that can reach its idle timeout: a retention after
+/// it), and `None` when nothing the hub holds will free room by itself.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HubError {
@@ -215,8 +215,8 @@ pub(crate) struct Shared {
     bytes: AtomicU64,
     /// Ended streams by when they ended (ms by the hub's clock), oldest first.
     ended: Mutex<VecDeque<(u64, String)>>,
-    /// The earliest an open stream can reach its idle timeout (ms by the hub's clock; 0: none), as of the
-    /// last sweep.
+    /// The earliest an open stream can reach its idle timeout (ms by the hub's clock), as of the last sweep;
+    /// [`NONE_OPEN`] when none was open, [`NOT_SWEPT`] before the first.
     next_idle_ms: AtomicU64,
     clients: Mutex<HashMap<String, ClientUse>>,
 }
@@ -311,12 +311,16 @@ impl Shared {
         let now_ms = self.config.clock.now_ms();
         let retention = self.config.retention.as_millis() as u64;
         let eviction = stream::lock(&self.ended).front().map(|(at, _)| at.saturating_add(retention));
-        // Before the first sweep, the latest an open stream can time out.
+        // A stream that times out is retained like any ended stream: its room comes back a retention later.
+        // Before the first sweep, the latest an open stream can time out stands for the earliest.
         let idle_timeout = self.config.idle_timeout.as_millis() as u64;
-        let idle = (idle_timeout > 0).then(|| match self.next_idle_ms.load(Ordering::Acquire) {
-            0 => now_ms.saturating_add(idle_timeout),
-            at => at,
-        });
+        let idle = match self.next_idle_ms.load(Ordering::Acquire) {
+            _ if idle_timeout == 0 => None,
+            NOT_SWEPT => Some(now_ms.saturating_add(idle_timeout)),
+            NONE_OPEN => None,
+            at => Some(at),
+        };
+        let idle = idle.map(|at| at.saturating_add(retention));
         let at = [eviction, idle].into_iter().flatten().min()?;
         // At least a second: `Retry-After` counts whole seconds, and the sweep that frees the room runs
         // about once a second.
@@ -325,6 +329,12 @@ impl Shared {
 }
 
 const MINUTE_MS: u64 = 60_000;
+
+/// `next_idle_ms` before the first sweep.
+const NOT_SWEPT: u64 = u64::MAX;
+
+/// `next_idle_ms` when the last sweep found no open stream.
+const NONE_OPEN: u64 = 0;
 
 /// The streams of one process; cheap to clone.
 ///
@@ -370,7 +380,7 @@ impl Inner {
                 config,
                 bytes: AtomicU64::new(0),
                 ended: Mutex::new(VecDeque::new()),
-                next_idle_ms: AtomicU64::new(0),
+                next_idle_ms: AtomicU64::new(NOT_SWEPT),
                 clients: Mutex::new(HashMap::new()),
             }),
             streams: Mutex::new(HashMap::new()),
@@ -485,7 +495,7 @@ impl Hub {
                 }
             }
         }
-        shared.next_idle_ms.store(if next == u64::MAX { 0 } else { next }, Ordering::Release);
+        shared.next_idle_ms.store(if next == u64::MAX { NONE_OPEN } else { next }, Ordering::Release);
         let timeout = self.config().idle_timeout;
         let mut ended = 0;
         for stream in idle_streams {
