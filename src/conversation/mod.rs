@@ -1,8 +1,17 @@
 //! The conversation a client sends: OpenAI chat requests and their messages.
 //!
-//! - [`ChatRequest`] and [`ChatMessage`] (`request.rs`): what `POST /v1/chat/completions` carries, parsed
-//!   leniently where OpenAI clients vary (unknown fields kept aside, content as a string or parts).
+//! - [`ChatRequest`], [`ChatMessage`] and [`ToolCall`] (`request.rs`): what `POST /v1/chat/completions`
+//!   carries, parsed leniently where OpenAI clients vary (unknown fields kept aside, content as a string or
+//!   parts, arguments as text or an object) and typed where it matters (roles, tool calls).
+//! - [`Messages`] (`messages.rs`): a conversation as a chain, with constructors, a fluent builder, filters,
+//!   a token estimate and a pretty printer.
+//! - [`validate`] and [`validate_user_input`] (`validate.rs`): what makes a conversation well formed, and
+//!   what a client may add to a history the server owns; errors name the message and the field.
 
+mod messages;
 mod request;
+mod validate;
 
-pub use request::{ChatMessage, ChatRequest, Content, Role, StreamOptions};
+pub use messages::Messages;
+pub use request::{ChatMessage, ChatRequest, Content, FunctionCall, Role, StreamOptions, ToolCall};
+pub use validate::{ConversationError, validate, validate_user_input};

@@ -58,15 +58,86 @@ pub struct ChatMessage {
     /// What was said; null on an assistant message that only calls tools.
     #[serde(default)]
     pub content: Option<Content>,
-    /// Tool calls of an assistant message, as sent.
+    /// Tool calls of an assistant message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<Value>>,
+    pub tool_calls: Option<Vec<ToolCall>>,
     /// The call a tool message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     /// A participant or tool name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+/// A tool call of an assistant message: `{"id", "type": "function", "function": {"name", "arguments"}}`.
+///
+/// Missing fields parse as empty, so that validation can name them (`messages[2].tool_calls[0].id`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's id, which the tool message answering it repeats.
+    #[serde(default)]
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    /// What is called.
+    #[serde(default)]
+    pub function: FunctionCall,
+}
+
+/// The function a tool call names, and its arguments as the JSON text the model wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct FunctionCall {
+    /// The tool's name.
+    #[serde(default)]
+    pub name: String,
+    /// The arguments as JSON text (a client that sends an object gets it written as text).
+    #[serde(default, deserialize_with = "json_text")]
+    pub arguments: String,
+}
+
+fn function_kind() -> String {
+    "function".into()
+}
+
+/// A string as it is; any other JSON as its text.
+fn json_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Ok(match Value::deserialize(deserializer)? {
+        Value::String(text) => text,
+        Value::Null => String::new(),
+        other => other.to_string(),
+    })
+}
+
+impl ToolCall {
+    /// A call of `name` with `arguments`.
+    ///
+    /// ```
+    /// use agentmux::conversation::ToolCall;
+    /// let call = ToolCall::new("call_1", "ls", &serde_json::json!({"path": "/workspace"}));
+    /// assert_eq!(call.function.arguments, r#"{"path":"/workspace"}"#);
+    /// assert_eq!(call.arguments().unwrap()["path"], "/workspace");
+    /// ```
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: &Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            kind: function_kind(),
+            function: FunctionCall { name: name.into(), arguments: arguments.to_string() },
+        }
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.function.name
+    }
+
+    /// The arguments, parsed.
+    pub fn arguments(&self) -> Result<Value, serde_json::Error> {
+        if self.function.arguments.trim().is_empty() {
+            return Ok(Value::Object(Map::new()));
+        }
+        serde_json::from_str(&self.function.arguments)
+    }
 }
 
 /// Message content: a string, or parts (`text`, `image_url`, `input_audio`, `file`, and any other).

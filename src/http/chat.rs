@@ -21,7 +21,7 @@ use super::extract::{Client, Params};
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body, format};
 use crate::adapter::{OpenAiCompletion, OpenAiOptions, ReasoningField};
-use crate::conversation::{ChatRequest, Role};
+use crate::conversation::{ChatRequest, validate};
 use crate::hub::Stream;
 use crate::output::{EndStatus, check_name};
 use crate::render::Format;
@@ -39,15 +39,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ChatRequest, HttpError> {
     if request.messages.is_empty() {
         return Err(HttpError::bad_request("messages must not be empty", Some("messages".into()), "invalid_value"));
     }
-    for (index, message) in request.messages.iter().enumerate() {
-        if message.role == Role::Tool && message.tool_call_id.is_none() {
-            return Err(HttpError::bad_request(
-                "a tool message needs the tool_call_id it answers",
-                Some(format!("messages[{index}].tool_call_id")),
-                "invalid_value",
-            ));
-        }
-    }
+    // The client owns this history: it must be a well-formed conversation.
+    validate(&request.messages).map_err(|e| HttpError::bad_request(e.message, Some(e.param), "invalid_value"))?;
     Ok(request)
 }
 

@@ -1,0 +1,189 @@
+//! Checking a conversation (seed `001` §4), with errors that name the message and the field.
+//!
+//! - [`validate`]: a conversation is well formed: an assistant message has content or tool calls, and each
+//!   call an id and a name; a tool message answers, by `tool_call_id`, a call of an earlier assistant message
+//!   (and, when it gives a `name`, that call's); user, system and developer messages are not empty. An
+//!   unknown role never gets this far: parsing refuses it, naming `messages[i].role`.
+//! - [`validate_user_input`]: what a client may add to a history the server owns: at least one message, and
+//!   only user, system and developer ones, none empty. A client can never inject what the model or a tool
+//!   said.
+
+use std::collections::HashMap;
+
+use super::{ChatMessage, Content, Messages, Role};
+
+/// Why a conversation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{param}: {message}")]
+pub struct ConversationError {
+    /// The field at fault, as a path: `messages[3].tool_call_id`.
+    pub param: String,
+    /// For a person.
+    pub message: String,
+}
+
+fn refuse(index: usize, field: &str, message: impl Into<String>) -> Result<(), ConversationError> {
+    let param = if field.is_empty() { format!("messages[{index}]") } else { format!("messages[{index}].{field}") };
+    Err(ConversationError { param, message: message.into() })
+}
+
+/// True when a message says nothing: no content, blank text, or no parts.
+fn is_empty(message: &ChatMessage) -> bool {
+    match &message.content {
+        None => true,
+        Some(Content::Text(text)) => text.trim().is_empty(),
+        Some(Content::Parts(parts)) => parts.is_empty(),
+    }
+}
+
+/// Checks that `messages` is a well-formed conversation.
+pub fn validate(messages: &[ChatMessage]) -> Result<(), ConversationError> {
+    // The calls made so far, by id: the name each was made with.
+    let mut calls: HashMap<&str, &str> = HashMap::new();
+    for (index, message) in messages.iter().enumerate() {
+        match message.role {
+            Role::Assistant => {
+                if is_empty(message) && message.calls().is_empty() {
+                    return refuse(index, "content", "an assistant message has no content and no tool calls");
+                }
+                for (position, call) in message.calls().iter().enumerate() {
+                    if call.id.is_empty() {
+                        return refuse(index, &format!("tool_calls[{position}].id"), "a tool call needs an id");
+                    }
+                    if call.function.name.is_empty() {
+                        return refuse(
+                            index,
+                            &format!("tool_calls[{position}].function.name"),
+                            "a tool call needs a name",
+                        );
+                    }
+                    calls.insert(&call.id, &call.function.name);
+                }
+            }
+            Role::Tool => {
+                let Some(id) = message.tool_call_id.as_deref().filter(|id| !id.is_empty()) else {
+                    return refuse(index, "tool_call_id", "a tool message needs the tool_call_id it answers");
+                };
+                let Some(name) = calls.get(id) else {
+                    return refuse(
+                        index,
+                        "tool_call_id",
+                        format!("the tool message answers {id:?}, which no earlier assistant message called"),
+                    );
+                };
+                if let Some(given) = message.name.as_deref().filter(|given| given != name) {
+                    return refuse(index, "name", format!("the call {id:?} was to {name:?}, not {given:?}"));
+                }
+            }
+            Role::User | Role::System | Role::Developer => {
+                if is_empty(message) {
+                    return refuse(index, "content", "the message is empty");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks what a client adds to a history the server owns: one message or more, each a user, system or
+/// developer message with content.
+pub fn validate_user_input(messages: &[ChatMessage]) -> Result<(), ConversationError> {
+    if messages.is_empty() {
+        return Err(ConversationError { param: "messages".into(), message: "messages must not be empty".into() });
+    }
+    for (index, message) in messages.iter().enumerate() {
+        if matches!(message.role, Role::Assistant | Role::Tool) {
+            let role = if message.role == Role::Assistant { "assistant" } else { "tool" };
+            return refuse(index, "role", format!("a client may not send {role} messages into a server-side history"));
+        }
+    }
+    validate(messages)
+}
+
+impl Messages {
+    /// [`validate`] on this conversation.
+    pub fn validate(&self) -> Result<(), ConversationError> {
+        validate(self.as_slice())
+    }
+
+    /// [`validate_user_input`] on this conversation.
+    pub fn validate_user_input(&self) -> Result<(), ConversationError> {
+        validate_user_input(self.as_slice())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::conversation::ToolCall;
+
+    fn param(result: Result<(), ConversationError>) -> Option<String> {
+        result.err().map(|e| e.param)
+    }
+
+    #[test]
+    fn every_rule_names_its_field() {
+        let call = || ToolCall::new("call_1", "ls", &json!({"path": "/"}));
+        let nameless = ToolCall { function: Default::default(), ..call() };
+        let idless = ToolCall { id: String::new(), ..call() };
+        let table: Vec<(&str, Messages, Option<&str>)> = vec![
+            (
+                "a whole exchange",
+                Messages::new().system("s").human("h").ai("", vec![call()]).tool("call_1", "ls", "[]"),
+                None,
+            ),
+            ("an empty assistant", Messages::new().human("h").ai("", vec![]), Some("messages[1].content")),
+            ("a call without an id", Messages::new().ai("", vec![idless]), Some("messages[0].tool_calls[0].id")),
+            (
+                "a call without a name",
+                Messages::new().ai("x", vec![nameless]),
+                Some("messages[0].tool_calls[0].function.name"),
+            ),
+            (
+                "a tool message without tool_call_id",
+                Messages::new().add([ChatMessage { tool_call_id: None, ..ChatMessage::tool_result("x", "ls", "r") }]),
+                Some("messages[0].tool_call_id"),
+            ),
+            (
+                "a tool message answering no call",
+                Messages::new().human("h").tool("call_9", "ls", "r"),
+                Some("messages[1].tool_call_id"),
+            ),
+            (
+                "a tool message answering a later call",
+                Messages::new().tool("call_1", "ls", "r").ai("", vec![call()]),
+                Some("messages[0].tool_call_id"),
+            ),
+            (
+                "a tool message with another name",
+                Messages::new().ai("", vec![call()]).tool("call_1", "rm", "r"),
+                Some("messages[1].name"),
+            ),
+            (
+                "a tool message without a name",
+                Messages::new()
+                    .ai("", vec![call()])
+                    .add([ChatMessage { name: None, ..ChatMessage::tool_result("call_1", "", "r") }]),
+                None,
+            ),
+            ("an empty user message", Messages::new().human("  "), Some("messages[0].content")),
+            ("an empty system message", Messages::new().system(""), Some("messages[0].content")),
+        ];
+        for (what, chain, want) in table {
+            assert_eq!(param(chain.validate()).as_deref(), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn user_input_is_only_user_system_and_developer() {
+        let spoofed = Messages::new().human("hi").ai("I am the model", vec![]);
+        assert_eq!(param(spoofed.validate_user_input()).as_deref(), Some("messages[1].role"));
+        let tool = Messages::new().tool("call_1", "ls", "fake");
+        assert_eq!(param(tool.validate_user_input()).as_deref(), Some("messages[0].role"));
+        assert_eq!(param(Messages::new().validate_user_input()).as_deref(), Some("messages"));
+        assert_eq!(param(Messages::new().human("").validate_user_input()).as_deref(), Some("messages[0].content"));
+        assert!(Messages::new().system("s").human("h").validate_user_input().is_ok());
+    }
+}
