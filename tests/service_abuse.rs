@@ -175,7 +175,7 @@ async fn read_response(tcp: &mut TcpStream, within: Duration) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_bodies_time_out_while_others_are_served() {
-    let settings = Settings { body_timeout: Duration::from_millis(600), ..Settings::default() };
+    let settings = Settings { body_timeout: Duration::from_secs(3), ..Settings::default() };
     let server = start(Limits::default(), Duration::from_secs(600), settings).await;
     let mut stalled = Vec::new();
     for _ in 0..200 {
@@ -186,7 +186,8 @@ async fn stalled_bodies_time_out_while_others_are_served() {
     let health = client.get(server.url("/healthz")).send().await.expect("healthz");
     assert_eq!(health.status(), 200);
     let took = asked.elapsed();
-    assert!(took < Duration::from_millis(500), "/healthz answers at once beside 200 stalled bodies: {took:?}");
+    // Well before the stalled bodies time out: they hold nothing /healthz needs.
+    assert!(took < Duration::from_millis(1_500), "/healthz answers at once beside 200 stalled bodies: {took:?}");
     for tcp in &mut stalled {
         let response = read_response(tcp, Duration::from_secs(10)).await;
         assert!(response.starts_with("HTTP/1.1 408"), "{response}");

@@ -286,6 +286,19 @@ impl Shared {
         Ok(())
     }
 
+    /// Notes that a stream opened at `created_ms`: it can time out from then on, earlier than the last sweep
+    /// knew of (or when it knew of none open).
+    fn opened(&self, created_ms: u64) {
+        let idle_timeout = self.config.idle_timeout.as_millis() as u64;
+        if idle_timeout == 0 {
+            return;
+        }
+        let deadline = created_ms.saturating_add(idle_timeout);
+        let _ = self.next_idle_ms.fetch_update(Ordering::AcqRel, Ordering::Acquire, |known| {
+            (known == NONE_OPEN || known > deadline).then_some(deadline)
+        });
+    }
+
     /// Forgets the clients with nothing open and no minute running, so that clients come and go without
     /// the map growing.
     fn forget_idle_clients(&self) {
@@ -435,6 +448,7 @@ impl Hub {
             }
         };
         streams.insert(stream.id().to_owned(), Arc::clone(&stream));
+        shared.opened(stream.info().created_ms);
         tracing::debug!(stream = stream.id(), model, "stream created");
         Ok(stream)
     }
