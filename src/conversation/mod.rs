@@ -7,11 +7,18 @@
 //!   a token estimate and a pretty printer.
 //! - [`validate`] and [`validate_user_input`] (`validate.rs`): what makes a conversation well formed, and
 //!   what a client may add to a history the server owns; errors name the message and the field.
+//! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript of seed `004` (parts, option
+//!   calls and results paired by invocation id, steps), its builders, and its projection to chat messages.
 
 mod messages;
 mod request;
+mod transcript;
 mod validate;
 
 pub use messages::Messages;
 pub use request::{ChatMessage, ChatRequest, Content, FunctionCall, Role, StreamOptions, ToolCall};
+pub use transcript::{
+    Body, MessageBuilder, Modality, OptionCall, OptionResult, OptionResultBuilder, Part, RoleHint, TranscriptError,
+    TranscriptMessage, from_chat, to_openai,
+};
 pub use validate::{ConversationError, validate, validate_user_input};
