@@ -514,7 +514,7 @@ impl Hub {
         let mut ended = 0;
         for stream in idle_streams {
             let outcome = Outcome::failed(ErrorProps {
-                message: format!("the stream had no new message for {}", humantime_secs(timeout)),
+                message: format!("the stream had no new message for {}", humantime::format_duration(timeout)),
                 code: Some("idle_timeout".into()),
                 details: None,
             });
@@ -562,10 +562,4 @@ impl Hub {
     fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Stream>>> {
         self.inner.streams.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
-
-/// `90 s`, `10 min`: a duration as a person reads it in an error message.
-fn humantime_secs(duration: Duration) -> String {
-    let secs = duration.as_secs_f64();
-    if secs >= 60.0 && secs % 60.0 == 0.0 { format!("{} min", secs / 60.0) } else { format!("{secs} s") }
 }
