@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agentmux::adapter::{OpenAiCompletion, ReasoningField};
 use agentmux::agent::{self, DemoAgent};
-use agentmux::conversation::ChatRequest;
+use agentmux::conversation::Conversation;
 use agentmux::hub::{Hub, HubConfig, Stream};
 use agentmux::render::Format;
 use common::doubles::{CountingIds, SteppingClock};
@@ -34,7 +34,7 @@ async fn demo_agent_stream_matches_its_golden_files() {
         ..HubConfig::default()
     });
     let demo = DemoAgent { pause: Duration::ZERO };
-    let request = ChatRequest::user("demo", "Show me what you can do.");
+    let request = Conversation::user("demo", "Show me what you can do.");
     let stream = agent::run(&hub, Arc::new(demo), request).expect("run");
     let cui = read_all(&stream, Format::Cui).await;
     let openai = read_all(&stream, Format::OPENAI).await;

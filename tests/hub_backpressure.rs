@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentmux::agent::{self, Agent, AgentError, Output};
-use agentmux::conversation::ChatRequest;
+use agentmux::conversation::Conversation;
 use agentmux::hub::{AppendError, Batch, Hub, HubConfig, Status, Stream, Subscription};
 use agentmux::output::{Outcome, OutputMessage};
 use agentmux::render::Format;
@@ -558,7 +558,7 @@ struct Ticker {
 }
 
 impl Agent for Ticker {
-    async fn run(&self, _request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         let cancelled = output.cancelled();
         tokio::pin!(cancelled);
         let mut tick = 0u64;
@@ -586,7 +586,7 @@ async fn cancel_reaches_the_agent_and_ends_the_stream_cancelled() {
     let observed = Arc::new(AtomicBool::new(false));
     let returned = Arc::new(AtomicBool::new(false));
     let ticker = Ticker { observed: Arc::clone(&observed), returned: Arc::clone(&returned) };
-    let stream = agent::run(&hub, Arc::new(ticker), ChatRequest::user("ticker", "go")).expect("run");
+    let stream = agent::run(&hub, Arc::new(ticker), Conversation::user("ticker", "go")).expect("run");
     let mut cui_sub = stream.subscribe(Format::Cui, 0).expect("subscribe");
     let mut openai_sub = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
 
@@ -623,7 +623,7 @@ struct Quitter {
 }
 
 impl Agent for Quitter {
-    async fn run(&self, _request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         output.text("working")?;
         output.cancelled().await;
         if self.fail { Err(AgentError::new("cancelled").with_code("cancelled")) } else { Ok(Outcome::completed()) }
@@ -638,7 +638,7 @@ async fn cancel_ends_the_stream_cancelled_before_the_agent_can_end_it() {
     let mut wrong = Vec::new();
     for round in 0..40 {
         let agent = Quitter { fail: round % 2 == 1 };
-        let stream = agent::run(&hub, Arc::new(agent), ChatRequest::user("quitter", "go")).expect("run");
+        let stream = agent::run(&hub, Arc::new(agent), Conversation::user("quitter", "go")).expect("run");
         let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
         while stream.last_sequence() < 2 {
             next(&mut subscription).await.expect("open");
@@ -659,7 +659,7 @@ async fn cancelling_the_demo_agent_ends_its_stream_cancelled() {
     let mut wrong = Vec::new();
     for round in 0..40 {
         let stream =
-            agent::run(&hub, Arc::new(agent::DemoAgent::default()), ChatRequest::user("demo", "hi")).expect("run");
+            agent::run(&hub, Arc::new(agent::DemoAgent::default()), Conversation::user("demo", "hi")).expect("run");
         let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
         next(&mut subscription).await.expect("the first batch");
         stream.cancel();
@@ -687,7 +687,7 @@ impl Stubborn {
 }
 
 impl Agent for Stubborn {
-    async fn run(&self, _request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         for i in 0..5_000 {
             tokio::time::sleep(Duration::from_millis(2)).await;
             let after_cancel = self.cancel_done.load(Ordering::SeqCst);
@@ -711,7 +711,7 @@ async fn an_agent_that_ignores_cancel_runs_on_but_its_emits_are_refused() {
     let returned = Arc::new(AtomicBool::new(false));
     let agent =
         Stubborn { cancel_done: Arc::clone(&cancel_done), emits: Arc::clone(&emits), returned: Arc::clone(&returned) };
-    let stream = agent::run(&hub, Arc::new(agent), ChatRequest::user("stubborn", "go")).expect("run");
+    let stream = agent::run(&hub, Arc::new(agent), Conversation::user("stubborn", "go")).expect("run");
     let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
     wait_until("a few emits", || emits.lock().unwrap().len() >= 3).await;
 
@@ -742,7 +742,7 @@ struct Chatty {
 }
 
 impl Agent for Chatty {
-    async fn run(&self, _request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         for i in 0..self.count {
             if i % 10 == 0 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
@@ -757,7 +757,7 @@ impl Agent for Chatty {
 async fn dropping_every_subscriber_does_not_stop_the_agent() {
     let hub = Hub::default();
     let count = 200;
-    let stream = agent::run(&hub, Arc::new(Chatty { count }), ChatRequest::user("chatty", "go")).expect("run");
+    let stream = agent::run(&hub, Arc::new(Chatty { count }), Conversation::user("chatty", "go")).expect("run");
     {
         let mut cui_sub = stream.subscribe(Format::Cui, 0).expect("subscribe");
         let mut openai_sub = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
@@ -793,7 +793,7 @@ async fn dropping_every_subscriber_does_not_stop_the_agent() {
 struct Panicky;
 
 impl Agent for Panicky {
-    async fn run(&self, _request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         output.text("about to fail")?;
         tokio::task::yield_now().await;
         panic!("the agent fell over (expected by the test)");
@@ -803,7 +803,7 @@ impl Agent for Panicky {
 struct Failing;
 
 impl Agent for Failing {
-    async fn run(&self, _request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         output.text("trying")?;
         Err(AgentError::new("the upstream model timed out").with_code("upstream_timeout"))
     }
@@ -812,7 +812,7 @@ impl Agent for Failing {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_agent_ends_the_stream_with_agent_panicked() {
     let hub = Hub::default();
-    let stream = agent::run(&hub, Arc::new(Panicky), ChatRequest::user("panicky", "go")).expect("run");
+    let stream = agent::run(&hub, Arc::new(Panicky), Conversation::user("panicky", "go")).expect("run");
     let mut cui_sub = stream.subscribe(Format::Cui, 0).expect("subscribe");
     let mut openai_sub = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
 
@@ -832,7 +832,7 @@ async fn a_panicking_agent_ends_the_stream_with_agent_panicked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_error_ends_the_stream_with_its_message() {
     let hub = Hub::default();
-    let stream = agent::run(&hub, Arc::new(Failing), ChatRequest::user("failing", "go")).expect("run");
+    let stream = agent::run(&hub, Arc::new(Failing), Conversation::user("failing", "go")).expect("run");
     let mut cui_sub = stream.subscribe(Format::Cui, 0).expect("subscribe");
     let mut openai_sub = stream.subscribe(Format::OPENAI, 0).expect("subscribe");
 

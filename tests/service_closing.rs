@@ -8,7 +8,7 @@
 mod common;
 
 use agentmux::agent::{Agent, AgentError, Agents, Output};
-use agentmux::conversation::ChatRequest;
+use agentmux::conversation::Conversation;
 use agentmux::http::Settings;
 use agentmux::hub::{HubConfig, Limits};
 use agentmux::output::Outcome;
@@ -186,7 +186,7 @@ async fn an_outcome_that_does_not_fit_is_refused_and_the_stream_stays_open() {
 struct Verbose;
 
 impl Agent for Verbose {
-    async fn run(&self, _request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         let mut text = output.stream_text();
         text.append("partial")?;
         Err(AgentError::new(format!("failed: {}", "é".repeat(1 << 20))).with_code("verbose_failure"))

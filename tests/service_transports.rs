@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agentmux::agent::{Agent, AgentError, Agents, Output};
-use agentmux::conversation::ChatRequest;
+use agentmux::conversation::Conversation;
 use agentmux::http::Settings;
 use agentmux::hub::HubConfig;
 use agentmux::output::Outcome;
@@ -69,7 +69,7 @@ impl Ticker {
 }
 
 impl Agent for Ticker {
-    async fn run(&self, request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, request: Conversation, output: Output) -> Result<Outcome, AgentError> {
         let spec = request.last_user_text().unwrap_or_default();
         let mut numbers = spec.split_whitespace().map(|n| n.parse::<u64>().unwrap_or(0));
         let count = numbers.next().unwrap_or(48);

@@ -1,6 +1,6 @@
 //! Agents: the code that produces a stream, and the [`Output`] handle it emits through.
 //!
-//! - [`Agent`] (this file): `async fn run(&self, request, output) -> Result<Outcome, AgentError>`. Write it
+//! - [`Agent`] (this file): `async fn run(&self, conversation, output) -> Result<Outcome, AgentError>`. Write it
 //!   as a plain `async fn` in your impl; the registry boxes it.
 //! - [`Output`] (`output.rs`): one method per built-in type, `send` for anything else, handles for messages
 //!   that stream in deltas, blocks, sub-agent threads, and the cancellation signal.
@@ -14,7 +14,7 @@ mod run;
 
 use std::future::Future;
 
-use crate::conversation::ChatRequest;
+use crate::conversation::Conversation;
 use crate::hub::{AppendError, Limits};
 use crate::output::{ErrorProps, Outcome};
 
@@ -23,33 +23,36 @@ pub use output::{Output, StreamingMessage};
 pub use registry::{Agents, StartError};
 pub use run::run;
 
-/// Something that answers a chat request by emitting messages.
+/// Something that answers a conversation by emitting messages.
+///
+/// It receives the conversation validated (see [`Conversation`]): for a thread, the stored history and the
+/// new input; otherwise what the client sent.
 ///
 /// ```
 /// use agentmux::agent::{Agent, AgentError, Output};
-/// use agentmux::conversation::ChatRequest;
+/// use agentmux::conversation::Conversation;
 /// use agentmux::output::Outcome;
 ///
 /// struct Shout;
 ///
 /// impl Agent for Shout {
-///     async fn run(&self, request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
-///         let text = request.last_user_text().unwrap_or_default().to_uppercase();
+///     async fn run(&self, conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
+///         let text = conversation.last_user_text().unwrap_or_default().to_uppercase();
 ///         output.text(text)?;
 ///         Ok(Outcome::completed())
 ///     }
 /// }
 /// ```
 pub trait Agent: Send + Sync + 'static {
-    /// Emits the answer to `request` through `output`. Return how the run ended; an error ends the stream
+    /// Emits the answer to `conversation` through `output`. Return how the run ended; an error ends the stream
     /// with status `error`. Watch [`Output::cancelled`] to stop early when someone cancels.
-    fn run(&self, request: ChatRequest, output: Output) -> impl Future<Output = Result<Outcome, AgentError>> + Send;
+    fn run(&self, conversation: Conversation, output: Output) -> impl Future<Output = Result<Outcome, AgentError>> + Send;
 
-    /// Checks `request` before a stream is made for it, against the limits a stream keeps: a request the
+    /// Checks `conversation` before a stream is made for it, against the limits a stream keeps: a request the
     /// agent could not answer within them is the client's fault, refused (HTTP 400, `param` naming the
     /// field) before anything starts. Every request is taken by default.
-    fn check(&self, request: &ChatRequest, limits: &Limits) -> Result<(), Refusal> {
-        let _ = (request, limits);
+    fn check(&self, conversation: &Conversation, limits: &Limits) -> Result<(), Refusal> {
+        let _ = (conversation, limits);
         Ok(())
     }
 }

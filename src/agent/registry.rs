@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::Agent;
 use super::builtin::{DemoAgent, EchoAgent, ReplayAgent};
 use super::run::{DynAgent, start};
-use crate::conversation::ChatRequest;
+use crate::conversation::Conversation;
 use crate::hub::{Hub, HubError, Stream};
 
 /// Why a request could not start.
@@ -28,12 +28,12 @@ pub enum StartError {
 ///
 /// ```
 /// use agentmux::agent::{Agent, AgentError, Agents, Output};
-/// use agentmux::conversation::ChatRequest;
+/// use agentmux::conversation::Conversation;
 /// use agentmux::output::Outcome;
 ///
 /// struct Hello;
 /// impl Agent for Hello {
-///     async fn run(&self, _: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+///     async fn run(&self, _: Conversation, output: Output) -> Result<Outcome, AgentError> {
 ///         output.text("hello")?;
 ///         Ok(Outcome::completed())
 ///     }
@@ -87,11 +87,17 @@ impl Agents {
         self.agents.keys().map(String::as_str)
     }
 
-    /// Starts the agent `request.model` names on a new stream of `hub`, counted against `client`'s budget
+    /// Starts the agent `conversation.model()` names on a new stream of `hub`, counted against `client`'s budget
     /// when there is one (see [`Hub::create_for`]); see [`super::run`].
-    pub fn start(&self, hub: &Hub, client: Option<&str>, request: ChatRequest) -> Result<Arc<Stream>, StartError> {
-        let agent = self.agents.get(&request.model).ok_or_else(|| StartError::UnknownModel(request.model.clone()))?;
-        agent.check_dyn(&request, &hub.config().limits)?;
-        Ok(start(hub, client, Arc::clone(agent), request)?)
+    pub fn start(
+        &self,
+        hub: &Hub,
+        client: Option<&str>,
+        conversation: Conversation,
+    ) -> Result<Arc<Stream>, StartError> {
+        let model = conversation.model();
+        let agent = self.agents.get(model).ok_or_else(|| StartError::UnknownModel(model.to_owned()))?;
+        agent.check_dyn(&conversation, &hub.config().limits)?;
+        Ok(start(hub, client, Arc::clone(agent), conversation)?)
     }
 }

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use tracing::Instrument;
 
 use super::{Agent, AgentError, Output, Refusal};
-use crate::conversation::ChatRequest;
+use crate::conversation::Conversation;
 use crate::hub::{Hub, HubError, Limits, Stream};
 use crate::output::{ErrorProps, Outcome};
 
@@ -24,33 +24,33 @@ const CANCEL_GRACE: Duration = Duration::from_secs(5);
 
 /// An [`Agent`] behind a pointer: what the registry keeps.
 pub(crate) trait DynAgent: Send + Sync {
-    fn run_boxed(&self, request: ChatRequest, output: Output) -> BoxFuture<'_, Result<Outcome, AgentError>>;
-    fn check_dyn(&self, request: &ChatRequest, limits: &Limits) -> Result<(), Refusal>;
+    fn run_boxed(&self, conversation: Conversation, output: Output) -> BoxFuture<'_, Result<Outcome, AgentError>>;
+    fn check_dyn(&self, conversation: &Conversation, limits: &Limits) -> Result<(), Refusal>;
 }
 
 impl<A: Agent> DynAgent for A {
-    fn run_boxed(&self, request: ChatRequest, output: Output) -> BoxFuture<'_, Result<Outcome, AgentError>> {
-        Box::pin(self.run(request, output))
+    fn run_boxed(&self, conversation: Conversation, output: Output) -> BoxFuture<'_, Result<Outcome, AgentError>> {
+        Box::pin(self.run(conversation, output))
     }
 
-    fn check_dyn(&self, request: &ChatRequest, limits: &Limits) -> Result<(), Refusal> {
-        self.check(request, limits)
+    fn check_dyn(&self, conversation: &Conversation, limits: &Limits) -> Result<(), Refusal> {
+        self.check(conversation, limits)
     }
 }
 
-/// Starts `agent` on a new stream of `hub` for `request`, and returns the stream at once. Must be called
+/// Starts `agent` on a new stream of `hub` for `conversation`, and returns the stream at once. Must be called
 /// within a Tokio runtime.
 ///
 /// ```
 /// use std::sync::Arc;
 /// use agentmux::agent::{self, EchoAgent};
-/// use agentmux::conversation::ChatRequest;
+/// use agentmux::conversation::Conversation;
 /// use agentmux::hub::Hub;
 /// use agentmux::render::Format;
 ///
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// let hub = Hub::default();
-/// let stream = agent::run(&hub, Arc::new(EchoAgent), ChatRequest::user("echo", "hi there")).unwrap();
+/// let stream = agent::run(&hub, Arc::new(EchoAgent), Conversation::user("echo", "hi there")).unwrap();
 /// let mut subscriber = stream.subscribe(Format::OPENAI, 0).unwrap();
 /// let mut body = Vec::new();
 /// while let Some(batch) = subscriber.next().await {
@@ -59,22 +59,22 @@ impl<A: Agent> DynAgent for A {
 /// assert!(String::from_utf8(body).unwrap().ends_with("data: [DONE]\n\n"));
 /// # });
 /// ```
-pub fn run<A: Agent>(hub: &Hub, agent: Arc<A>, request: ChatRequest) -> Result<Arc<Stream>, HubError> {
-    start(hub, None, agent, request)
+pub fn run<A: Agent>(hub: &Hub, agent: Arc<A>, conversation: Conversation) -> Result<Arc<Stream>, HubError> {
+    start(hub, None, agent, conversation)
 }
 
 pub(crate) fn start(
     hub: &Hub,
     client: Option<&str>,
     agent: Arc<dyn DynAgent>,
-    request: ChatRequest,
+    conversation: Conversation,
 ) -> Result<Arc<Stream>, HubError> {
-    let stream = hub.create_for(client, &request.model)?;
-    let span = tracing::info_span!("agent", stream = stream.id(), model = request.model.as_str());
+    let stream = hub.create_for(client, conversation.model())?;
+    let span = tracing::info_span!("agent", stream = stream.id(), model = conversation.model());
     let task_stream = Arc::clone(&stream);
     tokio::spawn(
         async move {
-            let outcome = drive(agent, request, &task_stream).await;
+            let outcome = drive(agent, conversation, &task_stream).await;
             if let Some(outcome) = outcome {
                 tracing::debug!(status = ?outcome.status, "agent finished");
                 task_stream.end(outcome);
@@ -86,9 +86,9 @@ pub(crate) fn start(
 }
 
 /// Runs the agent to its outcome; `None` when it was cancelled and did not return within the grace period.
-async fn drive(agent: Arc<dyn DynAgent>, request: ChatRequest, stream: &Arc<Stream>) -> Option<Outcome> {
+async fn drive(agent: Arc<dyn DynAgent>, conversation: Conversation, stream: &Arc<Stream>) -> Option<Outcome> {
     let cancelled = stream.cancellation();
-    let run = AssertUnwindSafe(agent.run_boxed(request, Output::new(Arc::clone(stream)))).catch_unwind();
+    let run = AssertUnwindSafe(agent.run_boxed(conversation, Output::new(Arc::clone(stream)))).catch_unwind();
     tokio::pin!(run);
     let result = tokio::select! {
         result = &mut run => result,

@@ -1,8 +1,10 @@
-//! The conversation a client sends: OpenAI chat requests and their messages.
+//! The conversation a client sends: OpenAI chat requests and their messages, and what an agent receives.
 //!
 //! - [`ChatRequest`], [`ChatMessage`] and [`ToolCall`] (`request.rs`): what `POST /v1/chat/completions`
 //!   carries, parsed leniently where OpenAI clients vary (unknown fields kept aside, content as a string or
 //!   parts, arguments as text or an object) and typed where it matters (roles, tool calls).
+//! - [`Conversation`] (`input.rs`): what an agent receives: validated messages, the model, the request's
+//!   options and the thread.
 //! - [`Messages`] (`messages.rs`): a conversation as a chain, with constructors, a fluent builder, filters,
 //!   a token estimate and a pretty printer.
 //! - [`validate`] and [`validate_user_input`] (`validate.rs`): what makes a conversation well formed, and
@@ -10,11 +12,13 @@
 //! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript of seed `004` (parts, option
 //!   calls and results paired by invocation id, steps), its builders, and its projection to chat messages.
 
+mod input;
 mod messages;
 mod request;
 mod transcript;
 mod validate;
 
+pub use input::Conversation;
 pub use messages::Messages;
 pub use request::{ChatMessage, ChatRequest, Content, FunctionCall, Role, StreamOptions, ToolCall};
 pub use transcript::{

@@ -195,20 +195,3 @@ impl ChatMessage {
         }
     }
 }
-
-impl ChatRequest {
-    /// A request for `model` with one user message.
-    ///
-    /// ```
-    /// let request = agentmux::conversation::ChatRequest::user("echo", "hello there");
-    /// assert_eq!(request.last_user_text().as_deref(), Some("hello there"));
-    /// ```
-    pub fn user(model: impl Into<String>, text: impl Into<String>) -> Self {
-        ChatRequest { model: model.into(), messages: vec![ChatMessage::new(Role::User, text)], ..Default::default() }
-    }
-
-    /// The text of the last user message, if any.
-    pub fn last_user_text(&self) -> Option<String> {
-        self.messages.iter().rev().find(|m| m.role == Role::User).and_then(|m| m.content.as_ref()).map(Content::text)
-    }
-}

@@ -21,7 +21,7 @@ use super::extract::{Client, Params};
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body, format};
 use crate::adapter::{OpenAiCompletion, OpenAiOptions, ReasoningField};
-use crate::conversation::{ChatRequest, validate};
+use crate::conversation::{ChatRequest, Conversation, validate};
 use crate::hub::Stream;
 use crate::output::{EndStatus, check_name};
 use crate::render::Format;
@@ -67,7 +67,9 @@ pub(crate) async fn completions(
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
     let format = format::chat(query.accept.as_deref(), &headers, include_usage)?;
     let model = request.model.clone();
-    let stream = app.agents.start(&app.hub, client.as_deref(), request)?;
+    let conversation = Conversation::from_request(request)
+        .map_err(|e| HttpError::bad_request(e.message, Some(e.param), "invalid_value"))?;
+    let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
     super::record_stream(stream.id());
     tracing::info!(model, streaming, "chat completion started");
     let on_disconnect = if cancel_on_disconnect {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::agent::{Agent, AgentError, Output};
-use crate::conversation::ChatRequest;
+use crate::conversation::Conversation;
 use crate::output::{ImageProps, Outcome};
 
 const BADGE: &str = "data:image/svg+xml;base64,PHN2ZyB4bWxucz0iaHR0cDovL3d3dy53My5vcmcvMjAwMC9zdmciIHdpZHRoPSIyNDAiIGhlaWdodD0iNjAiPjxyZWN0IHdpZHRoPSIyNDAiIGhlaWdodD0iNjAiIHJ4PSI4IiBmaWxsPSIjMWY2ZmViIi8+PHRleHQgeD0iMTIwIiB5PSIzOCIgZm9udC1mYW1pbHk9InNhbnMtc2VyaWYiIGZvbnQtc2l6ZT0iMjIiIGZpbGw9IiNmZmYiIHRleHQtYW5jaG9yPSJtaWRkbGUiPmFnZW50bXV4PC90ZXh0Pjwvc3ZnPg==";
@@ -39,7 +39,7 @@ impl DemoAgent {
 }
 
 impl Agent for DemoAgent {
-    async fn run(&self, request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         let mut said = String::new();
         let mut loading = output.start(crate::output::OutputMessage::loading("Reading your request..."))?;
         self.pause(&output).await?;
@@ -91,6 +91,6 @@ impl Agent for DemoAgent {
         self.pause(&output).await?;
         output.action("open_panel", json!({ "panel": "details" }))?;
         output.event("demo_complete", json!({ "steps": 9 }))?;
-        Ok(Outcome::completed().with_usage(super::word_usage(&request, &said)))
+        Ok(Outcome::completed().with_usage(super::word_usage(&conversation, &said)))
     }
 }

@@ -1,7 +1,7 @@
 //! `echo`: streams the last user message back word by word, without pauses.
 
 use crate::agent::{Agent, AgentError, Output, Refusal};
-use crate::conversation::{ChatRequest, Role};
+use crate::conversation::{Conversation, Role};
 use crate::hub::Limits;
 use crate::output::Outcome;
 
@@ -19,19 +19,20 @@ const DELTA_BYTES: u64 = 256;
 const FRAMING_MESSAGES: usize = 4;
 
 impl Agent for EchoAgent {
-    async fn run(&self, request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
-        let text = request.last_user_text().unwrap_or_default();
+    async fn run(&self, conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
+        let text = conversation.last_user_text().unwrap_or_default();
         let mut message = output.stream_text();
         for word in text.split_inclusive(char::is_whitespace) {
             message.append(word)?;
         }
         message.end()?;
-        Ok(Outcome::completed().with_usage(super::word_usage(&request, &text)))
+        Ok(Outcome::completed().with_usage(super::word_usage(&conversation, &text)))
     }
 
-    fn check(&self, request: &ChatRequest, limits: &Limits) -> Result<(), Refusal> {
-        let Some(index) = request.messages.iter().rposition(|m| m.role == Role::User) else { return Ok(()) };
-        let text = request.last_user_text().unwrap_or_default();
+    fn check(&self, conversation: &Conversation, limits: &Limits) -> Result<(), Refusal> {
+        let messages = conversation.messages().as_slice();
+        let Some(index) = messages.iter().rposition(|m| m.role == Role::User) else { return Ok(()) };
+        let text = messages[index].text();
         let refuse = |why: String| {
             Err(Refusal {
                 message: format!("echo cannot stream this message back: {why}"),

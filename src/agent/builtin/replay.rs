@@ -4,7 +4,7 @@
 //! wherever agentmux runs. A user can also replay their own recording with [`ReplayAgent::new`].
 
 use crate::agent::{Agent, AgentError, Output};
-use crate::conversation::ChatRequest;
+use crate::conversation::Conversation;
 use crate::output::{Outcome, OutputMessage};
 
 mod embedded {
@@ -40,7 +40,7 @@ impl ReplayAgent {
 }
 
 impl Agent for ReplayAgent {
-    async fn run(&self, _request: ChatRequest, output: Output) -> Result<Outcome, AgentError> {
+    async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         for (number, line) in self.input.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let message = OutputMessage::from_json(line).map_err(|e| {
                 AgentError::new(format!("replay {}: line {}: {e}", self.name, number + 1)).with_code("bad_recording")
