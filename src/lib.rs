@@ -11,7 +11,7 @@
 //! - [`hub`]: streams, the log seam their readers read, renditions shared by every subscriber, retention.
 //! - [`render`]: a format and a transport's encoding (SSE, WebSocket) together, as the hub renders them.
 //! - [`agent`]: the agent API and the built-in agents; [`conversation`]: what agents receive;
-//!   [`http`]: the service.
+//!   [`thread`]: server-side threads, their audit log and replay; [`http`]: the service.
 //!
 //! ```
 //! use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiOptions};
@@ -40,6 +40,7 @@ pub mod http;
 pub mod hub;
 pub mod output;
 pub mod render;
+pub mod thread;
 
 /// The README's examples, compiled and run as doc tests so they cannot drift.
 #[doc = include_str!("../README.md")]

@@ -19,6 +19,7 @@ use agentmux::agent::Agents;
 use agentmux::http::{App, Settings};
 use agentmux::hub::{Hub, HubConfig, Limits};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
+use agentmux::thread::ThreadConfig;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
@@ -127,6 +128,12 @@ struct Serve {
     /// limit, which is raised to its hard limit at start].
     #[arg(long, env = "AGENTMUX_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
+    /// A server-side thread unused this long is evicted (0s: never).
+    #[arg(long, env = "AGENTMUX_THREAD_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
+    thread_ttl: Duration,
+    /// The most server-side threads kept at once.
+    #[arg(long, env = "AGENTMUX_MAX_THREADS", default_value_t = 100_000)]
+    max_threads: usize,
 }
 
 fn main() -> ExitCode {
@@ -182,6 +189,7 @@ fn run_serve(serve: Serve) -> ExitCode {
             shutdown_grace: serve.shutdown_grace,
             shutdown_drain: serve.shutdown_drain,
             default_model: serve.default_model.clone(),
+            threads: ThreadConfig { ttl: serve.thread_ttl, max_threads: serve.max_threads, ..ThreadConfig::default() },
         };
         let app = App::new(hub, Arc::new(Agents::builtin()), settings);
         if !app.agents.contains(&serve.default_model) {

@@ -46,7 +46,11 @@ pub use run::run;
 pub trait Agent: Send + Sync + 'static {
     /// Emits the answer to `conversation` through `output`. Return how the run ended; an error ends the stream
     /// with status `error`. Watch [`Output::cancelled`] to stop early when someone cancels.
-    fn run(&self, conversation: Conversation, output: Output) -> impl Future<Output = Result<Outcome, AgentError>> + Send;
+    fn run(
+        &self,
+        conversation: Conversation,
+        output: Output,
+    ) -> impl Future<Output = Result<Outcome, AgentError>> + Send;
 
     /// Checks `conversation` before a stream is made for it, against the limits a stream keeps: a request the
     /// agent could not answer within them is the client's fault, refused (HTTP 400, `param` naming the

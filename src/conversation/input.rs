@@ -10,7 +10,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{ChatMessage, ChatRequest, ConversationError, Content, Messages, Role, validate};
+use super::{ChatMessage, ChatRequest, ConversationError, Messages, Role, validate};
 
 /// A validated conversation for one model.
 ///
@@ -39,7 +39,7 @@ impl Conversation {
     pub fn new(model: impl Into<String>, messages: impl Into<Messages>) -> Result<Self, ConversationError> {
         let messages = messages.into();
         if messages.is_empty() {
-            return Err(ConversationError { param: "messages".into(), message: "messages must not be empty".into() });
+            return Err(ConversationError::empty());
         }
         validate(messages.as_slice())?;
         Ok(Conversation { model: model.into(), messages, options: Map::new(), thread: None })
@@ -68,12 +68,7 @@ impl Conversation {
     /// assert_eq!(conversation.last_user_text().as_deref(), Some("hello there"));
     /// ```
     pub fn user(model: impl Into<String>, text: impl Into<String>) -> Self {
-        Conversation {
-            model: model.into(),
-            messages: Messages::new().human(text),
-            options: Map::new(),
-            thread: None,
-        }
+        Conversation { model: model.into(), messages: Messages::new().human(text), options: Map::new(), thread: None }
     }
 
     /// Sets the options (the request's other fields).
@@ -120,10 +115,11 @@ impl Conversation {
 
     /// How many words the messages hold: the prompt size the built-in agents report, having no tokenizer.
     pub fn words(&self) -> usize {
-        self.messages.as_slice().iter().filter_map(|m| m.content.as_ref()).map(|c| word_count(c)).sum()
+        self.messages
+            .as_slice()
+            .iter()
+            .filter_map(|m| m.content.as_ref())
+            .map(|c| c.text().split_whitespace().count())
+            .sum()
     }
-}
-
-fn word_count(content: &Content) -> usize {
-    content.text().split_whitespace().count()
 }

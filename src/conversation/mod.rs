@@ -25,4 +25,4 @@ pub use transcript::{
     Body, MessageBuilder, Modality, OptionCall, OptionResult, OptionResultBuilder, Part, RoleHint, TranscriptError,
     TranscriptMessage, from_chat, to_openai,
 };
-pub use validate::{ConversationError, validate, validate_user_input};
+pub use validate::{ConversationError, validate, validate_thread_input, validate_user_input};

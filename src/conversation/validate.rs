@@ -7,10 +7,12 @@
 //! - [`validate_user_input`]: what a client may add to a history the server owns: at least one message, and
 //!   only user, system and developer ones, none empty. A client can never inject what the model or a tool
 //!   said.
+//! - [`validate_thread_input`]: the same, except for the results of calls the thread's last run handed to
+//!   the client (`decisions.md`): a tool message may answer one of those, once, before the rest of the input.
 
 use std::collections::HashMap;
 
-use super::{ChatMessage, Content, Messages, Role};
+use super::{ChatMessage, Content, Messages, Role, ToolCall};
 
 /// Why a conversation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,11 +22,20 @@ pub struct ConversationError {
     pub param: String,
     /// For a person.
     pub message: String,
+    /// The message at fault, when it is one message.
+    pub index: Option<usize>,
+}
+
+impl ConversationError {
+    /// An error about the conversation as a whole (`messages`).
+    pub(crate) fn empty() -> Self {
+        ConversationError { param: "messages".into(), message: "messages must not be empty".into(), index: None }
+    }
 }
 
 fn refuse(index: usize, field: &str, message: impl Into<String>) -> Result<(), ConversationError> {
     let param = if field.is_empty() { format!("messages[{index}]") } else { format!("messages[{index}].{field}") };
-    Err(ConversationError { param, message: message.into() })
+    Err(ConversationError { param, message: message.into(), index: Some(index) })
 }
 
 /// True when a message says nothing: no content, blank text, or no parts.
@@ -89,7 +100,7 @@ pub fn validate(messages: &[ChatMessage]) -> Result<(), ConversationError> {
 /// developer message with content.
 pub fn validate_user_input(messages: &[ChatMessage]) -> Result<(), ConversationError> {
     if messages.is_empty() {
-        return Err(ConversationError { param: "messages".into(), message: "messages must not be empty".into() });
+        return Err(ConversationError::empty());
     }
     for (index, message) in messages.iter().enumerate() {
         if matches!(message.role, Role::Assistant | Role::Tool) {
@@ -98,6 +109,73 @@ pub fn validate_user_input(messages: &[ChatMessage]) -> Result<(), ConversationE
         }
     }
     validate(messages)
+}
+
+/// Checks what a client adds to a server-side thread: [`validate_user_input`], except that a tool message may
+/// answer one of the `pending` calls (the calls the thread's last run handed to the client, which it has not
+/// answered yet), once, and before any other message of the input, since it answers what came before.
+///
+/// ```
+/// use agentmux::conversation::{Messages, ToolCall, validate_thread_input};
+/// use serde_json::json;
+///
+/// let pending = [ToolCall::new("call_1", "ls", &json!({}))];
+/// let answer = Messages::new().tool("call_1", "ls", "[]").human("and now?");
+/// assert!(validate_thread_input(answer.as_slice(), &pending).is_ok());
+/// let forged = Messages::new().tool("call_2", "ls", "[]");
+/// assert_eq!(validate_thread_input(forged.as_slice(), &pending).unwrap_err().param, "messages[0].tool_call_id");
+/// ```
+pub fn validate_thread_input(messages: &[ChatMessage], pending: &[ToolCall]) -> Result<(), ConversationError> {
+    if messages.is_empty() {
+        return Err(ConversationError::empty());
+    }
+    let mut answered: Vec<&str> = Vec::new();
+    let mut leading = true;
+    for (index, message) in messages.iter().enumerate() {
+        match message.role {
+            Role::Assistant => {
+                return refuse(index, "role", "a client may not send assistant messages into a server-side history");
+            }
+            Role::Tool if pending.is_empty() => {
+                return refuse(
+                    index,
+                    "role",
+                    "a client may send a tool message into a thread only to answer a call its last run handed over, \
+                     and there is none",
+                );
+            }
+            Role::Tool if !leading => {
+                return refuse(index, "role", "tool results come first: they answer the thread's last run");
+            }
+            Role::Tool => {
+                let Some(id) = message.tool_call_id.as_deref().filter(|id| !id.is_empty()) else {
+                    return refuse(index, "tool_call_id", "a tool message needs the tool_call_id it answers");
+                };
+                let Some(call) = pending.iter().find(|call| call.id == id) else {
+                    let open: Vec<&str> = pending.iter().map(|c| c.id.as_str()).collect();
+                    return refuse(
+                        index,
+                        "tool_call_id",
+                        format!("{id:?} is not a call the thread waits on (those are {open:?})"),
+                    );
+                };
+                if answered.contains(&id) {
+                    return refuse(index, "tool_call_id", format!("the call {id:?} is answered twice"));
+                }
+                if let Some(given) = message.name.as_deref().filter(|given| *given != call.name()) {
+                    return refuse(index, "name", format!("the call {id:?} was to {:?}, not {given:?}", call.name()));
+                }
+                answered.push(id);
+            }
+            Role::User | Role::System | Role::Developer => {
+                leading = false;
+                if is_empty(message) {
+                    return refuse(index, "content", "the message is empty");
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Messages {
@@ -117,7 +195,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::conversation::ToolCall;
 
     fn param(result: Result<(), ConversationError>) -> Option<String> {
         result.err().map(|e| e.param)
@@ -185,5 +262,75 @@ mod tests {
         assert_eq!(param(Messages::new().validate_user_input()).as_deref(), Some("messages"));
         assert_eq!(param(Messages::new().human("").validate_user_input()).as_deref(), Some("messages[0].content"));
         assert!(Messages::new().system("s").human("h").validate_user_input().is_ok());
+    }
+}
+
+#[cfg(test)]
+mod thread_input {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn only_the_calls_handed_over_may_be_answered_and_only_first() {
+        let pending = [ToolCall::new("call_1", "ls", &json!({})), ToolCall::new("call_2", "cat", &json!({}))];
+        let table: Vec<(&str, Messages, &[ToolCall], Option<&str>)> = vec![
+            ("a user turn", Messages::new().human("h"), &pending, None),
+            (
+                "both answers, then a question",
+                Messages::new().tool("call_1", "ls", "a").tool("call_2", "cat", "b").human("h"),
+                &pending,
+                None,
+            ),
+            ("one answer of two", Messages::new().tool("call_2", "cat", "b"), &pending, None),
+            ("nothing", Messages::new(), &pending, Some("messages")),
+            (
+                "a spoofed assistant",
+                Messages::new().human("h").ai("I agree", vec![]),
+                &pending,
+                Some("messages[1].role"),
+            ),
+            (
+                "a tool message with nothing pending",
+                Messages::new().tool("call_1", "ls", "a"),
+                &[],
+                Some("messages[0].role"),
+            ),
+            (
+                "an answer after the question",
+                Messages::new().human("h").tool("call_1", "ls", "a"),
+                &pending,
+                Some("messages[1].role"),
+            ),
+            (
+                "an answer to another call",
+                Messages::new().tool("call_9", "ls", "a"),
+                &pending,
+                Some("messages[0].tool_call_id"),
+            ),
+            (
+                "an answer given twice",
+                Messages::new().tool("call_1", "ls", "a").tool("call_1", "ls", "b"),
+                &pending,
+                Some("messages[1].tool_call_id"),
+            ),
+            (
+                "an answer under another name",
+                Messages::new().tool("call_1", "rm", "a"),
+                &pending,
+                Some("messages[0].name"),
+            ),
+            (
+                "an answer without tool_call_id",
+                Messages::new().add([ChatMessage { tool_call_id: None, ..ChatMessage::tool_result("", "ls", "a") }]),
+                &pending,
+                Some("messages[0].tool_call_id"),
+            ),
+            ("an empty question", Messages::new().human(" "), &pending, Some("messages[0].content")),
+        ];
+        for (what, input, pending, want) in table {
+            let got = validate_thread_input(input.as_slice(), pending).err().map(|e| e.param);
+            assert_eq!(got.as_deref(), want, "{what}");
+        }
     }
 }

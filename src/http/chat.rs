@@ -16,15 +16,20 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::extract::{Client, Params};
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body, format};
 use crate::adapter::{OpenAiCompletion, OpenAiOptions, ReasoningField};
-use crate::conversation::{ChatRequest, Conversation, validate};
+use crate::conversation::{ChatRequest, Conversation};
 use crate::hub::Stream;
 use crate::output::{EndStatus, check_name};
 use crate::render::Format;
+use crate::thread::{ThreadError, Turn, check_id};
+
+/// The header that names a server-side thread.
+const THREAD_HEADER: &str = "x-agentmux-thread-id";
 
 #[derive(Debug, Deserialize, Default)]
 pub(crate) struct ChatQuery {
@@ -39,9 +44,52 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ChatRequest, HttpError> {
     if request.messages.is_empty() {
         return Err(HttpError::bad_request("messages must not be empty", Some("messages".into()), "invalid_value"));
     }
-    // The client owns this history: it must be a well-formed conversation.
-    validate(&request.messages).map_err(|e| HttpError::bad_request(e.message, Some(e.param), "invalid_value"))?;
     Ok(request)
+}
+
+/// The thread a request names: the header `x-agentmux-thread-id`, or `metadata.thread_id`; both must agree.
+fn thread_of(headers: &HeaderMap, request: &ChatRequest) -> Result<Option<String>, HttpError> {
+    let invalid = |param: &str| HttpError::from(ThreadError::InvalidId).with_param(param);
+    let header = match headers.get(THREAD_HEADER) {
+        Some(value) => Some(value.to_str().map_err(|_| invalid(THREAD_HEADER))?.to_owned()),
+        None => None,
+    };
+    let metadata = match request.extra.get("metadata").and_then(|m| m.get("thread_id")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(_) => return Err(invalid("metadata.thread_id")),
+    };
+    for (param, id) in [(THREAD_HEADER, &header), ("metadata.thread_id", &metadata)] {
+        if let Some(id) = id {
+            check_id(id).map_err(|_| invalid(param))?;
+        }
+    }
+    match (header, metadata) {
+        (Some(header), Some(metadata)) if header != metadata => Err(HttpError::bad_request(
+            format!("the header {THREAD_HEADER} names {header:?} and metadata.thread_id {metadata:?}"),
+            Some("metadata.thread_id".into()),
+            "invalid_value",
+        )),
+        (header, metadata) => Ok(header.or(metadata)),
+    }
+}
+
+/// Starts the run: on the named thread, whose history it continues, or on what the client sent.
+async fn start(
+    app: &App,
+    client: Option<&str>,
+    thread: Option<&str>,
+    request: ChatRequest,
+) -> Result<Arc<Stream>, HttpError> {
+    let Some(thread) = thread else {
+        // The client owns this history: it must be a well-formed conversation.
+        let conversation = Conversation::from_request(request)
+            .map_err(|e| HttpError::bad_request(e.message, Some(e.param), "invalid_value"))?;
+        return Ok(app.agents.start(&app.hub, client, conversation)?);
+    };
+    let turn =
+        Turn { thread: thread.to_owned(), model: request.model, input: request.messages, options: request.extra };
+    Ok(app.threads.run(client, turn).await?)
 }
 
 pub(crate) async fn completions(
@@ -67,11 +115,10 @@ pub(crate) async fn completions(
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
     let format = format::chat(query.accept.as_deref(), &headers, include_usage)?;
     let model = request.model.clone();
-    let conversation = Conversation::from_request(request)
-        .map_err(|e| HttpError::bad_request(e.message, Some(e.param), "invalid_value"))?;
-    let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
+    let thread = thread_of(&headers, &request)?;
+    let stream = start(&app, client.as_deref(), thread.as_deref(), request).await?;
     super::record_stream(stream.id());
-    tracing::info!(model, streaming, "chat completion started");
+    tracing::info!(model, streaming, thread, "chat completion started");
     let on_disconnect = if cancel_on_disconnect {
         let stream = Arc::clone(&stream);
         OnDisconnect::new(move || {
@@ -84,7 +131,9 @@ pub(crate) async fn completions(
     };
     if streaming {
         let subscription = stream.subscribe(format, 0)?;
-        return Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect));
+        let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect);
+        name_thread(&mut response, thread.as_deref());
+        return Ok(response);
     }
     // Dropped with this future if the client goes away while the agent runs.
     let mut guard = on_disconnect;
@@ -97,7 +146,15 @@ pub(crate) async fn completions(
     if let Ok(id) = HeaderValue::from_str(stream.id()) {
         response.headers_mut().insert("x-agentmux-stream-id", id);
     }
+    name_thread(&mut response, thread.as_deref());
     Ok(response)
+}
+
+/// Names the thread in the response, as the request did.
+fn name_thread(response: &mut Response, thread: Option<&str>) {
+    if let Some(id) = thread.and_then(|t| HeaderValue::from_str(t).ok()) {
+        response.headers_mut().insert(THREAD_HEADER, id);
+    }
 }
 
 /// The non-streaming answer: one `chat.completion`, or the error the run ended with.

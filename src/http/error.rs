@@ -16,6 +16,7 @@ use crate::adapter::ApiError;
 use crate::agent::StartError;
 use crate::hub::{AppendError, BatchError, HubError, SubscribeError};
 use crate::output::ValidationError;
+use crate::thread::ThreadError;
 
 /// Whether a refused request can succeed if retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +107,12 @@ impl HttpError {
             None,
             "body_too_large",
         )
+    }
+
+    /// Names the field at fault.
+    pub fn with_param(mut self, param: &str) -> Self {
+        self.error.param = Some(param.to_owned());
+        self
     }
 
     /// Prefixes `param` with `prefix` (`messages[3]` + `.props.url`).
@@ -229,6 +236,30 @@ impl From<SubscribeError> for HttpError {
                 HttpError::bad_request(error.to_string(), Some("from".into()), "sequence_ahead")
             }
             _ => HttpError::capacity(error.to_string(), Room::Unknown),
+        }
+    }
+}
+
+impl From<ThreadError> for HttpError {
+    fn from(error: ThreadError) -> Self {
+        let message = error.to_string();
+        let conflict =
+            |code| HttpError::new(StatusCode::CONFLICT, "invalid_request_error", message.clone(), None, code);
+        match error {
+            ThreadError::NotFound(_) => {
+                HttpError::new(StatusCode::NOT_FOUND, "invalid_request_error", message, None, "thread_not_found")
+            }
+            ThreadError::Exists(_) => conflict("thread_exists").with_param("id"),
+            ThreadError::InvalidId => HttpError::bad_request(message, Some("thread_id".into()), "invalid_value"),
+            // A retry (the SDKs make two, backing off) may find the run ended.
+            ThreadError::Busy { .. } => HttpError { retry: true, ..conflict("thread_busy") },
+            ThreadError::Invalid(e) => HttpError::bad_request(e.message, Some(e.param), "invalid_value"),
+            ThreadError::TooLarge { .. } => {
+                HttpError::bad_request(message, Some("messages".into()), "thread_too_large")
+            }
+            ThreadError::Full { .. } => HttpError::capacity(message, Room::Unknown),
+            ThreadError::Upto(_) => HttpError::bad_request(message, Some("upto".into()), "invalid_value"),
+            ThreadError::Start(e) => e.into(),
         }
     }
 }

@@ -24,20 +24,36 @@ use super::HttpError;
 #[derive(Debug)]
 pub(crate) struct StreamId(pub(crate) String);
 
+/// The `{id}` of a thread path.
+#[derive(Debug)]
+pub(crate) struct ThreadId(pub(crate) String);
+
 impl<S: Send + Sync> FromRequestParts<S> for StreamId {
     type Rejection = HttpError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
-        match axum::extract::Path::<String>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Path(id)) => Ok(StreamId(id)),
-            Err(rejection) => Err(path_error(&rejection)),
-        }
+        path_id(parts, state, "stream").await.map(StreamId)
     }
 }
 
-fn path_error(rejection: &PathRejection) -> HttpError {
+impl<S: Send + Sync> FromRequestParts<S> for ThreadId {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        path_id(parts, state, "thread").await.map(ThreadId)
+    }
+}
+
+async fn path_id<S: Send + Sync>(parts: &mut Parts, state: &S, what: &str) -> Result<String, HttpError> {
+    match axum::extract::Path::<String>::from_request_parts(parts, state).await {
+        Ok(axum::extract::Path(id)) => Ok(id),
+        Err(rejection) => Err(path_error(&rejection, what)),
+    }
+}
+
+fn path_error(rejection: &PathRejection, what: &str) -> HttpError {
     HttpError::bad_request(
-        format!("the stream id in the path is not valid: {}", rejection.body_text()),
+        format!("the {what} id in the path is not valid: {}", rejection.body_text()),
         Some("id".into()),
         "invalid_value",
     )

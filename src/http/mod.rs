@@ -10,6 +10,7 @@
 //! - `format.rs`: which format a query, a WebSocket op or a chat request's headers ask for;
 //! - `chat.rs`: `POST /v1/chat/completions`;
 //! - `streams.rs`: the stream endpoints and `GET /v1/models`;
+//! - `threads.rs`: the thread endpoints (`/v1/threads`, their audit log and replay);
 //! - `sse.rs` and `ws.rs`: the SSE and WebSocket transports, both writing a batch of frames at a time.
 
 mod body;
@@ -21,6 +22,7 @@ mod format;
 mod server;
 mod sse;
 mod streams;
+mod threads;
 mod ws;
 
 use std::sync::Arc;
@@ -38,6 +40,7 @@ pub use server::serve;
 
 use crate::agent::Agents;
 use crate::hub::Hub;
+use crate::thread::{ThreadConfig, Threads};
 use server::Lifetime;
 
 /// Transport settings.
@@ -61,6 +64,8 @@ pub struct Settings {
     pub shutdown_drain: Duration,
     /// The model a chat request without one gets (`demo`).
     pub default_model: String,
+    /// The limits of server-side threads.
+    pub threads: ThreadConfig,
 }
 
 impl Default for Settings {
@@ -74,6 +79,7 @@ impl Default for Settings {
             shutdown_grace: Duration::from_secs(10),
             shutdown_drain: Duration::from_secs(5),
             default_model: "demo".into(),
+            threads: ThreadConfig::default(),
         }
     }
 }
@@ -85,6 +91,8 @@ pub struct App {
     pub hub: Hub,
     /// The agents, by model name.
     pub agents: Arc<Agents>,
+    /// The server-side threads.
+    pub threads: Threads,
     /// Transport settings.
     pub settings: Settings,
     /// Where the service is in its shutdown.
@@ -94,7 +102,8 @@ pub struct App {
 impl App {
     /// An app over `hub` and `agents`, with `settings`.
     pub fn new(hub: Hub, agents: Arc<Agents>, settings: Settings) -> Self {
-        App { hub, agents, settings, lifetime: Lifetime::default() }
+        let threads = Threads::new(hub.clone(), Arc::clone(&agents), settings.threads.clone());
+        App { hub, agents, threads, settings, lifetime: Lifetime::default() }
     }
 
     /// 503 `shutting_down` once the service is stopping: for what would start new work.
@@ -117,6 +126,10 @@ pub fn router(app: App) -> Router {
         .route("/v1/streams/{id}/events", get(streams::events))
         .route("/v1/streams/{id}/ws", get(ws::one))
         .route("/v1/ws", get(ws::many))
+        .route("/v1/threads", post(threads::create))
+        .route("/v1/threads/{id}", get(threads::get).delete(threads::delete))
+        .route("/v1/threads/{id}/audit", get(threads::audit))
+        .route("/v1/threads/{id}/replay", post(threads::replay))
         .fallback(|| async {
             HttpError::new(
                 axum::http::StatusCode::NOT_FOUND,

@@ -48,6 +48,7 @@ use tower::Layer;
 use super::{App, HttpError, router};
 use crate::hub::Hub;
 use crate::output::{ErrorProps, Outcome};
+use crate::thread::Threads;
 
 /// Where the service is in its shutdown; every connection and WebSocket watches it.
 #[derive(Debug, Clone, Default)]
@@ -80,7 +81,7 @@ pub async fn serve(
     let hub = app.hub.clone();
     let settings = app.settings.clone();
     let lifetime = app.lifetime.clone();
-    let sweeper = tokio::spawn(sweep(hub.clone()));
+    let sweeper = tokio::spawn(sweep(hub.clone(), app.threads.clone()));
     let router = router(app);
     let http = connection_builder();
     let connections = TaskTracker::new();
@@ -211,8 +212,9 @@ async fn wait_after_accept_error(error: std::io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-/// Sweeps the hub about once a second, so idle streams end and memory comes back when nobody calls.
-async fn sweep(hub: Hub) {
+/// Sweeps the hub and the threads about once a second, so idle streams end, expired threads go and memory
+/// comes back when nobody calls.
+async fn sweep(hub: Hub, threads: Threads) {
     let config = hub.config();
     let shortest = [config.idle_timeout, config.retention].into_iter().filter(|d| !d.is_zero()).min();
     let every = shortest.map_or(SWEEP_EVERY, |d| (d / 4).clamp(Duration::from_millis(10), SWEEP_EVERY));
@@ -221,6 +223,7 @@ async fn sweep(hub: Hub) {
     loop {
         ticks.tick().await;
         hub.sweep();
+        threads.sweep();
     }
 }
 

@@ -1,0 +1,102 @@
+//! [`AuditEntry`]: one line of a thread's audit log (seed `000`), and the [`Decision`] it records.
+//!
+//! The thread keeps nothing but these entries: its history is the messages of the entries whose decision
+//! belongs to the conversation ([`Decision::in_history`]), in order, so the history and the audit log can never
+//! disagree. Entries that are not history (a rejected input, a run's end) carry no message or one that was
+//! refused, and the metadata of why.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use crate::conversation::{ChatMessage, Role};
+
+/// What an entry records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Decision {
+    /// A user message the client sent.
+    UserInput,
+    /// A system or developer message the client sent.
+    SystemContext,
+    /// Assistant text before more steps of the same run (it called tools later).
+    Planning,
+    /// An assistant message that calls tools.
+    ToolCall,
+    /// A tool's result: run by the agent, or by the client for a call the run handed over.
+    ToolResult,
+    /// The assistant's last text of a run.
+    Answer,
+    /// A run ended: its status, outcome, usage and duration. No message.
+    RunEnd,
+    /// Input the service refused: the message at fault, and why. Not part of the history.
+    Rejected,
+}
+
+impl Decision {
+    /// True when the entry's message is part of the conversation the next run sees.
+    pub fn in_history(self) -> bool {
+        !matches!(self, Decision::RunEnd | Decision::Rejected)
+    }
+
+    /// The decision for a message the client sent.
+    pub(crate) fn for_input(message: &ChatMessage) -> Decision {
+        match message.role {
+            Role::User => Decision::UserInput,
+            Role::Tool => Decision::ToolResult,
+            Role::Assistant => Decision::Planning,
+            Role::System | Role::Developer => Decision::SystemContext,
+        }
+    }
+}
+
+/// One entry: `{id, timestamp, stream_id, message, decision, audit}`.
+///
+/// `message` is the chat message (`null` for a run's end); `audit` holds the metadata (model, sizes,
+/// durations, the error).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditEntry {
+    /// A UUID.
+    pub id: String,
+    /// When it was recorded, RFC 3339 with milliseconds, UTC.
+    pub timestamp: String,
+    /// The stream of the run it belongs to; `null` for a rejected input.
+    pub stream_id: Option<String>,
+    /// The message.
+    pub message: Option<ChatMessage>,
+    /// What it records.
+    pub decision: Decision,
+    /// Metadata.
+    pub audit: Map<String, Value>,
+}
+
+impl AuditEntry {
+    /// A new entry, stamped now.
+    pub(crate) fn new(
+        stream_id: Option<&str>,
+        message: Option<ChatMessage>,
+        decision: Decision,
+        audit: Map<String, Value>,
+    ) -> Self {
+        AuditEntry {
+            id: uuid::Uuid::new_v4().to_string(),
+            timestamp: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+            stream_id: stream_id.map(str::to_owned),
+            message,
+            decision,
+            audit,
+        }
+    }
+
+    /// The message, when it belongs to the conversation.
+    pub(crate) fn history(&self) -> Option<&ChatMessage> {
+        self.message.as_ref().filter(|_| self.decision.in_history())
+    }
+
+    /// Roughly what it holds, in bytes: its message's JSON.
+    pub(crate) fn size(&self) -> u64 {
+        self.message.as_ref().and_then(|m| serde_json::to_vec(m).ok()).map_or(0, |json| json.len() as u64)
+    }
+}

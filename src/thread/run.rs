@@ -1,0 +1,308 @@
+//! A turn on a thread, and a replay of one.
+//!
+//! A turn checks the input against what a client may add ([`validate_thread_input`]: no assistant message,
+//! tool messages only for the calls the last run handed over), prepends the stored history, starts the agent,
+//! and records the input at once and the run's result when its stream ends (a task per run waits for the
+//! end). Refused input is recorded as `rejected` and appended nowhere. A replay copies a thread's history up
+//! to an entry into a new thread and starts a run there, on the model asked for.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Map, Value, json};
+
+use super::audit::{AuditEntry, Decision};
+use super::record::run_result;
+use super::store::{Run, State, Thread, Threads};
+use super::{ThreadError, check_id};
+use crate::agent::StartError;
+use crate::conversation::{ChatMessage, Conversation, ConversationError, Role, validate_thread_input};
+use crate::hub::Stream;
+use crate::output::{EndStatus, Outcome};
+
+/// How long a turn waits for the result of a run that has ended to be recorded (it takes a moment).
+const RECORD_WAIT: Duration = Duration::from_secs(5);
+
+/// A turn: what a client adds to a thread, and the model to answer with.
+#[derive(Debug, Clone, Default)]
+pub struct Turn {
+    /// The thread; created on first use when the service does not know it.
+    pub thread: String,
+    /// The agent to run.
+    pub model: String,
+    /// The new messages: user, system or developer messages, and results for calls the last run handed over.
+    pub input: Vec<ChatMessage>,
+    /// The request's other fields, passed to the agent.
+    pub options: Map<String, Value>,
+}
+
+/// What a replay started.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// The new thread.
+    pub thread: String,
+    /// Its run.
+    pub stream: Arc<Stream>,
+    /// The entry the history was copied up to.
+    pub upto: String,
+}
+
+enum Attempt {
+    Started(Arc<Stream>),
+    /// A run ended and its result is being recorded.
+    Wait,
+    /// The thread went away under us: find or make it again.
+    Gone,
+}
+
+impl Threads {
+    /// Runs a turn on a thread and returns the run's stream.
+    pub async fn run(&self, client: Option<&str>, turn: Turn) -> Result<Arc<Stream>, ThreadError> {
+        check_id(&turn.thread)?;
+        let deadline = tokio::time::Instant::now() + RECORD_WAIT;
+        loop {
+            let thread = self.insert(&turn.thread, Vec::new(), false)?;
+            let recorded = thread.recorded.notified();
+            tokio::pin!(recorded);
+            recorded.as_mut().enable();
+            match self.attempt(&thread, client, &turn)? {
+                Attempt::Started(stream) => return Ok(stream),
+                Attempt::Gone => continue,
+                Attempt::Wait => {
+                    if tokio::time::timeout_at(deadline, recorded).await.is_err() {
+                        tracing::warn!(thread = turn.thread, "a run's result took over {RECORD_WAIT:?} to record");
+                        return Err(ThreadError::Busy { thread: turn.thread, stream: String::new() });
+                    }
+                }
+            }
+        }
+    }
+
+    fn attempt(&self, thread: &Arc<Thread>, client: Option<&str>, turn: &Turn) -> Result<Attempt, ThreadError> {
+        let mut state = thread.lock();
+        if state.gone {
+            return Ok(Attempt::Gone);
+        }
+        if let Some(run) = &state.run {
+            if run.stream.outcome().is_some() {
+                return Ok(Attempt::Wait);
+            }
+            return Err(ThreadError::Busy { thread: thread.id.clone(), stream: run.stream.id().to_owned() });
+        }
+        let refuse = |state: &mut State, error: ThreadError| {
+            reject(state, &turn.model, &turn.input, &error);
+            Err(error)
+        };
+        if let Err(error) = validate_thread_input(&turn.input, &state.pending) {
+            return refuse(&mut state, error.into());
+        }
+        let input: Vec<AuditEntry> = turn
+            .input
+            .iter()
+            .map(|m| AuditEntry::new(None, Some(m.clone()), Decision::for_input(m), model(&turn.model)))
+            .collect();
+        let bytes: u64 = input.iter().map(AuditEntry::size).sum();
+        let limit = self.inner.config.thread_bytes;
+        let size = state.bytes + bytes;
+        if size > limit {
+            return refuse(&mut state, ThreadError::TooLarge { size, limit });
+        }
+        let history: Vec<ChatMessage> = state.history().chain(&turn.input).cloned().collect();
+        let conversation = match Conversation::new(&turn.model, history) {
+            Ok(conversation) => conversation.with_options(turn.options.clone()).with_thread(&thread.id),
+            Err(error) => return refuse(&mut state, error.into()),
+        };
+        self.reserve(bytes)?;
+        let stream = match self.inner.agents.start(&self.inner.hub, client, conversation) {
+            Ok(stream) => stream,
+            Err(error) => {
+                self.release(bytes);
+                return match error {
+                    // Not the input's fault: nothing to record.
+                    StartError::Hub(_) => Err(error.into()),
+                    _ => refuse(&mut state, error.into()),
+                };
+            }
+        };
+        for mut entry in input {
+            entry.stream_id = Some(stream.id().to_owned());
+            entry.audit.insert("bytes".into(), entry.size().into());
+            state.entries.push(entry);
+        }
+        state.bytes += bytes;
+        self.begin(thread, &mut state, &turn.model, &stream);
+        Ok(Attempt::Started(stream))
+    }
+
+    /// Marks `stream` as the thread's run, and records its result when it ends.
+    fn begin(&self, thread: &Arc<Thread>, state: &mut State, model: &str, stream: &Arc<Stream>) {
+        state.pending.clear();
+        state.used = Instant::now();
+        state.updated = SystemTime::now();
+        state.run = Some(Run { stream: Arc::clone(stream), model: model.to_owned(), started: Instant::now() });
+        tokio::spawn(record(self.clone(), Arc::clone(thread), Arc::clone(stream)));
+    }
+
+    /// Copies the history of thread `id` up to the entry `upto` (by default, up to its last user input, so
+    /// that the last turn is asked again) into a new thread, and runs it on `model`.
+    pub fn replay(
+        &self,
+        client: Option<&str>,
+        id: &str,
+        model: &str,
+        upto: Option<&str>,
+    ) -> Result<Replay, ThreadError> {
+        if !self.inner.agents.contains(model) {
+            return Err(StartError::UnknownModel(model.to_owned()).into());
+        }
+        let source = self.find(id).ok_or_else(|| ThreadError::NotFound(id.to_owned()))?;
+        let copied = {
+            let state = source.lock();
+            let cut = match upto {
+                Some(upto) => state
+                    .entries
+                    .iter()
+                    .position(|e| e.id == upto)
+                    .ok_or_else(|| ThreadError::Upto(format!("the thread {id:?} has no entry {upto:?}")))?,
+                None => state
+                    .entries
+                    .iter()
+                    .rposition(|e| e.decision == Decision::UserInput)
+                    .ok_or_else(|| ThreadError::Upto(format!("the thread {id:?} has no user input to replay")))?,
+            };
+            let upto = state.entries[cut].id.clone();
+            let copied: Vec<AuditEntry> = state.entries[..=cut]
+                .iter()
+                .filter(|entry| entry.history().is_some())
+                .map(|entry| {
+                    let mut audit = entry.audit.clone();
+                    audit.insert("replayed_from".into(), json!({"thread_id": id, "entry_id": entry.id}));
+                    AuditEntry::new(entry.stream_id.as_deref(), entry.message.clone(), entry.decision, audit)
+                })
+                .collect();
+            if copied.is_empty() {
+                return Err(ThreadError::Upto(format!("nothing in the thread {id:?} comes before {upto:?}")));
+            }
+            (copied, upto)
+        };
+        let (entries, upto) = copied;
+        let new_id = format!("thread_{}", uuid::Uuid::new_v4().simple());
+        let thread = self.insert(&new_id, entries, true)?;
+        let mut state = thread.lock();
+        let history: Vec<ChatMessage> = state.history().cloned().collect();
+        let started = Conversation::new(model, history)
+            .map_err(ThreadError::from)
+            .map(|c| c.with_thread(&new_id))
+            .and_then(|c| Ok(self.inner.agents.start(&self.inner.hub, client, c)?));
+        match started {
+            Ok(stream) => {
+                self.begin(&thread, &mut state, model, &stream);
+                Ok(Replay { thread: new_id, stream, upto })
+            }
+            Err(error) => {
+                drop(state);
+                self.delete(&new_id);
+                Err(error)
+            }
+        }
+    }
+}
+
+/// The model as audit metadata.
+fn model(model: &str) -> Map<String, Value> {
+    Map::from_iter([("model".to_owned(), Value::from(model))])
+}
+
+/// Records refused input: the message at fault (or the first), and why.
+fn reject(state: &mut State, model_name: &str, input: &[ChatMessage], error: &ThreadError) {
+    let index = match error {
+        ThreadError::Invalid(ConversationError { index, .. }) => index.unwrap_or(0),
+        _ => 0,
+    };
+    let mut audit = model(model_name);
+    let (param, code) = match error {
+        ThreadError::Invalid(e) => (Some(e.param.clone()), "invalid_value"),
+        ThreadError::TooLarge { .. } => (Some("messages".to_owned()), "thread_too_large"),
+        ThreadError::Start(StartError::UnknownModel(_)) => (Some("model".to_owned()), "model_not_found"),
+        ThreadError::Start(StartError::Refused(refusal)) => (refusal.param.clone(), "invalid_value"),
+        _ => (None, "refused"),
+    };
+    audit.insert("error".into(), json!({"message": error.to_string(), "param": param, "code": code}));
+    audit.insert("messages".into(), input.len().into());
+    state.entries.push(AuditEntry::new(None, input.get(index).cloned(), Decision::Rejected, audit));
+    state.updated = SystemTime::now();
+}
+
+/// Waits for the run on `stream` to end, then records its result in `thread`.
+async fn record(threads: Threads, thread: Arc<Thread>, stream: Arc<Stream>) {
+    let outcome = stream.ended().await;
+    let messages = stream.snapshot().messages;
+    let result = run_result(&messages, &outcome);
+    {
+        let mut state = thread.lock();
+        let Some(run) = state.run.take() else { return };
+        if !state.gone {
+            let entries = entries(&run, stream.id(), result.messages, &outcome, result.pending.len());
+            let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
+            threads.hold(bytes);
+            state.bytes += bytes;
+            state.entries.extend(entries);
+            state.pending = result.pending;
+            state.updated = SystemTime::now();
+        }
+        state.used = Instant::now();
+    }
+    thread.recorded.notify_waiters();
+}
+
+/// The entries of a run's result: one per message, and the run's end.
+fn entries(run: &Run, stream: &str, messages: Vec<ChatMessage>, outcome: &Outcome, pending: usize) -> Vec<AuditEntry> {
+    let last_text = messages.iter().rposition(|m| m.role == Role::Assistant && m.calls().is_empty());
+    let calls_after = |i: usize| messages[i..].iter().any(|m| !m.calls().is_empty());
+    let decisions: Vec<Decision> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| match m.role {
+            Role::Tool => Decision::ToolResult,
+            _ if !m.calls().is_empty() => Decision::ToolCall,
+            _ if Some(i) == last_text && !calls_after(i) => Decision::Answer,
+            _ => Decision::Planning,
+        })
+        .collect();
+    let count = messages.len();
+    let mut entries: Vec<AuditEntry> = messages
+        .into_iter()
+        .zip(decisions)
+        .map(|(message, decision)| {
+            let mut audit = model(&run.model);
+            if let Some(name) = message.name.as_deref() {
+                audit.insert("tool".into(), name.into());
+            }
+            let calls: Vec<&str> = message.calls().iter().map(|c| c.name()).collect();
+            if !calls.is_empty() {
+                audit.insert("tools".into(), calls.into());
+            }
+            let mut entry = AuditEntry::new(Some(stream), Some(message), decision, audit);
+            entry.audit.insert("bytes".into(), entry.size().into());
+            entry
+        })
+        .collect();
+    let mut audit = model(&run.model);
+    audit.insert("status".into(), json!(outcome.status));
+    if outcome.status == EndStatus::Completed {
+        audit.insert("finish_reason".into(), json!(outcome.finish_reason.unwrap_or_default()));
+    }
+    if let Some(usage) = &outcome.usage {
+        audit.insert("usage".into(), json!(usage));
+    }
+    if let Some(error) = &outcome.error {
+        audit.insert("error".into(), json!(error));
+    }
+    audit.insert("duration_ms".into(), (run.started.elapsed().as_millis() as u64).into());
+    audit.insert("messages".into(), count.into());
+    if pending > 0 {
+        audit.insert("handed_over_tool_calls".into(), pending.into());
+    }
+    entries.push(AuditEntry::new(Some(stream), None, Decision::RunEnd, audit));
+    entries
+}

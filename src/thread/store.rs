@@ -1,0 +1,288 @@
+//! [`Threads`]: every thread the service keeps, by id, within [`ThreadConfig`]'s limits.
+//!
+//! A thread is its audit entries, the run going on (if any), the calls its last run handed to the client,
+//! and when it was last used. Each thread has its own lock; the map's lock is never taken while a thread's is
+//! held. The bytes threads hold are counted globally, so that the total stays bounded whatever the clients do.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::Map;
+use tokio::sync::Notify;
+
+use super::audit::{AuditEntry, Decision};
+use super::{ThreadConfig, ThreadError, check_id};
+use crate::agent::Agents;
+use crate::conversation::{ChatMessage, ToolCall, validate_user_input};
+use crate::hub::{Hub, Stream};
+
+/// The threads of a service. Cheap to clone; clones share the threads.
+#[derive(Clone)]
+pub struct Threads {
+    pub(super) inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    pub(super) config: ThreadConfig,
+    pub(super) hub: Hub,
+    pub(super) agents: Arc<Agents>,
+    map: Mutex<HashMap<String, Arc<Thread>>>,
+    /// Bytes of messages held by every thread.
+    bytes: AtomicU64,
+}
+
+impl std::fmt::Debug for Threads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Threads").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+/// One thread.
+pub(super) struct Thread {
+    pub(super) id: String,
+    created: SystemTime,
+    state: Mutex<State>,
+    /// Fires when a run's result has been recorded.
+    pub(super) recorded: Notify,
+}
+
+pub(super) struct State {
+    pub(super) entries: Vec<AuditEntry>,
+    /// Bytes of its entries' messages.
+    pub(super) bytes: u64,
+    pub(super) run: Option<Run>,
+    /// Calls the last run handed to the client, not yet answered.
+    pub(super) pending: Vec<ToolCall>,
+    pub(super) used: Instant,
+    pub(super) updated: SystemTime,
+    /// Set when the thread is deleted or evicted: a run still going records nothing.
+    pub(super) gone: bool,
+}
+
+/// The run going on in a thread.
+pub(super) struct Run {
+    pub(super) stream: Arc<Stream>,
+    pub(super) model: String,
+    pub(super) started: Instant,
+}
+
+impl Thread {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// The conversation so far.
+    pub(super) fn history(&self) -> impl Iterator<Item = &ChatMessage> {
+        self.entries.iter().filter_map(AuditEntry::history)
+    }
+}
+
+/// A thread as `GET /v1/threads/{id}` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Transcript {
+    /// The thread's id.
+    pub id: String,
+    /// `thread`.
+    pub object: &'static str,
+    /// When it was created, in Unix seconds.
+    pub created_at: u64,
+    /// When its history last changed, in Unix seconds.
+    pub updated_at: u64,
+    /// The conversation, oldest first.
+    pub messages: Vec<ChatMessage>,
+    /// The stream of the run going on, if one is.
+    pub running: Option<String>,
+    /// The calls its last run handed to the client, which the next turn may answer.
+    pub pending_tool_calls: Vec<ToolCall>,
+}
+
+fn unix(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+impl Threads {
+    /// No threads yet; runs start agents of `agents` on streams of `hub`.
+    pub fn new(hub: Hub, agents: Arc<Agents>, config: ThreadConfig) -> Self {
+        Threads {
+            inner: Arc::new(Inner { config, hub, agents, map: Mutex::new(HashMap::new()), bytes: AtomicU64::new(0) }),
+        }
+    }
+
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Thread>>> {
+        self.inner.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Creates a thread, under `id` or a new one, with `messages` (user, system and developer messages
+    /// only: the client cannot write what the model said).
+    pub fn create(&self, id: Option<&str>, messages: Vec<ChatMessage>) -> Result<Transcript, ThreadError> {
+        if !messages.is_empty() {
+            validate_user_input(&messages)?;
+        }
+        let id = match id {
+            Some(id) => {
+                check_id(id)?;
+                id.to_owned()
+            }
+            None => format!("thread_{}", uuid::Uuid::new_v4().simple()),
+        };
+        let entries: Vec<AuditEntry> = messages
+            .into_iter()
+            .map(|message| {
+                let decision = Decision::for_input(&message);
+                AuditEntry::new(None, Some(message), decision, Map::new())
+            })
+            .collect();
+        let thread = self.insert(&id, entries, true)?;
+        let state = thread.lock();
+        Ok(self.transcript(&thread, &state))
+    }
+
+    /// Adds a thread with `entries`; an existing one is an error when `exclusive`, and is returned otherwise.
+    pub(super) fn insert(
+        &self,
+        id: &str,
+        mut entries: Vec<AuditEntry>,
+        exclusive: bool,
+    ) -> Result<Arc<Thread>, ThreadError> {
+        let mut map = self.map();
+        if let Some(thread) = map.get(id) {
+            return if exclusive { Err(ThreadError::Exists(id.to_owned())) } else { Ok(Arc::clone(thread)) };
+        }
+        let config = &self.inner.config;
+        if map.len() >= config.max_threads {
+            return Err(ThreadError::Full { limit: config.max_threads as u64 });
+        }
+        let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
+        if bytes > config.thread_bytes {
+            return Err(ThreadError::TooLarge { size: bytes, limit: config.thread_bytes });
+        }
+        self.reserve(bytes)?;
+        for entry in &mut entries {
+            entry.audit.insert("bytes".into(), entry.size().into());
+        }
+        let now = SystemTime::now();
+        let thread = Arc::new(Thread {
+            id: id.to_owned(),
+            created: now,
+            state: Mutex::new(State {
+                entries,
+                bytes,
+                run: None,
+                pending: Vec::new(),
+                used: Instant::now(),
+                updated: now,
+                gone: false,
+            }),
+            recorded: Notify::new(),
+        });
+        map.insert(id.to_owned(), Arc::clone(&thread));
+        Ok(thread)
+    }
+
+    /// Counts `bytes` more held by threads, unless that passes the total.
+    pub(super) fn reserve(&self, bytes: u64) -> Result<(), ThreadError> {
+        let limit = self.inner.config.total_bytes;
+        self.inner
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| held.checked_add(bytes).filter(|&t| t <= limit))
+            .map(drop)
+            .map_err(|_| ThreadError::Full { limit })
+    }
+
+    /// Counts `bytes` more held, even past the total: a run's result is recorded whatever its size (the
+    /// stream already bounded it), and the next input is refused instead.
+    pub(super) fn hold(&self, bytes: u64) {
+        self.inner.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(super) fn release(&self, bytes: u64) {
+        let _ = self
+            .inner
+            .bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| Some(held.saturating_sub(bytes)));
+    }
+
+    pub(super) fn find(&self, id: &str) -> Option<Arc<Thread>> {
+        self.map().get(id).cloned()
+    }
+
+    pub(super) fn transcript(&self, thread: &Thread, state: &State) -> Transcript {
+        Transcript {
+            id: thread.id.clone(),
+            object: "thread",
+            created_at: unix(thread.created),
+            updated_at: unix(state.updated),
+            messages: state.history().cloned().collect(),
+            running: state.run.as_ref().map(|run| run.stream.id().to_owned()),
+            pending_tool_calls: state.pending.clone(),
+        }
+    }
+
+    /// The thread's conversation, or `None` when there is no such thread. Reading counts as use.
+    pub fn get(&self, id: &str) -> Option<Transcript> {
+        let thread = self.find(id)?;
+        let mut state = thread.lock();
+        state.used = Instant::now();
+        Some(self.transcript(&thread, &state))
+    }
+
+    /// The thread's audit log, in order, or `None` when there is no such thread.
+    pub fn audit(&self, id: &str) -> Option<Vec<AuditEntry>> {
+        let thread = self.find(id)?;
+        let mut state = thread.lock();
+        state.used = Instant::now();
+        Some(state.entries.clone())
+    }
+
+    /// Removes a thread; a run still going on it goes on, and its result is not recorded. False when there
+    /// was no such thread.
+    pub fn delete(&self, id: &str) -> bool {
+        let Some(thread) = self.map().remove(id) else { return false };
+        self.forget(&thread);
+        true
+    }
+
+    fn forget(&self, thread: &Thread) {
+        let mut state = thread.lock();
+        state.gone = true;
+        self.release(std::mem::take(&mut state.bytes));
+        state.entries = Vec::new();
+    }
+
+    /// How many threads are kept.
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// True when no thread is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Evicts the threads unused for longer than the TTL that have no run going on.
+    pub fn sweep(&self) {
+        let ttl = self.inner.config.ttl;
+        if ttl.is_zero() {
+            return;
+        }
+        let mut evicted = Vec::new();
+        self.map().retain(|_, thread| {
+            let state = thread.lock();
+            let keep = state.run.is_some() || state.used.elapsed() < ttl;
+            drop(state);
+            if !keep {
+                evicted.push(Arc::clone(thread));
+            }
+            keep
+        });
+        for thread in evicted {
+            tracing::debug!(thread = thread.id, "thread evicted after its TTL");
+            self.forget(&thread);
+        }
+    }
+}
