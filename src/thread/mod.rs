@@ -30,7 +30,8 @@ use crate::conversation::ConversationError;
 /// The limits threads keep.
 #[derive(Debug, Clone)]
 pub struct ThreadConfig {
-    /// A thread unused this long (no turn, no read) is evicted (1 hour). Zero keeps threads forever.
+    /// A thread without a turn for this long (reading it does not count) is evicted, unless a run is going
+    /// on (1 hour). Zero keeps threads forever.
     pub ttl: Duration,
     /// The most threads kept at once (100,000).
     pub max_threads: usize,

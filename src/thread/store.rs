@@ -223,19 +223,17 @@ impl Threads {
         }
     }
 
-    /// The thread's conversation, or `None` when there is no such thread. Reading counts as use.
+    /// The thread's conversation, or `None` when there is no such thread.
     pub fn get(&self, id: &str) -> Option<Transcript> {
         let thread = self.find(id)?;
-        let mut state = thread.lock();
-        state.used = Instant::now();
+        let state = thread.lock();
         Some(self.transcript(&thread, &state))
     }
 
     /// The thread's audit log, in order, or `None` when there is no such thread.
     pub fn audit(&self, id: &str) -> Option<Vec<AuditEntry>> {
         let thread = self.find(id)?;
-        let mut state = thread.lock();
-        state.used = Instant::now();
+        let state = thread.lock();
         Some(state.entries.clone())
     }
 
