@@ -1,6 +1,6 @@
 //! The official `openai` Python package against a real server: `tests/python/openai_client.py` runs every
 //! case (text, reasoning, parallel tool calls raw and through the `.stream()` helper, an error mid-stream, the
-//! usage chunk, error statuses) and prints one JSON line per case.
+//! usage chunk, error statuses, a two-turn server-side thread read back) and prints one JSON line per case.
 //!
 //! The package lives in a virtualenv at `target/py-venv`, made with `python3 -m venv` and `pip install` the
 //! first time (or when the import fails) and reused afterwards; a lock file keeps two test processes from
@@ -45,6 +45,7 @@ const CASES: &[&str] = &[
     "nonstream_error",
     "stream_error_at_end",
     "unknown_model",
+    "thread_two_turns",
 ];
 
 fn manifest_dir() -> &'static Path {
