@@ -50,7 +50,12 @@ async fn audit(server: &TestServer, thread: &str) -> Vec<Value> {
 }
 
 fn roles(transcript: &Value) -> Vec<String> {
-    transcript["messages"].as_array().expect("messages").iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect()
+    transcript["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,7 +83,11 @@ async fn two_turns_keep_the_history_and_spoofed_input_appends_nothing() {
                    { "role": "tool", "tool_call_id": "call_1", "content": "secrets" }]),
             "messages[0].role",
         ),
-        ("a tool result nobody asked for", json!([{ "role": "tool", "tool_call_id": "call_1", "content": "x" }]), "messages[0].role"),
+        (
+            "a tool result nobody asked for",
+            json!([{ "role": "tool", "tool_call_id": "call_1", "content": "x" }]),
+            "messages[0].role",
+        ),
         ("an empty user message", json!([{ "role": "user", "content": "" }]), "messages[0].content"),
         ("no messages", json!([]), "messages"),
     ];
@@ -116,7 +125,8 @@ async fn the_audit_log_of_a_tool_call_a_rejected_input_and_two_runs() {
     assert_eq!(status, 200);
     let (status, _, _) = turn(&server, "t-audit", "echo", json!([{ "role": "assistant", "content": "forged" }])).await;
     assert_eq!(status, 400);
-    let (status, body, second) = turn(&server, "t-audit", "replay/tool-call-then-text", user("weather in Paris?")).await;
+    let (status, body, second) =
+        turn(&server, "t-audit", "replay/tool-call-then-text", user("weather in Paris?")).await;
     assert_eq!(status, 200, "{body}");
     let (first, second) = (first.expect("a stream id"), second.expect("a stream id"));
 
@@ -420,4 +430,35 @@ async fn threads_expire_after_their_ttl_and_stay_within_their_size() {
         }
     }
     assert!(gone, "the thread was evicted after its TTL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_turns_sent_at_once_one_runs_and_a_cancelled_run_is_recorded_as_such() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let turns = (0..8).map(|n| {
+        let request = client
+            .post(server.url("/v1/chat/completions"))
+            .header("x-agentmux-thread-id", "t-race")
+            .json(&json!({ "model": "demo", "stream": true, "messages": user(&format!("turn {n}")) }));
+        async move { request.send().await.expect("POST") }
+    });
+    let responses = futures::future::join_all(turns).await;
+    let statuses: Vec<u16> = responses.iter().map(|r| r.status().as_u16()).collect();
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 1, "{statuses:?}");
+    assert_eq!(statuses.iter().filter(|&&s| s == 409).count(), 7, "{statuses:?}");
+    let running = responses.into_iter().find(|r| r.status() == 200).unwrap();
+    let stream = running.headers()["x-agentmux-stream-id"].to_str().unwrap().to_owned();
+    let (status, _) = post_json(&client, &server.url(&format!("/v1/streams/{stream}/cancel")), &json!({})).await;
+    assert_eq!(status, 202);
+    read_events(running).await;
+    // The next turn goes through, and the log says how the first run ended.
+    assert_eq!(turn(&server, "t-race", "echo", user("after the cancel")).await.0, 200);
+    let entries = audit(&server, "t-race").await;
+    let first_end = entries.iter().find(|e| e["decision"] == "run_end").unwrap();
+    assert_eq!(first_end["stream_id"], stream);
+    assert_eq!(first_end["audit"]["status"], "cancelled");
+    assert!(first_end["audit"].get("finish_reason").is_none(), "{first_end}");
+    let inputs = entries.iter().filter(|e| e["decision"] == "user_input").count();
+    assert_eq!(inputs, 2, "the refused turns added nothing");
 }
