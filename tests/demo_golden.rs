@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmux::adapter::{OpenAiCompletion, ReasoningField};
+use agentmux::adapter::{AgentTools, OpenAiCompletion, ReasoningField};
 use agentmux::agent::{self, DemoAgent};
 use agentmux::conversation::Conversation;
 use agentmux::hub::{Hub, HubConfig, Stream};
@@ -38,8 +38,15 @@ async fn demo_agent_stream_matches_its_golden_files() {
     let stream = agent::run(&hub, Arc::new(demo), request).expect("run");
     let cui = read_all(&stream, Format::Cui).await;
     let openai = read_all(&stream, Format::OPENAI).await;
-    let usage =
-        read_all(&stream, Format::OpenAi { include_usage: true, reasoning: ReasoningField::ReasoningContent }).await;
+    let usage = read_all(
+        &stream,
+        Format::OpenAi {
+            include_usage: true,
+            reasoning: ReasoningField::ReasoningContent,
+            agent_tools: AgentTools::Reasoning,
+        },
+    )
+    .await;
     let mut completion = OpenAiCompletion::new(agentmux::adapter::OpenAiOptions::from(stream.info()));
     stream.history().iter().for_each(|message| completion.push(message));
     let outcome = stream.outcome().expect("ended");

@@ -16,7 +16,7 @@ use common::assert_same_frames;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, ReasoningField};
+use agentmux::adapter::{Adapter, AgentTools, CuiAdapter, OpenAiAdapter, ReasoningField};
 use agentmux::hub::{Hub, HubConfig, Status, Stream, SubscribeError, Subscription};
 use agentmux::output::{DeltaAction, Metadata, Outcome, OutputMessage, Usage};
 use agentmux::render::Format;
@@ -27,7 +27,8 @@ use serde_json::{Map, Value, json};
 use tokio::sync::oneshot;
 
 /// OpenAI chunks with the usage chunk and reasoning in both fields.
-const OPENAI_USAGE: Format = Format::OpenAi { include_usage: true, reasoning: ReasoningField::Both };
+const OPENAI_USAGE: Format =
+    Format::OpenAi { include_usage: true, reasoning: ReasoningField::Both, agent_tools: AgentTools::Hidden };
 const FORMATS: [Format; 3] = [Format::Cui, Format::OPENAI, OPENAI_USAGE];
 /// No single read in these tests may take longer than this.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -423,10 +424,11 @@ impl Rendered {
 fn render(stream: &Stream, format: Format, log: &[OutputMessage], outcome: &Outcome) -> Rendered {
     let mut adapter: Box<dyn Adapter> = match format {
         Format::Cui => Box::new(CuiAdapter),
-        Format::OpenAi { include_usage, reasoning } => {
+        Format::OpenAi { include_usage, reasoning, agent_tools } => {
             let mut options = agentmux::adapter::OpenAiOptions::from(stream.info());
             options.include_usage = include_usage;
             options.reasoning = reasoning;
+            options.agent_tools = agent_tools;
             Box::new(OpenAiAdapter::new(options))
         }
         other => panic!("unknown format {other:?}"),

@@ -49,7 +49,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmux::adapter::ReasoningField;
+use agentmux::adapter::{AgentTools, ReasoningField};
 use agentmux::hub::{
     AppendError, Batch, Hub, HubConfig, HubError, Limits, Status, Stream, SubscribeError, Subscription,
 };
@@ -74,8 +74,11 @@ const BLOCKS: [&str; 2] = ["b1", "b2"];
 const THREADS: [&str; 2] = ["t1", "t2"];
 /// The events the stream adds by itself.
 const LIFECYCLE: [&str; 6] = ["stream_start", "stream_end", "message_start", "message_end", "block_start", "block_end"];
-const FORMATS: [Format; 3] =
-    [Format::Cui, Format::OPENAI, Format::OpenAi { include_usage: true, reasoning: ReasoningField::Both }];
+const FORMATS: [Format; 3] = [
+    Format::Cui,
+    Format::OPENAI,
+    Format::OpenAi { include_usage: true, reasoning: ReasoningField::Both, agent_tools: AgentTools::Hidden },
+];
 const MODEL_NAME: &str = "model";
 
 // ---------------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use cui::CuiAdapter;
 pub use frame::{Frame, Payload};
-pub use openai::{ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
+pub use openai::{AgentTools, ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 
 /// A renderer from messages to frames; see the module doc.
 pub trait Adapter {

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use crate::hub::{AppendError, Stream};
-use crate::output::{DeltaAction, OutputMessage, main_field};
+use crate::output::{DeltaAction, OutputMessage, ToolError, main_field};
 
 /// Where an agent's messages go; see the module doc.
 #[derive(Debug, Clone)]
@@ -70,6 +70,26 @@ impl Output {
         self.send(OutputMessage::tool_call(id, name, arguments))
     }
 
+    /// Sends the `tool_result` of a call the agent ran: what the tool `name` returned for the call `call_id`.
+    pub fn tool_result(
+        &self,
+        call_id: impl Into<String>,
+        name: impl Into<String>,
+        result: Value,
+    ) -> Result<u64, AppendError> {
+        self.send(OutputMessage::tool_result(call_id, name, result))
+    }
+
+    /// Sends the `tool_result` of a call the agent ran that failed.
+    pub fn tool_failure(
+        &self,
+        call_id: impl Into<String>,
+        name: impl Into<String>,
+        error: ToolError,
+    ) -> Result<u64, AppendError> {
+        self.send(OutputMessage::tool_failure(call_id, name, error))
+    }
+
     /// Sends `error` (the run goes on; return an error from the agent to end it).
     pub fn error(&self, message: impl Into<String>) -> Result<u64, AppendError> {
         self.send(OutputMessage::error(message))
@@ -115,13 +135,16 @@ impl Output {
         self.streaming("thinking", Map::new())
     }
 
-    /// A tool call whose arguments stream in deltas; its first chunk carries `id` and `name`.
+    /// A tool call handed to the client, whose arguments stream in deltas; its first chunk carries `id` and
+    /// `name`. OpenAI clients receive it as `tool_calls`, and the run should then end (the client runs it).
     pub fn stream_tool_call(&self, id: impl Into<String>, name: impl Into<String>) -> StreamingMessage {
-        let mut props = Map::new();
-        props.insert("id".into(), Value::String(id.into()));
-        props.insert("name".into(), Value::String(name.into()));
-        props.insert("arguments".into(), Value::String(String::new()));
-        self.streaming("tool_call", props)
+        self.streaming("tool_call", tool_call_props(id.into(), name.into(), false))
+    }
+
+    /// A tool call the agent runs itself (`server_side: true`), whose arguments stream in deltas; answer it
+    /// with [`Output::tool_result`]. OpenAI clients never receive it as `tool_calls`.
+    pub fn stream_server_tool_call(&self, id: impl Into<String>, name: impl Into<String>) -> StreamingMessage {
+        self.streaming("tool_call", tool_call_props(id.into(), name.into(), true))
     }
 
     /// Sends `message` now as the first chunk of a message that will change (a loading that turns done, a
@@ -278,4 +301,15 @@ impl StreamingMessage {
         self.first = None;
         Ok(sequence)
     }
+}
+
+fn tool_call_props(id: String, name: String, server_side: bool) -> Map<String, Value> {
+    let mut props = Map::new();
+    props.insert("id".into(), Value::String(id));
+    props.insert("name".into(), Value::String(name));
+    props.insert("arguments".into(), Value::String(String::new()));
+    if server_side {
+        props.insert("server_side".into(), Value::Bool(true));
+    }
+    props
 }

@@ -1,15 +1,16 @@
 //! Which [`Format`] a request asks for: the one place queries, WebSocket ops and headers are read for it.
 //!
 //! Subscriptions (SSE `…/events`, the WebSocket `subscribe` op and `…/ws`) name a format with `format`
-//! (`cui` by default, or `openai`) and the OpenAI options `include_usage` and `reasoning`. Chat completions
-//! choose between OpenAI chunks and CUI with `accept` (query) or `x-agentmux-accept` (header), reasoning
-//! with `x-agentmux-reasoning`, and usage with the request's own `stream_options.include_usage`.
+//! (`cui` by default, or `openai`) and the OpenAI options `include_usage`, `reasoning` and `agent_tools`.
+//! Chat completions choose between OpenAI chunks and CUI with `accept` (query) or `x-agentmux-accept`
+//! (header), reasoning with `x-agentmux-reasoning`, the agent's own tool calls with `x-agentmux-agent-tools`,
+//! and usage with the request's own `stream_options.include_usage`.
 
 use axum::http::HeaderMap;
 use serde::Deserialize;
 
 use super::HttpError;
-use crate::adapter::ReasoningField;
+use crate::adapter::{AgentTools, ReasoningField};
 use crate::render::Format;
 
 /// A subscription's format fields, as a query or a WebSocket op carries them.
@@ -18,16 +19,18 @@ pub(crate) struct FormatFields {
     pub(crate) format: Option<String>,
     pub(crate) include_usage: Option<bool>,
     pub(crate) reasoning: Option<String>,
+    pub(crate) agent_tools: Option<String>,
 }
 
 impl FormatFields {
     /// The format asked for.
     pub(crate) fn format(&self) -> Result<Format, HttpError> {
         let reasoning = reasoning(self.reasoning.as_deref(), "reasoning")?;
+        let agent_tools = agent_tools(self.agent_tools.as_deref(), "agent_tools")?;
         let include_usage = self.include_usage.unwrap_or(false);
         match self.format.as_deref() {
             None | Some("cui") => Ok(Format::Cui),
-            Some("openai") => Ok(Format::OpenAi { include_usage, reasoning }),
+            Some("openai") => Ok(Format::OpenAi { include_usage, reasoning, agent_tools }),
             Some(other) => Err(HttpError::bad_request(
                 format!("format must be cui or openai, not {other:?}"),
                 Some("format".into()),
@@ -53,7 +56,8 @@ pub(crate) fn chat(accept: Option<&str>, headers: &HeaderMap, include_usage: boo
         }
     };
     let reasoning = reasoning(header("x-agentmux-reasoning").as_deref(), "x-agentmux-reasoning")?;
-    Ok(if cui { Format::Cui } else { Format::OpenAi { include_usage, reasoning } })
+    let agent_tools = agent_tools(header("x-agentmux-agent-tools").as_deref(), "x-agentmux-agent-tools")?;
+    Ok(if cui { Format::Cui } else { Format::OpenAi { include_usage, reasoning, agent_tools } })
 }
 
 /// Where reasoning goes, by name (`reasoning_content`, `reasoning`, `both`); `param` names the field at fault.
@@ -64,6 +68,19 @@ fn reasoning(name: Option<&str>, param: &str) -> Result<ReasoningField, HttpErro
         Some("both") => Ok(ReasoningField::Both),
         Some(other) => Err(HttpError::bad_request(
             format!("{param} must be reasoning_content, reasoning or both, not {other:?}"),
+            Some(param.into()),
+            "invalid_value",
+        )),
+    }
+}
+
+/// How the agent's own tool calls appear, by name (`reasoning`, `hidden`); `param` names the field at fault.
+fn agent_tools(name: Option<&str>, param: &str) -> Result<AgentTools, HttpError> {
+    match name {
+        None | Some("reasoning") => Ok(AgentTools::Reasoning),
+        Some("hidden") => Ok(AgentTools::Hidden),
+        Some(other) => Err(HttpError::bad_request(
+            format!("{param} must be reasoning or hidden, not {other:?}"),
             Some(param.into()),
             "invalid_value",
         )),

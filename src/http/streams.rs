@@ -143,6 +143,7 @@ pub(crate) struct SubscribeQuery {
     format: Option<String>,
     include_usage: Option<bool>,
     reasoning: Option<String>,
+    agent_tools: Option<String>,
     from: Option<u64>,
 }
 
@@ -153,6 +154,7 @@ impl SubscribeQuery {
             format: self.format.clone(),
             include_usage: self.include_usage,
             reasoning: self.reasoning.clone(),
+            agent_tools: self.agent_tools.clone(),
         };
         fields.format()
     }

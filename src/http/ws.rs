@@ -1,7 +1,7 @@
 //! WebSocket subscribers: `GET /v1/streams/{id}/ws` for one stream, `GET /v1/ws` for several at once.
 //!
 //! Both speak one protocol of JSON text frames. From the client: `{"op": "subscribe", "stream", "format"?,
-//! "from"?, "include_usage"?, "reasoning"?}`, `{"op": "unsubscribe", "stream"}`, `{"op": "cancel", "stream"}`,
+//! "from"?, "include_usage"?, "reasoning"?, "agent_tools"?}`, `{"op": "unsubscribe", "stream"}`, `{"op": "cancel", "stream"}`,
 //! `{"op": "publish", "stream", "message"}`. From the server: the stream's WebSocket rendition
 //! (`crate::render`: `{"stream", "seq", "message"}` for CUI, `{"stream", "chunk"}` for OpenAI, `{"stream",
 //! "error"}`, and `{"stream", "done": true, "status"}` at the end), error replies `{"stream"?, "error":

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::props::{
     ActionProps, AudioProps, BuiltinProps, ErrorProps, EventProps, FileProps, ImageProps, LoadingProps, TextProps,
-    ThinkingProps, ToolCallProps, VideoProps,
+    ThinkingProps, ToolCallProps, ToolError, ToolResultProps, VideoProps,
 };
 use super::validate::{self, ValidationError};
 
@@ -143,7 +143,22 @@ impl OutputMessage {
 
     /// `tool_call`; `arguments` is JSON text.
     pub fn tool_call(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> Self {
-        Self::builtin(ToolCallProps { id: id.into(), name: name.into(), arguments: arguments.into() })
+        Self::builtin(ToolCallProps {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+            server_side: false,
+        })
+    }
+
+    /// `tool_result`: what the tool `name` returned for the call `call_id`.
+    pub fn tool_result(call_id: impl Into<String>, name: impl Into<String>, result: Value) -> Self {
+        Self::builtin(ToolResultProps { call_id: call_id.into(), name: name.into(), result: Some(result), error: None })
+    }
+
+    /// `tool_result` for a call that failed.
+    pub fn tool_failure(call_id: impl Into<String>, name: impl Into<String>, error: ToolError) -> Self {
+        Self::builtin(ToolResultProps { call_id: call_id.into(), name: name.into(), result: None, error: Some(error) })
     }
 
     /// `error` with its message.

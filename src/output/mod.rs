@@ -25,7 +25,7 @@ pub use message::{DeltaAction, Metadata, OutputMessage};
 pub use outcome::{EndStatus, FinishReason, Outcome, Usage};
 pub use props::{
     ActionProps, AudioProps, BuiltinProps, ErrorProps, EventProps, FileProps, ImageProps, LoadingProps, TextProps,
-    ThinkingProps, ToolCallProps, VideoProps, builtin_types, is_builtin_type, main_field,
+    ThinkingProps, ToolCallProps, ToolError, ToolResultProps, VideoProps, builtin_types, is_builtin_type, main_field,
 };
 pub(crate) use reducer::Undo;
 pub use reducer::{DeltaError, Reducer};

@@ -16,7 +16,20 @@ pub trait BuiltinProps: Serialize + DeserializeOwned {
 
 /// The built-in type names, in the order the docs list them.
 pub fn builtin_types() -> &'static [&'static str] {
-    &["text", "thinking", "loading", "tool_call", "error", "image", "audio", "video", "file", "action", "event"]
+    &[
+        "text",
+        "thinking",
+        "loading",
+        "tool_call",
+        "tool_result",
+        "error",
+        "image",
+        "audio",
+        "video",
+        "file",
+        "action",
+        "event",
+    ]
 }
 
 /// True for the built-in types; any other type is a custom type.
@@ -74,6 +87,36 @@ pub struct ToolCallProps {
     /// The arguments as JSON text; streamed in fragments.
     #[serde(default)]
     pub arguments: String,
+    /// True when the agent runs the tool itself (a `tool_result` answers it in the same stream); false (the
+    /// default) when the call is handed to the client, as OpenAI hands tool calls over.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub server_side: bool,
+}
+
+/// `tool_result`: what a tool the agent ran returned, answering the `tool_call` whose `id` is `call_id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct ToolResultProps {
+    /// The `id` of the call it answers.
+    pub call_id: String,
+    /// The tool's name.
+    #[serde(default)]
+    pub name: String,
+    /// What the tool returned, when it succeeded: any JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// Why it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+}
+
+/// Why a tool failed: `{"message", "code"?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ToolError {
+    /// For a person (and the model).
+    pub message: String,
+    /// For programs: `tool_not_found`, `invalid_args`, `timeout`, or the tool's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
 }
 
 /// `error`: something went wrong.
@@ -211,6 +254,7 @@ builtin! {
     ThinkingProps => "thinking",
     LoadingProps => "loading",
     ToolCallProps => "tool_call",
+    ToolResultProps => "tool_result",
     ErrorProps => "error",
     ImageProps => "image",
     AudioProps => "audio",

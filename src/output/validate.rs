@@ -11,7 +11,7 @@
 //! Every string a producer gives that is a name or an id rather than content is at most [`NAME_BYTES`]
 //! bytes of UTF-8: the `type` (a custom type's name too), `message_id`, `chunk_id`, `block_id`,
 //! `thread_id`, `delta_path` and `metadata.trace_id`, and the built-in props that name something
-//! (`tool_call`'s `id` and `name`, `action`'s `name`, `event`'s `event`, `error`'s `code`, `file`'s `name`
+//! (`tool_call`'s `id` and `name`, `tool_result`'s `call_id` and `name`, `action`'s `name`, `event`'s `event`, `error`'s `code`, `file`'s `name`
 //! and `mime`, `audio`'s and `video`'s `format`). Names are what the stream and the adapters copy: into
 //! the lifecycle events that open and close a message or block, into every OpenAI chunk (a stream's model
 //! name), into a tool call's header. Bounding them bounds those copies, and lets a stream reserve room for
@@ -163,7 +163,10 @@ const fn opt(name: &'static str, kind: Kind) -> Field {
 
 const TEXT: &[Field] = &[req("content", Kind::String)];
 const LOADING: &[Field] = &[req("message", Kind::String), opt("done", Kind::Bool)];
-const TOOL_CALL: &[Field] = &[req("id", Kind::Name), req("name", Kind::Name), opt("arguments", Kind::String)];
+const TOOL_CALL: &[Field] =
+    &[req("id", Kind::Name), req("name", Kind::Name), opt("arguments", Kind::String), opt("server_side", Kind::Bool)];
+const TOOL_RESULT: &[Field] =
+    &[req("call_id", Kind::Name), opt("name", Kind::Name), opt("result", Kind::Any), opt("error", Kind::Object)];
 const ERROR: &[Field] = &[req("message", Kind::String), opt("code", Kind::Name), opt("details", Kind::Any)];
 const IMAGE: &[Field] = &[
     req("url", Kind::Url),
@@ -202,6 +205,7 @@ pub(crate) fn schema(kind: &str) -> Option<&'static [Field]> {
         "text" | "thinking" => TEXT,
         "loading" => LOADING,
         "tool_call" => TOOL_CALL,
+        "tool_result" => TOOL_RESULT,
         "error" => ERROR,
         "image" => IMAGE,
         "audio" => AUDIO,
@@ -306,7 +310,8 @@ mod tests {
             keys::<TextProps>(json!({"content": "a"})),
             keys::<ThinkingProps>(json!({"content": "a"})),
             keys::<LoadingProps>(json!({"message": "a", "done": true})),
-            keys::<ToolCallProps>(json!({"id": "c", "name": "f", "arguments": "{}"})),
+            keys::<ToolCallProps>(json!({"id": "c", "name": "f", "arguments": "{}", "server_side": true})),
+            keys::<ToolResultProps>(json!({"call_id": "c", "name": "f", "result": 1, "error": {"message": "m"}})),
             keys::<ErrorProps>(json!({"message": "m", "code": "c", "details": "d"})),
             keys::<ImageProps>(json!({"url": url, "alt": "a", "width": 1, "height": 1, "detail": "low"})),
             keys::<AudioProps>(json!({"url": url, "format": "mp3", "duration": 1.5, "transcript": "t",

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::adapter::{Adapter, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField};
+use crate::adapter::{Adapter, AgentTools, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField};
 use crate::hub::{Entry, Gone, Render, Renderer, StreamInfo};
 use crate::output::ErrorProps;
 
@@ -36,21 +36,29 @@ pub enum Format {
         include_usage: bool,
         /// Where reasoning goes.
         reasoning: ReasoningField,
+        /// How the agent's own tool calls appear.
+        agent_tools: AgentTools,
     },
 }
 
 impl Format {
-    /// OpenAI chunks with the defaults: no usage chunk, reasoning in `reasoning_content`.
-    pub const OPENAI: Format = Format::OpenAi { include_usage: false, reasoning: ReasoningField::ReasoningContent };
+    /// OpenAI chunks with the defaults: no usage chunk, reasoning in `reasoning_content`, the agent's own tool
+    /// calls as reasoning.
+    pub const OPENAI: Format = Format::OpenAi {
+        include_usage: false,
+        reasoning: ReasoningField::ReasoningContent,
+        agent_tools: AgentTools::Reasoning,
+    };
 
     /// A fresh adapter for this format over the stream `info` describes.
     pub fn adapter(self, info: &StreamInfo) -> Box<dyn Adapter + Send> {
         match self {
             Format::Cui => Box::new(CuiAdapter),
-            Format::OpenAi { include_usage, reasoning } => {
+            Format::OpenAi { include_usage, reasoning, agent_tools } => {
                 let mut options = OpenAiOptions::from(info);
                 options.include_usage = include_usage;
                 options.reasoning = reasoning;
+                options.agent_tools = agent_tools;
                 Box::new(OpenAiAdapter::new(options))
             }
         }
@@ -60,13 +68,17 @@ impl Format {
     fn key(self) -> String {
         match self {
             Format::Cui => "cui".into(),
-            Format::OpenAi { include_usage, reasoning } => {
+            Format::OpenAi { include_usage, reasoning, agent_tools } => {
                 let reasoning = match reasoning {
                     ReasoningField::ReasoningContent => "reasoning_content",
                     ReasoningField::Reasoning => "reasoning",
                     ReasoningField::Both => "both",
                 };
-                format!("openai{}/{reasoning}", if include_usage { "+usage" } else { "" })
+                let tools = match agent_tools {
+                    AgentTools::Reasoning => "",
+                    AgentTools::Hidden => "/agent-tools-hidden",
+                };
+                format!("openai{}/{reasoning}{tools}", if include_usage { "+usage" } else { "" })
             }
         }
     }

@@ -6,9 +6,9 @@
 //!
 //! - `text` joins the assistant message being built (a new one after a tool result);
 //! - `tool_call` adds a call to it (calls without an id or a name are skipped: the history must stay valid);
-//! - a tool result (an `event` named `tool_result` whose `data` names the `call_id` of a call of this run)
-//!   becomes a tool message answering that call, after the assistant message that made it; its content is
-//!   `data.result` (a string as it is, other JSON as its text), or `data.error`;
+//! - a `tool_result` answering a call of this run (by `call_id`) becomes a tool message answering that call,
+//!   after the assistant message that made it; its content is the `result` (a string as it is, other JSON as
+//!   its text), or `Error: <message>` for a failure;
 //! - everything else (thinking, loading, media, actions, events, custom types, and what sub-agents said, which
 //!   carries a `thread_id`) stays in the stream and is not part of the conversation.
 //!
@@ -52,17 +52,20 @@ pub(crate) fn run_result(messages: &[OutputMessage], outcome: &Outcome) -> RunRe
                 assistant(&mut said).tool_calls.get_or_insert_with(Vec::new).push(call);
                 ended_on_call = true;
             }
-            "event" if message.prop_str("event") == Some("tool_result") => {
-                let Some(data) = message.props.get("data") else { continue };
-                let Some(id) = data.get("call_id").and_then(Value::as_str) else { continue };
+            "tool_result" => {
+                let Some(id) = message.prop_str("call_id") else { continue };
                 let answered = said.iter().any(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(id));
                 let Some(name) = call(&said, id).map(|c| c.name().to_owned()).filter(|_| !answered) else {
                     continue;
                 };
-                let output = data.get("result").or_else(|| data.get("error")).unwrap_or(&Value::Null);
-                let output = match output {
-                    Value::String(text) => text.clone(),
-                    other => other.to_string(),
+                let failure = message.props.get("error").filter(|e| !e.is_null());
+                let output = match (failure, message.props.get("result")) {
+                    (Some(error), _) => {
+                        format!("Error: {}", error.get("message").and_then(Value::as_str).unwrap_or("the tool failed"))
+                    }
+                    (None, Some(Value::String(text))) => text.clone(),
+                    (None, Some(other)) => other.to_string(),
+                    (None, None) => String::new(),
                 };
                 said.push(ChatMessage::tool_result(id, name, output));
             }
@@ -128,8 +131,8 @@ mod tests {
             json!({"type": "thinking", "props": {"content": "hmm"}}),
             json!({"type": "text", "props": {"content": "Let me check."}}),
             json!({"type": "tool_call", "props": {"id": "call_1", "name": "weather", "arguments": "{\"city\":\"Paris\"}"}}),
-            json!({"type": "event", "props": {"event": "tool_result", "data": {"call_id": "call_1", "result": {"temp_c": 18}}}}),
-            json!({"type": "event", "props": {"event": "tool_result", "data": {"call_id": "call_9", "result": 1}}}),
+            json!({"type": "tool_result", "props": {"call_id": "call_1", "name": "weather", "result": {"temp_c": 18}}}),
+            json!({"type": "tool_result", "props": {"call_id": "call_9", "result": 1}}),
             json!({"type": "text", "props": {"content": "It is 18 °C."}}),
             json!({"type": "text", "props": {"content": "Sub-agent aside"}, "thread_id": "t1"}),
             json!({"type": "image", "props": {"url": "https://example.com/a.png"}}),
@@ -148,13 +151,14 @@ mod tests {
         let messages = parse(&[
             json!({"type": "tool_call", "props": {"id": "call_1", "name": "ls", "arguments": "{}"}}),
             json!({"type": "tool_call", "props": {"id": "call_2", "name": "search", "arguments": "{}"}}),
-            json!({"type": "event", "props": {"event": "tool_result", "data": {"call_id": "call_1", "result": "a b"}}}),
+            json!({"type": "tool_result", "props": {"call_id": "call_1", "error": {"message": "no such dir"}}}),
             json!({"type": "tool_call", "props": {"id": "", "name": "nameless", "arguments": "{}"}}),
         ]);
         let handed = Outcome { finish_reason: Some(FinishReason::ToolCalls), ..Outcome::completed() };
         let result = run_result(&messages, &handed);
         assert_eq!(result.pending.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["call_2"]);
         assert_eq!(result.messages.len(), 2, "{:?}", result.messages);
+        assert_eq!(result.messages[1].text(), "Error: no such dir");
         assert!(validate(&result.messages).is_ok());
         // Stopping right after a call hands it over too, as OpenAI clients are told.
         assert_eq!(run_result(&messages, &Outcome::completed()).pending, result.pending);

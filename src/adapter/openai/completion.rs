@@ -39,7 +39,8 @@ pub struct OpenAiCompletion {
 impl OpenAiCompletion {
     /// An aggregate for one stream.
     pub fn new(options: OpenAiOptions) -> Self {
-        OpenAiCompletion { options, progress: Progress::default() }
+        let progress = Progress::new(options.agent_tools);
+        OpenAiCompletion { options, progress }
     }
 
     /// Takes in one message.
@@ -59,9 +60,9 @@ impl OpenAiCompletion {
         let (mut content, mut content_separator) = (String::new(), Separator::default());
         let (mut reasoning, mut reasoning_separator) = (String::new(), Separator::default());
         for (slot, state) in self.progress.reducer().messages().iter().enumerate() {
-            let (text, block, out, separator) = match project(state) {
+            let (text, block, out, separator) = match project(state, self.options.agent_tools) {
                 Projection::Content { text, block } => (text, block, &mut content, &mut content_separator),
-                Projection::Reasoning(text) => (text.into(), true, &mut reasoning, &mut reasoning_separator),
+                Projection::Reasoning(text) => (text, true, &mut reasoning, &mut reasoning_separator),
                 _ => continue,
             };
             if text.is_empty() {

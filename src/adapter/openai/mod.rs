@@ -14,6 +14,8 @@
 //!   non-streaming response uses the final text;
 //! - a loading message that turns `done` or is replaced: its text went out once and is not repeated;
 //! - a tool call whose `id` or `name` changes after its first delta: the first ones stand;
+//! - a tool call the agent runs itself (`server_side`) and its `tool_result` are never `tool_calls`: they are
+//!   reasoning lines, or nothing ([`AgentTools`]);
 //! - tool calls streaming at once are sent one after another, as OpenAI sends them (openai-python's
 //!   `.stream()` helper closes a call's arguments when the next call starts): a call waits until the one
 //!   before it has ended (its `message_end`, a call sent whole, or the end of the stream), then sends its
@@ -48,6 +50,8 @@ pub struct OpenAiOptions {
     pub include_usage: bool,
     /// Which field carries reasoning.
     pub reasoning: ReasoningField,
+    /// How the calls the agent runs itself appear.
+    pub agent_tools: AgentTools,
 }
 
 impl OpenAiOptions {
@@ -59,8 +63,23 @@ impl OpenAiOptions {
             model: model.into(),
             include_usage: false,
             reasoning: ReasoningField::default(),
+            agent_tools: AgentTools::default(),
         }
     }
+}
+
+/// How the tool calls the agent runs itself (`server_side: true`) and their results reach an OpenAI client.
+///
+/// Never as `tool_calls`: a client's agent loop would run them again. `tool_calls` are only the calls handed
+/// to the client, after which the stream ends with `finish_reason: "tool_calls"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AgentTools {
+    /// As reasoning: `Calling <name> with <arguments>` as the arguments stream, then `<name> returned
+    /// <result>` (or `<name> failed: <message>`).
+    #[default]
+    Reasoning,
+    /// Not at all.
+    Hidden,
 }
 
 /// The delta field reasoning goes in. Clients differ: DeepSeek-style clients read `reasoning_content`,

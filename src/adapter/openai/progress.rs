@@ -22,6 +22,7 @@ use std::collections::VecDeque;
 
 use crate::output::{DeltaAction, FinishReason, Outcome, OutputMessage, Reducer, main_field};
 
+use super::AgentTools;
 use super::projection::{Projection, project};
 
 /// Something to send.
@@ -79,6 +80,8 @@ pub(crate) struct SentToolCall<'a> {
 /// The state machine; see the module doc.
 #[derive(Debug, Default)]
 pub(crate) struct Progress {
+    /// How the agent's own tool calls project.
+    agent_tools: AgentTools,
     reducer: Reducer,
     sent: Vec<Sent>,
     next_tool_index: u32,
@@ -93,6 +96,11 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
+    /// A fresh state machine; `agent_tools` says how the agent's own tool calls project.
+    pub(crate) fn new(agent_tools: AgentTools) -> Self {
+        Progress { agent_tools, ..Progress::default() }
+    }
+
     /// Applies one message and yields what to send for it. A message the reducer refuses yields nothing:
     /// a stream refuses such messages before they are appended, so only hand-fed adapters meet them.
     pub(crate) fn push(&mut self, message: &OutputMessage, emit: &mut dyn FnMut(Piece<'_>)) {
@@ -102,7 +110,7 @@ impl Progress {
         let previous = self.reducer.slot_of(message);
         let fast = previous.and_then(|slot| self.fast_fragment(slot, message));
         let before = match (previous, fast) {
-            (Some(slot), None) => projection_text(&self.reducer.messages()[slot]),
+            (Some(slot), None) => projection_text(&self.reducer.messages()[slot], self.agent_tools),
             _ => None,
         };
         let Ok(slot) = self.reducer.apply(message) else {
@@ -116,7 +124,7 @@ impl Progress {
             self.sent[ended].closed = true;
             self.advance(emit);
         }
-        if matches!(project(&self.reducer.messages()[slot]), Projection::ToolCall { .. }) {
+        if matches!(project(&self.reducer.messages()[slot], self.agent_tools), Projection::ToolCall { .. }) {
             let sent = &mut self.sent[slot];
             if sent.channel != Channel::Tool {
                 *sent = Sent { channel: Channel::Tool, stale: Some(String::new()), ..Sent::default() };
@@ -139,7 +147,7 @@ impl Progress {
     fn render(&mut self, slot: usize, fast: Option<&str>, before: Option<&str>, emit: &mut dyn FnMut(Piece<'_>)) {
         let state = &self.reducer.messages()[slot];
         let sent = &mut self.sent[slot];
-        let (channel, text, block) = match project(state) {
+        let (channel, text, block) = match project(state, self.agent_tools) {
             Projection::Silent => return,
             Projection::Error { message, code } => {
                 self.error = Some((message.to_owned(), code.map(str::to_owned)));
@@ -147,7 +155,7 @@ impl Progress {
                 return;
             }
             Projection::Content { text, block } => (Channel::Content, text, block),
-            Projection::Reasoning(text) => (Channel::Reasoning, text.into(), true),
+            Projection::Reasoning(text) => (Channel::Reasoning, text, true),
             Projection::ToolCall { arguments, .. } => (Channel::Tool, arguments.into(), false),
         };
         let new = match fast {
@@ -201,7 +209,7 @@ impl Progress {
     fn advance(&mut self, emit: &mut dyn FnMut(Piece<'_>)) {
         while let Some(&front) = self.tool_queue.front() {
             if self.sent[front].header.is_none() {
-                match project(&self.reducer.messages()[front]) {
+                match project(&self.reducer.messages()[front], self.agent_tools) {
                     Projection::ToolCall { id, name, arguments } if !name.is_empty() => {
                         let index = self.next_tool_index;
                         self.next_tool_index += 1;
@@ -281,7 +289,7 @@ impl Progress {
             .zip(self.reducer.messages())
             .filter_map(|(sent, state)| {
                 let header = sent.header.as_ref()?;
-                match project(state) {
+                match project(state, self.agent_tools) {
                     Projection::ToolCall { arguments, .. } => {
                         Some(SentToolCall { index: header.index, id: &header.id, name: &header.name, arguments })
                     }
@@ -325,10 +333,10 @@ fn ended_message(message: &OutputMessage) -> Option<&str> {
 }
 
 /// The text of a projection that the extension rule compares.
-fn projection_text(state: &OutputMessage) -> Option<String> {
-    match project(state) {
-        Projection::Content { text, .. } => Some(text.into_owned()),
-        Projection::Reasoning(text) | Projection::ToolCall { arguments: text, .. } => Some(text.to_owned()),
+fn projection_text(state: &OutputMessage, agent_tools: AgentTools) -> Option<String> {
+    match project(state, agent_tools) {
+        Projection::Content { text, .. } | Projection::Reasoning(text) => Some(text.into_owned()),
+        Projection::ToolCall { arguments: text, .. } => Some(text.to_owned()),
         Projection::Silent | Projection::Error { .. } => None,
     }
 }

@@ -1,7 +1,8 @@
 //! What one message, in its current state, looks like to an OpenAI client.
 //!
-//! A pure function of the message's state: text is `content`; thinking and loading are reasoning; a tool
-//! call is a tool call; an error ends the stream; media and custom types with a `url` become Markdown in
+//! A pure function of the message's state (and of [`AgentTools`]): text is `content`; thinking and loading
+//! are reasoning; a tool call handed to the client is a tool call; a tool call the agent runs itself and its
+//! `tool_result` are reasoning lines or nothing; an error ends the stream; media and custom types with a `url` become Markdown in
 //! `content`; action, event and custom types without a `url` are silent. The streaming adapter sends what is
 //! new in a projection since it last looked, and the non-streaming aggregate joins the final projections, so
 //! the two agree by construction.
@@ -17,6 +18,7 @@
 
 use std::borrow::Cow;
 
+use super::AgentTools;
 use crate::output::OutputMessage;
 
 /// A message as an OpenAI client sees it.
@@ -27,7 +29,7 @@ pub(crate) enum Projection<'a> {
     /// Assistant `content`. `block` marks a media or custom-type link, which stands on a line of its own.
     Content { text: Cow<'a, str>, block: bool },
     /// Reasoning (`reasoning_content` and/or `reasoning`).
-    Reasoning(&'a str),
+    Reasoning(Cow<'a, str>),
     /// A tool call; `id` and `name` may still be empty while it streams.
     ToolCall { id: &'a str, name: &'a str, arguments: &'a str },
     /// An error, which ends an OpenAI stream.
@@ -35,7 +37,7 @@ pub(crate) enum Projection<'a> {
 }
 
 /// Projects a message's current state.
-pub(crate) fn project(message: &OutputMessage) -> Projection<'_> {
+pub(crate) fn project(message: &OutputMessage, agent_tools: AgentTools) -> Projection<'_> {
     let prop = |key| message.prop_str(key).unwrap_or("");
     let media = |render: fn(&OutputMessage, &str) -> String| {
         let url = prop("url");
@@ -44,9 +46,19 @@ pub(crate) fn project(message: &OutputMessage) -> Projection<'_> {
     };
     match message.kind.as_str() {
         "text" => Projection::Content { text: Cow::Borrowed(prop("content")), block: false },
-        "thinking" => Projection::Reasoning(prop("content")),
-        "loading" => Projection::Reasoning(prop("message")),
+        "thinking" => Projection::Reasoning(Cow::Borrowed(prop("content"))),
+        "loading" => Projection::Reasoning(Cow::Borrowed(prop("message"))),
+        "tool_call" if message.props.get("server_side") == Some(&serde_json::Value::Bool(true)) => {
+            match (agent_tools, prop("name")) {
+                (AgentTools::Hidden, _) | (_, "") => Projection::Silent,
+                (AgentTools::Reasoning, name) => {
+                    Projection::Reasoning(Cow::Owned(format!("Calling {name} with {}", prop("arguments"))))
+                }
+            }
+        }
         "tool_call" => Projection::ToolCall { id: prop("id"), name: prop("name"), arguments: prop("arguments") },
+        "tool_result" if agent_tools == AgentTools::Hidden => Projection::Silent,
+        "tool_result" => Projection::Reasoning(Cow::Owned(tool_result(message))),
         "error" => Projection::Error { message: prop("message"), code: message.prop_str("code") },
         "image" => media(|m, url| format!("![{}]({})", link_text(m.prop_str("alt").unwrap_or("")), link_url(url))),
         "audio" => media(|_, url| format!("🔊 [Play audio]({})", link_url(url))),
@@ -60,6 +72,20 @@ pub(crate) fn project(message: &OutputMessage) -> Projection<'_> {
             }
             _ => Projection::Silent,
         },
+    }
+}
+
+/// A tool result as a line of reasoning: `<name> returned <result>` or `<name> failed: <message>`.
+fn tool_result(message: &OutputMessage) -> String {
+    let name = message.prop_str("name").filter(|n| !n.is_empty()).unwrap_or("the tool");
+    if let Some(error) = message.props.get("error").filter(|e| !e.is_null()) {
+        let why = error.get("message").and_then(serde_json::Value::as_str).unwrap_or("no reason given");
+        return format!("{name} failed: {why}");
+    }
+    match message.props.get("result") {
+        Some(serde_json::Value::String(text)) => format!("{name} returned {text}"),
+        Some(result) => format!("{name} returned {result}"),
+        None => format!("{name} returned nothing"),
     }
 }
 
@@ -119,7 +145,7 @@ mod tests {
     use super::*;
 
     fn content(message: OutputMessage) -> String {
-        match project(&message) {
+        match project(&message, AgentTools::Reasoning) {
             Projection::Content { text, .. } => text.into_owned(),
             other => panic!("not content: {other:?}"),
         }
@@ -145,7 +171,7 @@ mod tests {
             OutputMessage::new("chart", Default::default()),
             OutputMessage::new("chart", Default::default()).with_prop("url", 3),
         ] {
-            assert_eq!(project(&message), Projection::Silent);
+            assert_eq!(project(&message, AgentTools::Reasoning), Projection::Silent);
         }
     }
 }

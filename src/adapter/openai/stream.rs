@@ -42,7 +42,8 @@ pub struct OpenAiAdapter {
 impl OpenAiAdapter {
     /// An adapter for one stream.
     pub fn new(options: OpenAiOptions) -> Self {
-        OpenAiAdapter { options, progress: Progress::default(), role_sent: false, done: false }
+        let progress = Progress::new(options.agent_tools);
+        OpenAiAdapter { options, progress, role_sent: false, done: false }
     }
 
     fn role(&mut self, frames: &mut Vec<Frame>) {

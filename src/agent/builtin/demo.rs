@@ -1,7 +1,7 @@
 //! `demo`: a short tour of every built-in message type, with pauses so a person can watch it stream.
 //!
 //! In order: a loading message that turns done, streamed thinking, streamed text, a block holding a
-//! streamed tool call and its result event, more text, an image (a data: URL, so it shows without network),
+//! streamed tool call the agent runs itself and its result, more text, an image (a data: URL, so it shows without network),
 //! an action, an event, and a completed finish with usage in words. Between steps it waits for
 //! [`DemoAgent::pause`], and stops early if the stream is cancelled.
 
@@ -62,16 +62,13 @@ impl Agent for DemoAgent {
         text.end()?;
 
         let step = output.begin_block();
-        let mut call = step.stream_tool_call("call_demo_weather", "get_weather");
+        let mut call = step.stream_server_tool_call("call_demo_weather", "get_weather");
         for fragment in ["{\"city\":", " \"Paris\"}"] {
             call.append(fragment)?;
             self.pause(&output).await?;
         }
         call.end()?;
-        step.event(
-            "tool_result",
-            json!({ "call_id": "call_demo_weather", "result": { "temp_c": 18, "sky": "sunny" } }),
-        )?;
+        step.tool_result("call_demo_weather", "get_weather", json!({ "temp_c": 18, "sky": "sunny" }))?;
         step.end_block()?;
 
         let weather = "The weather tool says 18 °C and sunny in Paris.\n";
