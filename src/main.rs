@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
-use agentmux::agent::Agents;
+use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::http::{App, Settings};
 use agentmux::hub::{Hub, HubConfig, Limits};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
@@ -37,7 +37,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTP service (the default).
-    Serve(Serve),
+    Serve(Box<Serve>),
     /// Render messages (JSON Lines on stdin) as a client of FORMAT receives them.
     Render {
         /// The wire format.
@@ -134,13 +134,41 @@ struct Serve {
     /// The most server-side threads kept at once.
     #[arg(long, env = "AGENTMUX_MAX_THREADS", default_value_t = 100_000)]
     max_threads: usize,
+    /// An OpenAI-compatible model server (its base URL, ending in /v1): every model no built-in agent has goes
+    /// there.
+    #[arg(long, env = "AGENTMUX_UPSTREAM_URL")]
+    upstream_url: Option<String>,
+    /// The upstream's API key (sent as a bearer token; never logged). Prefer the environment variable.
+    #[arg(long, env = "AGENTMUX_UPSTREAM_KEY", hide_env_values = true)]
+    upstream_key: Option<String>,
+    /// The upstream's models, comma-separated [default: read from its GET /models at start, and every 5 min].
+    #[arg(long, env = "AGENTMUX_UPSTREAM_MODELS", value_delimiter = ',')]
+    upstream_models: Option<Vec<String>>,
+    /// Models without native tool calling, comma-separated: they get text-mode tool instructions.
+    #[arg(long, env = "AGENTMUX_UPSTREAM_TEXT_MODE", value_delimiter = ',')]
+    upstream_text_mode: Vec<String>,
+    /// How long connecting to the upstream may take.
+    #[arg(long, env = "AGENTMUX_UPSTREAM_CONNECT_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    upstream_connect_timeout: Duration,
+    /// How long the upstream may take to send the first byte of an answer.
+    #[arg(long, env = "AGENTMUX_UPSTREAM_FIRST_BYTE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    upstream_first_byte_timeout: Duration,
+    /// How long the upstream may pause between chunks.
+    #[arg(long, env = "AGENTMUX_UPSTREAM_IDLE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    upstream_idle_timeout: Duration,
+    /// How many times the model is asked in one run (the tool loop's rounds).
+    #[arg(long, env = "AGENTMUX_MAX_TOOL_ROUNDS", default_value_t = 25)]
+    max_tool_rounds: usize,
+    /// How long one tool the service runs may take.
+    #[arg(long, env = "AGENTMUX_TOOL_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    tool_timeout: Duration,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let command = cli.command.unwrap_or(Command::Serve(cli.serve));
+    let command = cli.command.unwrap_or(Command::Serve(Box::new(cli.serve)));
     match command {
-        Command::Serve(serve) => run_serve(serve),
+        Command::Serve(serve) => run_serve(*serve),
         Command::Render { format, model, include_usage, reasoning, outcome } => {
             render_command(format, model, include_usage, reasoning, outcome)
         }
@@ -191,7 +219,31 @@ fn run_serve(serve: Serve) -> ExitCode {
             default_model: serve.default_model.clone(),
             threads: ThreadConfig { ttl: serve.thread_ttl, max_threads: serve.max_threads, ..ThreadConfig::default() },
         };
-        let app = App::new(hub, Arc::new(Agents::builtin()), settings);
+        let mut agents = Agents::builtin();
+        if let Some(url) = &serve.upstream_url {
+            let config = UpstreamConfig {
+                key: serve.upstream_key.clone().filter(|k| !k.is_empty()),
+                models: serve.upstream_models.clone(),
+                text_mode: serve.upstream_text_mode.clone(),
+                connect_timeout: serve.upstream_connect_timeout,
+                first_byte_timeout: serve.upstream_first_byte_timeout,
+                idle_timeout: serve.upstream_idle_timeout,
+                max_rounds: serve.max_tool_rounds,
+                tool_timeout: serve.tool_timeout,
+                ..UpstreamConfig::new(url.clone())
+            };
+            let upstream = match UpstreamAgent::new(config, Tools::new()) {
+                Ok(upstream) => upstream,
+                Err(e) => return fail(&e),
+            };
+            match upstream.refresh_models().await {
+                Ok(count) => tracing::info!(upstream = url, models = count, "upstream ready"),
+                Err(e) => tracing::warn!(upstream = url, "could not list the upstream's models (will retry): {e}"),
+            }
+            tokio::spawn(refresh_models(upstream.clone()));
+            agents.set_upstream(upstream);
+        }
+        let app = App::new(hub, Arc::new(agents), settings);
         if !app.agents.contains(&serve.default_model) {
             tracing::warn!(
                 default_model = serve.default_model,
@@ -201,7 +253,7 @@ fn run_serve(serve: Serve) -> ExitCode {
         let address = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());
         tracing::info!(
             %address,
-            models = ?app.agents.names().collect::<Vec<_>>(),
+            models = ?app.agents.names(),
             open_files,
             max_connections,
             "agentmux listening"
@@ -214,6 +266,18 @@ fn run_serve(serve: Serve) -> ExitCode {
             Err(e) => fail(&format!("serving: {e}")),
         }
     })
+}
+
+/// Reads the upstream's model list again every five minutes, so `GET /v1/models` follows it.
+async fn refresh_models(upstream: UpstreamAgent) {
+    let mut ticks = tokio::time::interval(Duration::from_secs(300));
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        if let Err(e) = upstream.refresh_models().await {
+            tracing::warn!("could not list the upstream's models: {e}");
+        }
+    }
 }
 
 /// Listens on `addr` with a backlog of 4096 connections, not the default 128: a burst of clients connecting

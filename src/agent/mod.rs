@@ -6,11 +6,19 @@
 //!   that stream in deltas, blocks, sub-agent threads, and the cancellation signal.
 //! - [`Agents`] (`registry.rs`): model names to agents; [`run`] (`run.rs`) starts an agent on a new stream.
 //! - Built-in agents (`builtin/`): `demo`, `echo`, and `replay/<fixture>`.
+//! - [`UpstreamAgent`] (`upstream/`): any OpenAI-compatible model server, streamed into typed messages,
+//!   with the tool loop.
+//! - [`Tool`] and [`Tools`] (`tools.rs`): tools with JSON Schemas, run by the agent or handed to the client.
+//! - The text-mode reply parser (`reply.rs`): for models without native tool calling, whether a reply is
+//!   text, tool calls, the model's error, or a malformed attempt; whole or as it streams.
 
 mod builtin;
 mod output;
 mod registry;
+mod reply;
 mod run;
+mod tools;
+mod upstream;
 
 use std::future::Future;
 
@@ -22,6 +30,9 @@ pub use builtin::{DemoAgent, EchoAgent, ReplayAgent};
 pub use output::{Output, StreamingMessage};
 pub use registry::{Agents, StartError};
 pub use run::run;
+pub(crate) use tools::{Runner, ToolSet};
+pub use tools::{SchemaError, Tool, Tools};
+pub use upstream::{UpstreamAgent, UpstreamConfig};
 
 /// Something that answers a conversation by emitting messages.
 ///
@@ -72,6 +83,11 @@ pub struct Refusal {
 }
 
 /// Why an agent failed: ends its stream with status `error` and this message and code.
+///
+/// An agent that fails before it has emitted anything (an upstream that refused the request) can say which
+/// HTTP status the client should get instead of a stream: a chat request is then answered with that status,
+/// its `retry-after`, and the OpenAI error envelope. CUI readers find both in the error's `details`
+/// (`{"status", "retry_after"}`).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct AgentError {
@@ -79,12 +95,16 @@ pub struct AgentError {
     pub message: String,
     /// For programs.
     pub code: Option<String>,
+    /// The HTTP status a client that has received nothing yet should get (400 to 599).
+    pub status: Option<u16>,
+    /// When a retry may succeed, for a 429 or 503.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl AgentError {
     /// An error with a message.
     pub fn new(message: impl Into<String>) -> Self {
-        AgentError { message: message.into(), code: None }
+        AgentError { message: message.into(), code: None, status: None, retry_after: None }
     }
 
     /// Adds a code.
@@ -93,8 +113,22 @@ impl AgentError {
         self
     }
 
+    /// Adds the HTTP status for a client that has received nothing yet.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
     pub(crate) fn into_props(self) -> ErrorProps {
-        ErrorProps { message: self.message, code: self.code, details: None }
+        let mut details = serde_json::Map::new();
+        if let Some(status) = self.status {
+            details.insert("status".into(), status.into());
+        }
+        if let Some(after) = self.retry_after {
+            details.insert("retry_after".into(), after.as_secs().max(1).into());
+        }
+        let details = (!details.is_empty()).then_some(serde_json::Value::Object(details));
+        ErrorProps { message: self.message, code: self.code, details }
     }
 }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Agent;
+use super::UpstreamAgent;
 use super::builtin::{DemoAgent, EchoAgent, ReplayAgent};
 use super::run::{DynAgent, start};
 use crate::conversation::Conversation;
@@ -46,11 +47,13 @@ pub enum StartError {
 #[derive(Clone, Default)]
 pub struct Agents {
     agents: BTreeMap<String, Arc<dyn DynAgent>>,
+    /// Answers every model no agent above has.
+    upstream: Option<(UpstreamAgent, Arc<dyn DynAgent>)>,
 }
 
 impl std::fmt::Debug for Agents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_set().entries(self.agents.keys()).finish()
+        f.debug_set().entries(self.names()).finish()
     }
 }
 
@@ -77,14 +80,36 @@ impl Agents {
         self
     }
 
-    /// True when `model` names an agent.
-    pub fn contains(&self, model: &str) -> bool {
-        self.agents.contains_key(model)
+    /// Sends every model no registered agent has to `upstream`.
+    pub fn set_upstream(&mut self, upstream: UpstreamAgent) -> &mut Self {
+        let agent: Arc<dyn DynAgent> = Arc::new(upstream.clone());
+        self.upstream = Some((upstream, agent));
+        self
     }
 
-    /// The model names, sorted.
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.agents.keys().map(String::as_str)
+    /// The upstream, when there is one.
+    pub fn upstream(&self) -> Option<&UpstreamAgent> {
+        self.upstream.as_ref().map(|(upstream, _)| upstream)
+    }
+
+    /// True when a request for `model` would start an agent: a registered one, or the upstream.
+    pub fn contains(&self, model: &str) -> bool {
+        self.agent(model).is_some()
+    }
+
+    fn agent(&self, model: &str) -> Option<&Arc<dyn DynAgent>> {
+        self.agents.get(model).or_else(|| self.upstream.as_ref().map(|(_, agent)| agent))
+    }
+
+    /// The model names: the registered agents', then the upstream's as last known; sorted, each once.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.agents.keys().cloned().collect();
+        if let Some((upstream, _)) = &self.upstream {
+            names.extend(upstream.models());
+        }
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Starts the agent `conversation.model()` names on a new stream of `hub`, counted against `client`'s budget
@@ -96,7 +121,7 @@ impl Agents {
         conversation: Conversation,
     ) -> Result<Arc<Stream>, StartError> {
         let model = conversation.model();
-        let agent = self.agents.get(model).ok_or_else(|| StartError::UnknownModel(model.to_owned()))?;
+        let agent = self.agent(model).ok_or_else(|| StartError::UnknownModel(model.to_owned()))?;
         agent.check_dyn(&conversation, &hub.config().limits)?;
         Ok(start(hub, client, Arc::clone(agent), conversation)?)
     }

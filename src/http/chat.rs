@@ -129,6 +129,11 @@ pub(crate) async fn completions(
     } else {
         OnDisconnect::none()
     };
+    // An agent that fails before it says anything (an upstream that refused) is answered with the status
+    // its error names, as the upstream would have answered, rather than a stream with only an error.
+    if let Some(failed) = stream.first_message().await {
+        return Err(HttpError::failed_run(&failed));
+    }
     if streaming {
         let subscription = stream.subscribe(format, 0)?;
         let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect);

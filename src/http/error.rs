@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use crate::adapter::ApiError;
 use crate::agent::StartError;
 use crate::hub::{AppendError, BatchError, HubError, SubscribeError};
-use crate::output::ValidationError;
+use crate::output::{Outcome, ValidationError};
 use crate::thread::ThreadError;
 
 /// Whether a refused request can succeed if retried.
@@ -107,6 +107,29 @@ impl HttpError {
             None,
             "body_too_large",
         )
+    }
+
+    /// The answer to a run that failed before it said anything: the status its error names (`details.status`,
+    /// 400 to 599, as an agent sets it through `AgentError::status`; else 500), `retry-after` from
+    /// `details.retry_after`, and the error's message and code in the envelope.
+    pub fn failed_run(outcome: &Outcome) -> Self {
+        let error = outcome.error.clone().unwrap_or_default();
+        let detail = |key: &str| error.details.as_ref().and_then(|d| d.get(key)).and_then(serde_json::Value::as_u64);
+        let status = detail("status")
+            .and_then(|s| u16::try_from(s).ok())
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .filter(|s| s.is_client_error() || s.is_server_error())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let kind = match status.as_u16() {
+            429 => "rate_limit_error",
+            400..=499 => "invalid_request_error",
+            _ => "agent_error",
+        };
+        let code = error.code.as_deref().unwrap_or("agent_error");
+        let mut failed = HttpError::new(status, kind, error.message, None, code);
+        failed.retry = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
+        failed.retry_after = detail("retry_after").map(Duration::from_secs);
+        failed
     }
 
     /// Names the field at fault.

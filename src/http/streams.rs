@@ -214,6 +214,7 @@ pub(crate) async fn models(State(app): State<App>) -> Response {
     let data: Vec<Value> = app
         .agents
         .names()
+        .into_iter()
         .map(|name| json!({ "id": name, "object": "model", "created": 0, "owned_by": "agentmux" }))
         .collect();
     Json(json!({ "object": "list", "data": data })).into_response()

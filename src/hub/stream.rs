@@ -402,6 +402,31 @@ impl Stream {
         self.lock().end.as_deref().cloned()
     }
 
+    /// Waits until the producer has appended its first message (anything after `stream_start`) or the
+    /// stream has ended. Returns the outcome when the stream ended with an error having said nothing: a
+    /// client that has received nothing yet can be told that as an HTTP status rather than a stream.
+    pub async fn first_message(&self) -> Option<Outcome> {
+        let mut changes = self.log.changes();
+        loop {
+            changes.borrow_and_update();
+            // The outcome first: it is appended with `stream_end`, so a log that has only those said nothing.
+            if let Some(outcome) = self.log.outcome() {
+                let mut entries = Vec::new();
+                let _ = self.log.read(1, 2, &mut entries);
+                let said = entries.iter().any(|e| match e {
+                    Entry::Message { message, .. } => {
+                        !(message.kind == "event" && message.prop_str("event") == Some("stream_end"))
+                    }
+                    Entry::End(_) => false,
+                });
+                return (!said && outcome.status == EndStatus::Error).then(|| Outcome::clone(&outcome));
+            }
+            if self.log.last_sequence() > 1 || changes.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
     /// Waits until the stream has ended, and returns how.
     pub async fn ended(&self) -> Outcome {
         let mut changes = self.log.changes();

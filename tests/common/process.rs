@@ -46,13 +46,16 @@ impl ServerProcess {
         let sink = Arc::clone(&log);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                // Into the log first: whoever learns the address may read the line at once.
+                {
+                    let mut log = sink.lock().unwrap_or_else(|p| p.into_inner());
+                    log.push_str(&line);
+                    log.push('\n');
+                }
                 if line.contains("agentmux listening") {
                     let address = line.split("address=").nth(1).and_then(|rest| rest.split_whitespace().next());
                     let _ = tx.send(address.map(str::to_owned));
                 }
-                let mut log = sink.lock().unwrap_or_else(|p| p.into_inner());
-                log.push_str(&line);
-                log.push('\n');
             }
         });
         let addr = rx

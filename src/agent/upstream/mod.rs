@@ -1,0 +1,349 @@
+//! [`UpstreamAgent`]: a model behind any OpenAI-compatible server (a hosted API, vLLM, Ollama, llama.cpp's
+//! `llama-server`, a gateway), streamed into typed messages, with the tool loop of seed `001` §6.
+//!
+//! - `request.rs`: the validated conversation projected for the provider, with tools and the client's options;
+//! - `chunks.rs`: the SSE answer as chunks, within the first-byte and idle timeouts;
+//! - `turn.rs`: one model call as typed messages (text, thinking, tool calls; text mode through the reply
+//!   scanner);
+//! - `error.rs`: upstream failures as the status and error a client gets, the key scrubbed.
+//!
+//! The loop: each round is a block. The model answers; a call to a tool nobody has, or with arguments its
+//! schema refuses, is an `error` message (`tool_not_found`, `invalid_args`) that ends the run, and no tool
+//! runs. The calls to tools the service runs go concurrently, each within the tool timeout, and each result
+//! is a `tool_result`; they join the conversation and the model is asked again. Calls to tools the client
+//! declared end the run as OpenAI does (`finish_reason: "tool_calls"`): the client runs them and sends the
+//! results in its next request. A model that still calls tools after the last round ends the run with
+//! `max_tool_rounds`. A cancel drops the upstream request at once (its connection closes).
+
+mod chunks;
+mod error;
+mod request;
+mod turn;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::FutureExt;
+use serde_json::Value;
+
+use self::error::UpstreamError;
+use self::turn::{Call, Halt};
+use super::{Agent, AgentError, Output, Refusal, Runner, ToolSet, Tools};
+use crate::conversation::{ChatMessage, Conversation, ToolCall};
+use crate::hub::Limits;
+use crate::output::{FinishReason, Outcome, ToolError, Usage};
+
+/// Where the upstream is and how long to wait for it.
+#[derive(Clone)]
+pub struct UpstreamConfig {
+    /// The base URL, ending in `/v1` (`http://127.0.0.1:8081/v1`).
+    pub base_url: String,
+    /// The API key sent as `Authorization: Bearer`; never logged, never in an error.
+    pub key: Option<String>,
+    /// The models it serves; `None`: read from its `GET /models` (see [`UpstreamAgent::refresh_models`]).
+    pub models: Option<Vec<String>>,
+    /// The models that have no native tool calling: they get text-mode instructions instead (seed `002`).
+    pub text_mode: Vec<String>,
+    /// How long connecting may take (10 s).
+    pub connect_timeout: Duration,
+    /// How long the first byte of an answer may take, from the request (60 s).
+    pub first_byte_timeout: Duration,
+    /// How long the answer may pause between chunks (60 s).
+    pub idle_timeout: Duration,
+    /// How many times the model is asked within one run (25).
+    pub max_rounds: usize,
+    /// How long one tool may run (60 s).
+    pub tool_timeout: Duration,
+}
+
+impl std::fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("base_url", &self.base_url)
+            .field("key", &self.key.as_ref().map(|_| "***"))
+            .field("models", &self.models)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamConfig {
+    /// An upstream at `base_url` with the default timeouts and limits.
+    pub fn new(base_url: impl Into<String>) -> Self {
+        UpstreamConfig {
+            base_url: base_url.into(),
+            key: None,
+            models: None,
+            text_mode: Vec::new(),
+            connect_timeout: Duration::from_secs(10),
+            first_byte_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            max_rounds: 25,
+            tool_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The agent for the models of an upstream.
+///
+/// ```
+/// use agentmux::agent::{Agents, UpstreamAgent, UpstreamConfig};
+///
+/// let mut config = UpstreamConfig::new("http://127.0.0.1:8081/v1");
+/// config.models = Some(vec!["qwen".into()]);
+/// let mut agents = Agents::builtin();
+/// agents.set_upstream(UpstreamAgent::new(config, Default::default()).unwrap());
+/// assert!(agents.names().contains(&"qwen".to_owned()));
+/// ```
+#[derive(Clone, Debug)]
+pub struct UpstreamAgent {
+    config: Arc<UpstreamConfig>,
+    client: reqwest::Client,
+    tools: Arc<Tools>,
+    models: Arc<RwLock<Vec<String>>>,
+}
+
+impl UpstreamAgent {
+    /// An agent for `config`'s upstream, running `tools` itself.
+    pub fn new(config: UpstreamConfig, tools: Tools) -> Result<Self, String> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        let models = config.models.clone().unwrap_or_default();
+        Ok(UpstreamAgent {
+            config: Arc::new(config),
+            client,
+            tools: Arc::new(tools),
+            models: Arc::new(RwLock::new(models)),
+        })
+    }
+
+    /// The models it serves, as last known.
+    pub fn models(&self) -> Vec<String> {
+        self.models.read().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Reads the upstream's `GET /models` into the list it serves, unless the configuration fixed the list.
+    pub async fn refresh_models(&self) -> Result<usize, String> {
+        if self.config.models.is_some() {
+            return Ok(self.models().len());
+        }
+        let key = self.config.key.as_deref();
+        let fail = |e: UpstreamError| e.into_agent_error(key).message;
+        let mut request = self.client.get(self.url("models")).timeout(self.config.first_byte_timeout);
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| fail(UpstreamError::Connect(e.to_string())))?;
+        let status = response.status().as_u16();
+        let body = response.bytes().await.map_err(|e| fail(UpstreamError::Connect(e.to_string())))?;
+        if !(200..300).contains(&status) {
+            let (message, code) = error::describe(&body);
+            return Err(fail(UpstreamError::Status { status, message, code, retry_after: None }));
+        }
+        let list: Value = serde_json::from_slice(&body).map_err(|e| fail(UpstreamError::Protocol(e.to_string())))?;
+        let mut names: Vec<String> =
+            list["data"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect();
+        names.sort();
+        names.dedup();
+        let count = names.len();
+        if let Ok(mut models) = self.models.write() {
+            *models = names;
+        }
+        Ok(count)
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.config.base_url.trim_end_matches('/'))
+    }
+
+    /// Sends one request; the answer's status is checked, its body is left to read.
+    async fn send(&self, body: &Value) -> Result<reqwest::Response, UpstreamError> {
+        let mut request = self.client.post(self.url("chat/completions")).json(body);
+        if let Some(key) = &self.config.key {
+            request = request.bearer_auth(key);
+        }
+        let after = self.config.first_byte_timeout;
+        let response = match tokio::time::timeout(after, request.send()).await {
+            Err(_) => return Err(UpstreamError::Timeout { what: "first-byte", after }),
+            Ok(Err(error)) => return Err(UpstreamError::Connect(without_url(&error))),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(response);
+        }
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let body = tokio::time::timeout(after, response.bytes()).await.ok().and_then(Result::ok).unwrap_or_default();
+        let (message, code) = error::describe(&body);
+        Err(UpstreamError::Status { status, message, code, retry_after })
+    }
+
+    /// Runs the server-side `calls` at once, each within the tool timeout; emits each result and returns them
+    /// as tool messages, in the calls' order.
+    async fn run_tools(&self, tools: &ToolSet, calls: Vec<(Call, Value)>, out: &Output) -> Vec<ChatMessage> {
+        let timeout = self.config.tool_timeout;
+        let runs = calls.into_iter().map(|(call, args)| {
+            let future = match tools.runner(&call.name) {
+                Some(Runner::Agent(tool)) => Some(tool.call(args)),
+                _ => None,
+            };
+            async move {
+                let result = match future {
+                    None => Err(ToolError { message: "not a tool the service runs".into(), code: None }),
+                    Some(future) => {
+                        match tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind()).await {
+                            Err(_) => Err(ToolError {
+                                message: format!("{} did not answer within {timeout:?}", call.name),
+                                code: Some("timeout".into()),
+                            }),
+                            Ok(Err(_)) => Err(ToolError {
+                                message: format!("{} panicked", call.name),
+                                code: Some("tool_panicked".into()),
+                            }),
+                            Ok(Ok(result)) => result,
+                        }
+                    }
+                };
+                (call, result)
+            }
+        });
+        let mut messages = Vec::new();
+        for (call, result) in futures::future::join_all(runs).await {
+            let content = match &result {
+                Ok(Value::String(text)) => text.clone(),
+                Ok(value) => value.to_string(),
+                Err(error) => format!("Error: {}", error.message),
+            };
+            // The stream may have ended (a cancel): the loop notices next.
+            let _ = match result {
+                Ok(value) => out.tool_result(&call.id, &call.name, value),
+                Err(error) => out.tool_failure(&call.id, &call.name, error),
+            };
+            messages.push(ChatMessage::tool_result(call.id, call.name, content));
+        }
+        messages
+    }
+}
+
+/// A reqwest error without the URL it carries (which could hold credentials in its userinfo).
+fn without_url(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    if let Some(url) = error.url() {
+        text = text.replace(url.as_str(), "the upstream");
+    }
+    text
+}
+
+fn finish_reason(reason: Option<&str>) -> Option<FinishReason> {
+    match reason? {
+        "length" => Some(FinishReason::Length),
+        "content_filter" => Some(FinishReason::ContentFilter),
+        _ => None,
+    }
+}
+
+fn add(total: Option<Usage>, more: Option<Usage>) -> Option<Usage> {
+    match (total, more) {
+        (Some(a), Some(b)) => {
+            Some(Usage::new(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens))
+        }
+        (a, b) => a.or(b),
+    }
+}
+
+impl Agent for UpstreamAgent {
+    fn check(&self, conversation: &Conversation, _limits: &Limits) -> Result<(), Refusal> {
+        if conversation.option("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
+            return Err(Refusal {
+                message: "agentmux streams one choice: n must be 1".into(),
+                param: Some("n".into()),
+            });
+        }
+        ToolSet::new(Arc::clone(&self.tools), conversation.option("tools")).map(drop)
+    }
+
+    async fn run(&self, conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
+        let key = self.config.key.as_deref();
+        let tools = ToolSet::new(Arc::clone(&self.tools), conversation.option("tools"))
+            .map_err(|r| AgentError::new(r.message).with_code("invalid_tools").with_status(400))?;
+        let text_mode = self.config.text_mode.iter().any(|m| m == conversation.model());
+        let mut messages: Vec<ChatMessage> = conversation.messages().as_slice().to_vec();
+        let mut usage = None;
+        let mut ids = 0;
+        for _round in 0..self.config.max_rounds.max(1) {
+            let step = output.begin_block();
+            let body = request::body(&conversation, &messages, &tools, text_mode);
+            let halt = |halt: Halt| match halt {
+                Halt::Cancelled => Ok(Outcome::cancelled()),
+                Halt::Upstream(error) => Err(error.into_agent_error(key)),
+                Halt::Agent(error) => Err(error),
+            };
+            let response = tokio::select! {
+                biased;
+                () = output.cancelled() => return Ok(Outcome::cancelled()),
+                response = self.send(&body) => response,
+            };
+            let chunks = match response {
+                Ok(response) => chunks::Chunks::new(response, self.config.first_byte_timeout, self.config.idle_timeout),
+                Err(error) => return halt(Halt::Upstream(error)),
+            };
+            let turn = match turn::read(chunks, &step, &tools, text_mode, &mut ids).await {
+                Ok(turn) => turn,
+                Err(stop) => return halt(stop),
+            };
+            usage = add(usage, turn.usage);
+            let calls: Vec<ToolCall> = turn
+                .calls
+                .iter()
+                .map(|c| {
+                    let mut call = ToolCall::new(&c.id, &c.name, &Value::Null);
+                    call.function.arguments.clone_from(&c.arguments);
+                    call
+                })
+                .collect();
+            messages.push(ChatMessage::ai(turn.text, calls));
+            if turn.calls.is_empty() {
+                step.end_block()?;
+                let reason = finish_reason(turn.finish_reason.as_deref());
+                let outcome = Outcome { finish_reason: reason, usage, ..Outcome::completed() };
+                return Ok(outcome);
+            }
+            let mut server = Vec::new();
+            let mut handed_over = false;
+            for call in turn.calls {
+                let args = match tools.check(&call.name, &call.arguments) {
+                    Ok(args) => args,
+                    Err(error) => {
+                        let code = error.code.clone().unwrap_or_else(|| "invalid_args".into());
+                        return match turn::fail(&step, error.message, &code) {
+                            Ok(error) | Err(Halt::Agent(error)) => Err(error),
+                            Err(other) => halt(other),
+                        };
+                    }
+                };
+                match tools.runner(&call.name) {
+                    Some(Runner::Agent(_)) => server.push((call, args)),
+                    _ => handed_over = true,
+                }
+            }
+            messages.extend(self.run_tools(&tools, server, &step).await);
+            step.end_block()?;
+            if output.is_cancelled() {
+                return Ok(Outcome::cancelled());
+            }
+            if handed_over {
+                let outcome = Outcome { finish_reason: Some(FinishReason::ToolCalls), usage, ..Outcome::completed() };
+                return Ok(outcome);
+            }
+        }
+        let rounds = self.config.max_rounds;
+        Err(AgentError::new(format!("the model still called tools after {rounds} rounds")).with_code("max_tool_rounds"))
+    }
+}
