@@ -6,6 +6,7 @@ pub(crate) mod doubles;
 pub(crate) mod http;
 pub(crate) mod process;
 pub(crate) mod server;
+pub(crate) mod upstream;
 
 use std::path::{Path, PathBuf};
 

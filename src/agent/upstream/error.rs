@@ -92,8 +92,8 @@ pub(crate) fn describe(body: &[u8]) -> (String, Option<String>) {
     }
 }
 
-/// The message and code of an error object (`{"message", "code"}`, the code a string or a number), or of an
-/// error given as a bare string.
+/// The message and code of an error object (`{"message", "code"}`), or of an error given as a bare string. A
+/// number in `code` (vLLM puts the HTTP status there) is not a code.
 pub(crate) fn describe_error(error: &Value) -> (String, Option<String>) {
     let message = error
         .get("message")
@@ -101,11 +101,7 @@ pub(crate) fn describe_error(error: &Value) -> (String, Option<String>) {
         .or_else(|| error.as_str())
         .map(str::to_owned)
         .unwrap_or_else(|| error.to_string().chars().take(500).collect());
-    let code = error.get("code").and_then(|c| match c {
-        Value::String(code) => Some(code.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    });
+    let code = error.get("code").and_then(Value::as_str).filter(|c| !c.is_empty()).map(str::to_owned);
     (message, code)
 }
 
@@ -128,7 +124,11 @@ mod tests {
         assert_eq!(bad.status, Some(400));
         assert!(bad.message.contains("***") && !bad.message.contains("sk-secret"), "{}", bad.message);
         assert_eq!(status(503).into_agent_error(None).status, Some(502));
-        assert_eq!(describe(br#"{"error": {"message": "m", "code": 500}}"#), ("m".into(), Some("500".into())));
+        assert_eq!(describe(br#"{"error": {"message": "m", "code": 500}}"#), ("m".into(), None));
+        assert_eq!(
+            describe(br#"{"error": {"message": "m", "code": "overloaded"}}"#),
+            ("m".into(), Some("overloaded".into()))
+        );
         assert_eq!(describe(b"plain").0, "plain");
     }
 }

@@ -13,7 +13,9 @@
 //! is a `tool_result`; they join the conversation and the model is asked again. Calls to tools the client
 //! declared end the run as OpenAI does (`finish_reason: "tool_calls"`): the client runs them and sends the
 //! results in its next request. A model that still calls tools after the last round ends the run with
-//! `max_tool_rounds`. A cancel drops the upstream request at once (its connection closes).
+//! `max_tool_rounds`. A cancel drops the upstream request at once (its connection closes). An upstream that
+//! fails before the run has said anything gives the client its status (see `error.rs`); after, the failure
+//! is an `error` message, and the run ends with it.
 
 mod chunks;
 mod error;
@@ -282,7 +284,16 @@ impl Agent for UpstreamAgent {
             let body = request::body(&conversation, &messages, &tools, text_mode);
             let halt = |halt: Halt| match halt {
                 Halt::Cancelled => Ok(Outcome::cancelled()),
-                Halt::Upstream(error) => Err(error.into_agent_error(key)),
+                Halt::Upstream(error) => {
+                    let error = error.into_agent_error(key);
+                    // Once the client has something, the failure is an `error` message in the stream;
+                    // before, it is the status the client gets (see `AgentError::status`).
+                    if output.stream().log().last_sequence() > 1 {
+                        let code = error.code.as_deref().unwrap_or("upstream_error");
+                        return Err(turn::fail(&step, error.message.clone(), code).map_or(error, |e| e));
+                    }
+                    Err(error)
+                }
                 Halt::Agent(error) => Err(error),
             };
             let response = tokio::select! {

@@ -1,6 +1,7 @@
 //! One model call: the upstream's chunks as typed messages, as they arrive, and what the call said.
 //!
-//! Content is one streaming `text` message; `reasoning_content` or `reasoning` one streaming `thinking`;
+//! Content is one streaming `text` message; `reasoning_content` or `reasoning` one streaming `thinking`
+//! (ended when the content begins; reasoning that comes after content opens another);
 //! each tool call (by its `index`) one streaming `tool_call`, opened once its name is known (the tool's runner
 //! decides `server_side`), its argument fragments as deltas. In text mode, content goes through the reply
 //! scanner: text reaches clients live and only what may be an action is held back; at the end a reply that
@@ -91,6 +92,10 @@ pub(crate) async fn read(
                 thinking.get_or_insert_with(|| out.stream_thinking()).append(reasoning)?;
             }
             if let Some(content) = delta.content.filter(|c| !c.is_empty()) {
+                // The answer has begun: the reasoning before it is over.
+                if let Some(done) = thinking.take() {
+                    done.end()?;
+                }
                 let live = match &mut scanner {
                     Some(scanner) => scanner.push(&content),
                     None => content,
