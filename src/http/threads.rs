@@ -45,7 +45,7 @@ pub(crate) async fn create(State(app): State<App>, request: Body) -> Result<Resp
 }
 
 pub(crate) async fn get(State(app): State<App>, ThreadId(id): ThreadId) -> Result<Response, HttpError> {
-    let transcript = app.threads.get(&id).ok_or(ThreadError::NotFound(id))?;
+    let transcript = app.threads.get(&id).await.ok_or(ThreadError::NotFound(id))?;
     Ok(Json(transcript).into_response())
 }
 
@@ -58,7 +58,7 @@ pub(crate) async fn delete(State(app): State<App>, ThreadId(id): ThreadId) -> Re
 
 /// `GET /v1/threads/{id}/audit`: `{"thread_id", "object": "thread.audit", "entries": [..]}`.
 pub(crate) async fn audit(State(app): State<App>, ThreadId(id): ThreadId) -> Result<Response, HttpError> {
-    let entries = app.threads.audit(&id).ok_or_else(|| ThreadError::NotFound(id.clone()))?;
+    let entries = app.threads.audit(&id).await.ok_or_else(|| ThreadError::NotFound(id.clone()))?;
     Ok(Json(json!({"thread_id": id, "object": "thread.audit", "entries": entries})).into_response())
 }
 
@@ -80,7 +80,7 @@ pub(crate) async fn replay(
     let bytes = body::read(request, &app.settings).await?;
     let replay: ReplayBody = body::json(&bytes)?;
     crate::output::check_name("model", &replay.model)?;
-    let started = app.threads.replay(client.as_deref(), &id, &replay.model, replay.upto.as_deref())?;
+    let started = app.threads.replay(client.as_deref(), &id, &replay.model, replay.upto.as_deref()).await?;
     super::record_stream(started.stream.id());
     tracing::info!(from = id, thread = started.thread, model = replay.model, "thread replayed");
     let body = json!({

@@ -7,21 +7,18 @@
 //! to an entry into a new thread and starts a run there, on the model asked for.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use serde_json::{Map, Value, json};
 
 use super::audit::{AuditEntry, Decision};
 use super::record::run_result;
-use super::store::{Run, State, Thread, Threads};
+use super::store::{RECORD_WAIT, Run, State, Thread, Threads};
 use super::{ThreadError, check_id};
 use crate::agent::StartError;
 use crate::conversation::{ChatMessage, Conversation, ConversationError, Role, validate_thread_input};
 use crate::hub::Stream;
 use crate::output::{EndStatus, Outcome};
-
-/// How long a turn waits for the result of a run that has ended to be recorded (it takes a moment).
-const RECORD_WAIT: Duration = Duration::from_secs(5);
 
 /// A turn: what a client adds to a thread, and the model to answer with.
 #[derive(Debug, Clone, Default)]
@@ -145,7 +142,7 @@ impl Threads {
 
     /// Copies the history of thread `id` up to the entry `upto` (by default, up to its last user input, so
     /// that the last turn is asked again) into a new thread, and runs it on `model`.
-    pub fn replay(
+    pub async fn replay(
         &self,
         client: Option<&str>,
         id: &str,
@@ -155,7 +152,7 @@ impl Threads {
         if !self.inner.agents.contains(model) {
             return Err(StartError::UnknownModel(model.to_owned()).into());
         }
-        let source = self.find(id).ok_or_else(|| ThreadError::NotFound(id.to_owned()))?;
+        let source = self.settled(id).await.ok_or_else(|| ThreadError::NotFound(id.to_owned()))?;
         let copied = {
             let state = source.lock();
             let cut = match upto {

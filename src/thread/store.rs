@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Map;
@@ -18,6 +18,9 @@ use super::{ThreadConfig, ThreadError, check_id};
 use crate::agent::Agents;
 use crate::conversation::{ChatMessage, ToolCall, validate_user_input};
 use crate::hub::{Hub, Stream};
+
+/// How long a read or a turn waits for the result of a run that has ended to be recorded (a moment).
+pub(super) const RECORD_WAIT: Duration = Duration::from_secs(5);
 
 /// The threads of a service. Cheap to clone; clones share the threads.
 #[derive(Clone)]
@@ -223,16 +226,33 @@ impl Threads {
         }
     }
 
-    /// The thread's conversation, or `None` when there is no such thread.
-    pub fn get(&self, id: &str) -> Option<Transcript> {
+    /// The thread, once the result of a run that has ended is recorded: a client that read a run's end and
+    /// reads the thread at once sees the run in it.
+    pub(super) async fn settled(&self, id: &str) -> Option<Arc<Thread>> {
         let thread = self.find(id)?;
+        let deadline = tokio::time::Instant::now() + RECORD_WAIT;
+        loop {
+            let recorded = thread.recorded.notified();
+            tokio::pin!(recorded);
+            recorded.as_mut().enable();
+            let recording = thread.lock().run.as_ref().is_some_and(|run| run.stream.outcome().is_some());
+            if !recording || tokio::time::timeout_at(deadline, recorded).await.is_err() {
+                break;
+            }
+        }
+        Some(thread)
+    }
+
+    /// The thread's conversation, or `None` when there is no such thread.
+    pub async fn get(&self, id: &str) -> Option<Transcript> {
+        let thread = self.settled(id).await?;
         let state = thread.lock();
         Some(self.transcript(&thread, &state))
     }
 
     /// The thread's audit log, in order, or `None` when there is no such thread.
-    pub fn audit(&self, id: &str) -> Option<Vec<AuditEntry>> {
-        let thread = self.find(id)?;
+    pub async fn audit(&self, id: &str) -> Option<Vec<AuditEntry>> {
+        let thread = self.settled(id).await?;
         let state = thread.lock();
         Some(state.entries.clone())
     }
