@@ -9,6 +9,7 @@
 //!   [`adapter::CuiAdapter`] (the typed messages) and [`adapter::OpenAiAdapter`] (`chat.completion.chunk`
 //!   deltas), plus [`adapter::OpenAiCompletion`] for non-streaming responses.
 //! - [`hub`]: streams, the log seam their readers read, renditions shared by every subscriber, retention.
+//! - [`store`]: the embedded SQLite store that keeps streams, threads and the audit log across restarts.
 //! - [`render`]: a format and a transport's encoding (SSE, WebSocket) together, as the hub renders them.
 //! - [`agent`]: the agent API and the built-in agents; [`conversation`]: what agents receive;
 //!   [`thread`]: server-side threads, their audit log and replay; [`http`]: the service.
@@ -40,6 +41,7 @@ pub mod http;
 pub mod hub;
 pub mod output;
 pub mod render;
+pub mod store;
 pub mod thread;
 
 /// The README's examples, compiled and run as doc tests so they cannot drift.

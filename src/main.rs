@@ -17,8 +17,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::http::{App, Settings};
-use agentmux::hub::{Hub, HubConfig, Limits};
+use agentmux::hub::{Hub, HubConfig, Limits, Storage};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
+use agentmux::store::Store;
 use agentmux::thread::ThreadConfig;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -90,9 +91,15 @@ struct Serve {
     /// A `: ping` after this long without an event (0s: no pings).
     #[arg(long, env = "AGENTMUX_KEEP_ALIVE", default_value = "15s", value_parser = humantime::parse_duration)]
     keep_alive: Duration,
-    /// How long an ended stream stays readable.
-    #[arg(long, env = "AGENTMUX_RETENTION", default_value = "10m", value_parser = humantime::parse_duration)]
-    retention: Duration,
+    /// How long an ended stream stays readable [default: 24h with the store, 10m with --ephemeral].
+    #[arg(long, env = "AGENTMUX_RETENTION", value_parser = humantime::parse_duration)]
+    retention: Option<Duration>,
+    /// Where the store keeps streams, threads and the audit log (created on first start).
+    #[arg(long, env = "AGENTMUX_DATA_DIR", default_value = "agentmux-data")]
+    data_dir: std::path::PathBuf,
+    /// Keep everything in memory only: a restart loses every stream and thread.
+    #[arg(long, env = "AGENTMUX_EPHEMERAL")]
+    ephemeral: bool,
     /// The largest request body in bytes.
     #[arg(long, env = "AGENTMUX_BODY_LIMIT", default_value_t = 8 << 20)]
     body_limit: usize,
@@ -201,12 +208,37 @@ fn run_serve(serve: Serve) -> ExitCode {
             streams_per_client_per_minute: serve.client_streams_per_minute,
             ..Limits::default()
         };
-        let hub = Hub::new(HubConfig {
-            limits,
-            retention: serve.retention,
-            idle_timeout: serve.idle_timeout,
-            ..HubConfig::default()
+        let store = if serve.ephemeral {
+            None
+        } else {
+            match Store::open(&serve.data_dir) {
+                Ok(store) => Some(store),
+                Err(e) => return fail(&format!("{e} (use --ephemeral to run without a store)")),
+            }
+        };
+        let retention = serve.retention.unwrap_or(if store.is_some() {
+            Duration::from_secs(24 * 3600)
+        } else {
+            Duration::from_secs(600)
         });
+        let mut config = HubConfig { limits, retention, idle_timeout: serve.idle_timeout, ..HubConfig::default() };
+        if let Some(store) = &store {
+            config.storage = Arc::clone(store) as Arc<dyn Storage>;
+        }
+        let hub = Hub::new(config);
+        if let Some(store) = &store {
+            match store.restore(&hub) {
+                Ok(found) => tracing::info!(
+                    store = %store.path().display(),
+                    streams = found.streams,
+                    interrupted = found.interrupted,
+                    expired = found.expired,
+                    threads = found.threads,
+                    "store opened"
+                ),
+                Err(e) => return fail(&e.to_string()),
+            }
+        }
         let max_connections = serve.max_connections.unwrap_or_else(|| connections_for(open_files));
         let settings = Settings {
             keep_alive: serve.keep_alive,
@@ -243,7 +275,7 @@ fn run_serve(serve: Serve) -> ExitCode {
             tokio::spawn(refresh_models(upstream.clone()));
             agents.set_upstream(upstream);
         }
-        let app = App::new(hub, Arc::new(agents), settings);
+        let app = App::with_store(hub, Arc::new(agents), settings, store);
         if !app.agents.contains(&serve.default_model) {
             tracing::warn!(
                 default_model = serve.default_model,

@@ -847,6 +847,7 @@ impl World {
             idle_timeout: std::time::Duration::ZERO,
             clock: Arc::clone(&clock) as _,
             ids: Arc::new(CountingIds::default()),
+            ..HubConfig::default()
         });
         World { hub, clock, limits, batch_bytes, streams: Vec::new(), readers: Vec::new(), creates: 0, refused: None }
     }

@@ -133,7 +133,13 @@ impl Server {
         std::fs::create_dir_all(&logs)?;
         let log = File::create(logs.join(format!("{label}-{}.log", target.name())))?;
         let mut command = match target {
-            Target::Agentmux => Command::new(agentmux),
+            Target::Agentmux => {
+                let mut c = Command::new(agentmux);
+                // In memory, as every figure so far (the store has its own comparison); by the environment,
+                // which servers from before the store ignore.
+                c.env("AGENTMUX_EPHEMERAL", "true");
+                c
+            }
             Target::Ceiling => {
                 let mut c = Command::new(std::env::current_exe()?);
                 c.arg("--ceiling-server");

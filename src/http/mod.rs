@@ -40,6 +40,7 @@ pub use server::serve;
 
 use crate::agent::Agents;
 use crate::hub::Hub;
+use crate::store::Store;
 use crate::thread::{ThreadConfig, Threads};
 use server::Lifetime;
 
@@ -100,9 +101,15 @@ pub struct App {
 }
 
 impl App {
-    /// An app over `hub` and `agents`, with `settings`.
+    /// An app over `hub` and `agents`, with `settings`, keeping threads in memory only.
     pub fn new(hub: Hub, agents: Arc<Agents>, settings: Settings) -> Self {
-        let threads = Threads::new(hub.clone(), Arc::clone(&agents), settings.threads.clone());
+        App::with_store(hub, agents, settings, None)
+    }
+
+    /// An app whose threads `store` keeps (the hub should keep its streams there too: see
+    /// [`crate::store::Store`]).
+    pub fn with_store(hub: Hub, agents: Arc<Agents>, settings: Settings, store: Option<Arc<Store>>) -> Self {
+        let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store);
         App { hub, agents, threads, settings, lifetime: Lifetime::default() }
     }
 

@@ -66,6 +66,10 @@ pub(crate) async fn append(
         .is_some_and(|t| t.contains("ndjson") || t.contains("jsonl") || t.contains("json-seq"));
     let messages = if ndjson { ndjson_messages(&bytes)? } else { json_messages(&bytes)? };
     let sequences = stream.append_batch(messages)?;
+    // The answer is the acknowledgement: it waits until the messages are kept (committed, with a store).
+    if let Some(&last) = sequences.last() {
+        stream.readable(last).await;
+    }
     Ok(Json(json!({ "sequences": sequences })).into_response())
 }
 
@@ -118,6 +122,7 @@ pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request:
         if bytes.iter().all(u8::is_ascii_whitespace) { Outcome::completed() } else { body::json(&bytes)? };
     // An outcome that does not fit is refused, and the stream stays open for an end with less.
     stream.try_end(outcome)?;
+    stream.ended().await;
     Ok(Json(json!({ "id": stream.id(), "status": stream.status(), "last_sequence": stream.last_sequence() }))
         .into_response())
 }

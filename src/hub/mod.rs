@@ -51,6 +51,7 @@ mod lifecycle;
 mod log;
 mod render;
 mod rendition;
+mod storage;
 mod stream;
 mod subscription;
 
@@ -59,13 +60,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::output::{ErrorProps, Outcome};
+use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use clock::{Clock, Ids, RandomIds, SystemClock};
-#[cfg(test)]
 pub(crate) use log::MemoryLog;
 pub use log::{Entry, Gone, Log};
 pub use render::{Render, Renderer, StreamInfo};
+pub use storage::{MemoryStorage, Storage};
 pub use stream::{AppendError, BatchError, Snapshot, Status, Stream, SubscribeError};
 pub use subscription::{Batch, Subscription};
 
@@ -123,6 +124,8 @@ pub struct HubConfig {
     pub clock: Arc<dyn Clock>,
     /// Where stream ids and epochs come from.
     pub ids: Arc<dyn Ids>,
+    /// Where the streams' logs live (in memory by default).
+    pub storage: Arc<dyn Storage>,
 }
 
 impl Default for HubConfig {
@@ -134,8 +137,31 @@ impl Default for HubConfig {
             idle_timeout: Duration::from_secs(600),
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
+            storage: Arc::new(MemoryStorage),
         }
     }
+}
+
+/// The `stream_end` of a stream that ends with `outcome` at `now_ms`, stamped as sequence `sequence`: what a
+/// storage appends for a stream that was open when the service stopped.
+pub(crate) fn stream_end(outcome: &Outcome, sequence: u64, started_ms: u64, now_ms: u64, id: String) -> OutputMessage {
+    let mut end = lifecycle::stream_end(outcome, now_ms.saturating_sub(started_ms));
+    end.message_id = Some(id);
+    stream::stamp(&mut end, sequence, now_ms, None);
+    end
+}
+
+/// A stream a storage kept from before a restart, ended: see [`Hub::restore`].
+#[derive(Debug)]
+pub struct Restored {
+    /// Its id, epoch, creation time and model, as before.
+    pub info: StreamInfo,
+    /// Its log, holding every entry and the outcome.
+    pub log: Box<dyn Log>,
+    /// The bytes of its entries as JSON, counted against the hub.
+    pub bytes: u64,
+    /// When it ended (ms by the hub's clock).
+    pub ended_ms: u64,
 }
 
 /// Why a stream could not be created.
@@ -453,6 +479,21 @@ impl Hub {
         Ok(stream)
     }
 
+    /// Takes back a stream its storage kept from before a restart: ended (one that was open is ended by the
+    /// storage before it comes back, with the error `interrupted`), readable and resumable as before, and
+    /// evicted a retention after `ended_ms`.
+    pub fn restore(&self, restored: Restored) {
+        let id = restored.info.id.clone();
+        let stream = Stream::restored(Arc::clone(&self.inner.shared), restored.info, restored.log, restored.bytes);
+        self.inner.shared.force_reserve(restored.bytes);
+        let mut ended = stream::lock(&self.inner.shared.ended);
+        // Kept in order of their end, as the hub's own ends are.
+        let at = ended.partition_point(|(ms, _)| *ms <= restored.ended_ms);
+        ended.insert(at, (restored.ended_ms, id.clone()));
+        drop(ended);
+        self.streams().insert(id, stream);
+    }
+
     /// The stream with this id, open or within its retention.
     pub fn get(&self, id: &str) -> Option<Arc<Stream>> {
         self.evict_expired();
@@ -554,6 +595,7 @@ impl Hub {
             };
             for stream in evicted {
                 stream.forget();
+                self.config().storage.evict(stream.id());
                 tracing::debug!(stream = stream.id(), "stream evicted");
             }
         }

@@ -53,7 +53,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::lifecycle::{self, Closing, Lifecycle, Opening, event, object};
-use super::log::{Entry, Gone, Log, MemoryLog};
+use super::log::{Entry, Gone, Log};
 use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
 use super::subscription::Subscription;
@@ -244,6 +244,7 @@ impl Stream {
         let epoch = shared.config.ids.epoch();
         let now_ms = shared.config.clock.now_ms();
         let info = StreamInfo { id, epoch, created_ms: now_ms, model: model.to_owned() };
+        let log = shared.config.storage.log(&info, client);
         let stream = Arc::new(Stream {
             info,
             shared,
@@ -258,7 +259,7 @@ impl Stream {
                 started_ms: now_ms,
                 readers: 0,
             }),
-            log: Box::new(MemoryLog::default()),
+            log,
             renditions: Mutex::new(Vec::new()),
             state_view: Mutex::new(None),
             held: AtomicU64::new(0),
@@ -298,6 +299,51 @@ impl Stream {
         stream.log.append(vec![entry]);
         drop(producer);
         Ok(stream)
+    }
+
+    /// A stream kept from before a restart, ended, holding `bytes` of entries; see [`super::Hub::restore`].
+    pub(crate) fn restored(shared: Arc<Shared>, info: StreamInfo, log: Box<dyn Log>, bytes: u64) -> Arc<Self> {
+        let end = log.outcome();
+        let last = log.last_sequence();
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        Arc::new(Stream {
+            producer: Mutex::new(Producer {
+                last,
+                bytes,
+                closings: 0,
+                outcome_bytes: 0,
+                reducer: Reducer::default(),
+                lifecycle: Lifecycle::default(),
+                end,
+                started_ms: info.created_ms,
+                readers: 0,
+            }),
+            log,
+            renditions: Mutex::new(Vec::new()),
+            state_view: Mutex::new(None),
+            held: AtomicU64::new(bytes),
+            pending: AtomicI64::new(0),
+            forgotten: AtomicBool::new(false),
+            cancel,
+            next_id: AtomicU64::new(last + 1),
+            client: None,
+            active_ms: AtomicU64::new(info.created_ms),
+            info,
+            shared,
+        })
+    }
+
+    /// Waits until the entry `sequence` is where readers can read it: at once in memory; once committed in a
+    /// durable store. What an acknowledgement that means "kept" waits for.
+    pub async fn readable(&self, sequence: u64) {
+        let mut changes = self.log.changes();
+        loop {
+            changes.borrow_and_update();
+            if self.log.last_sequence() >= sequence || self.log.is_ended() || changes.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// The stream's id: URL-safe and unguessable.
@@ -912,7 +958,7 @@ struct Staged {
     undo: Vec<Undo>,
 }
 
-fn stamp(message: &mut OutputMessage, sequence: u64, now_ms: u64, trace_id: Option<String>) {
+pub(crate) fn stamp(message: &mut OutputMessage, sequence: u64, now_ms: u64, trace_id: Option<String>) {
     message.metadata = Some(Metadata { sequence: Some(sequence), timestamp: Some(now_ms), trace_id });
 }
 

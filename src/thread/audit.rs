@@ -7,13 +7,13 @@
 
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::conversation::{ChatMessage, Role};
 
 /// What an entry records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Decision {
@@ -56,7 +56,7 @@ impl Decision {
 ///
 /// `message` is the chat message (`null` for a run's end); `audit` holds the metadata (model, sizes,
 /// durations, the error).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AuditEntry {
     /// A UUID.
     pub id: String,

@@ -77,6 +77,18 @@ impl Threads {
 
     fn attempt(&self, thread: &Arc<Thread>, client: Option<&str>, turn: &Turn) -> Result<Attempt, ThreadError> {
         let mut state = thread.lock();
+        let attempt = self.try_start(thread, &mut state, client, turn);
+        self.journal(thread, &mut state);
+        attempt
+    }
+
+    fn try_start(
+        &self,
+        thread: &Arc<Thread>,
+        state: &mut State,
+        client: Option<&str>,
+        turn: &Turn,
+    ) -> Result<Attempt, ThreadError> {
         if state.gone {
             return Ok(Attempt::Gone);
         }
@@ -91,7 +103,7 @@ impl Threads {
             Err(error)
         };
         if let Err(error) = validate_thread_input(&turn.input, &state.pending) {
-            return refuse(&mut state, error.into());
+            return refuse(state, error.into());
         }
         let input: Vec<AuditEntry> = turn
             .input
@@ -102,12 +114,12 @@ impl Threads {
         let limit = self.inner.config.thread_bytes;
         let size = state.bytes + bytes;
         if size > limit {
-            return refuse(&mut state, ThreadError::TooLarge { size, limit });
+            return refuse(state, ThreadError::TooLarge { size, limit });
         }
         let history: Vec<ChatMessage> = state.history().chain(&turn.input).cloned().collect();
         let conversation = match Conversation::new(&turn.model, history) {
             Ok(conversation) => conversation.with_options(turn.options.clone()).with_thread(&thread.id),
-            Err(error) => return refuse(&mut state, error.into()),
+            Err(error) => return refuse(state, error.into()),
         };
         self.reserve(bytes)?;
         let stream = match self.inner.agents.start(&self.inner.hub, client, conversation) {
@@ -117,7 +129,7 @@ impl Threads {
                 return match error {
                     // Not the input's fault: nothing to record.
                     StartError::Hub(_) => Err(error.into()),
-                    _ => refuse(&mut state, error.into()),
+                    _ => refuse(state, error.into()),
                 };
             }
         };
@@ -127,7 +139,7 @@ impl Threads {
             state.entries.push(entry);
         }
         state.bytes += bytes;
-        self.begin(thread, &mut state, &turn.model, &stream);
+        self.begin(thread, state, &turn.model, &stream);
         Ok(Attempt::Started(stream))
     }
 
@@ -194,6 +206,7 @@ impl Threads {
         match started {
             Ok(stream) => {
                 self.begin(&thread, &mut state, model, &stream);
+                self.journal(&thread, &mut state);
                 Ok(Replay { thread: new_id, stream, upto })
             }
             Err(error) => {
@@ -248,6 +261,7 @@ async fn record(threads: Threads, thread: Arc<Thread>, stream: Arc<Stream>) {
             state.updated = SystemTime::now();
         }
         state.used = Instant::now();
+        threads.journal(&thread, &mut state);
     }
     thread.recorded.notify_waiters();
 }

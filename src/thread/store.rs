@@ -18,6 +18,7 @@ use super::{ThreadConfig, ThreadError, check_id};
 use crate::agent::Agents;
 use crate::conversation::{ChatMessage, ToolCall, validate_user_input};
 use crate::hub::{Hub, Stream};
+use crate::store::{Store, StoredThread, ThreadWrite};
 
 /// How long a read or a turn waits for the result of a run that has ended to be recorded (a moment).
 pub(super) const RECORD_WAIT: Duration = Duration::from_secs(5);
@@ -32,6 +33,8 @@ pub(super) struct Inner {
     pub(super) config: ThreadConfig,
     pub(super) hub: Hub,
     pub(super) agents: Arc<Agents>,
+    /// Where threads are kept across restarts, if anywhere.
+    store: Option<Arc<Store>>,
     map: Mutex<HashMap<String, Arc<Thread>>>,
     /// Bytes of messages held by every thread.
     bytes: AtomicU64,
@@ -63,6 +66,8 @@ pub(super) struct State {
     pub(super) updated: SystemTime,
     /// Set when the thread is deleted or evicted: a run still going records nothing.
     pub(super) gone: bool,
+    /// How many of `entries` the store has been handed.
+    journaled: usize,
 }
 
 /// The run going on in a thread.
@@ -104,6 +109,10 @@ pub struct Transcript {
     pub pending_tool_calls: Vec<ToolCall>,
 }
 
+fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 fn unix(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -111,9 +120,74 @@ fn unix(time: SystemTime) -> u64 {
 impl Threads {
     /// No threads yet; runs start agents of `agents` on streams of `hub`.
     pub fn new(hub: Hub, agents: Arc<Agents>, config: ThreadConfig) -> Self {
-        Threads {
-            inner: Arc::new(Inner { config, hub, agents, map: Mutex::new(HashMap::new()), bytes: AtomicU64::new(0) }),
+        Threads::with_store(hub, agents, config, None)
+    }
+
+    /// Threads kept in `store` (those it kept from before a restart first), or in memory only.
+    pub fn with_store(hub: Hub, agents: Arc<Agents>, config: ThreadConfig, store: Option<Arc<Store>>) -> Self {
+        let kept = store.as_ref().map(|s| s.take_threads()).unwrap_or_default();
+        let threads = Threads {
+            inner: Arc::new(Inner {
+                config,
+                hub,
+                agents,
+                store,
+                map: Mutex::new(HashMap::new()),
+                bytes: AtomicU64::new(0),
+            }),
+        };
+        for thread in kept {
+            threads.restore(thread);
         }
+        threads
+    }
+
+    /// Takes back a thread the store kept.
+    fn restore(&self, kept: StoredThread) {
+        let entries: Vec<AuditEntry> =
+            kept.entries.into_iter().filter_map(|e| serde_json::from_value(e).ok()).collect();
+        let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
+        self.hold(bytes);
+        let now_ms = unix_ms(SystemTime::now());
+        let used = Instant::now()
+            .checked_sub(Duration::from_millis(now_ms.saturating_sub(kept.used_ms)))
+            .unwrap_or_else(Instant::now);
+        let journaled = entries.len();
+        let thread = Arc::new(Thread {
+            id: kept.id.clone(),
+            created: UNIX_EPOCH + Duration::from_millis(kept.created_ms),
+            state: Mutex::new(State {
+                entries,
+                bytes,
+                run: None,
+                pending: serde_json::from_value(kept.pending).unwrap_or_default(),
+                used,
+                updated: SystemTime::now(),
+                gone: false,
+                journaled,
+            }),
+            recorded: Notify::new(),
+        });
+        self.map().insert(kept.id, thread);
+    }
+
+    /// Hands the store what changed in `thread` since it last did: its row, and the entries it lacks.
+    pub(super) fn journal(&self, thread: &Thread, state: &mut State) {
+        let Some(store) = &self.inner.store else { return };
+        if state.gone {
+            return;
+        }
+        for (position, entry) in state.entries.iter().enumerate().skip(state.journaled) {
+            let entry = serde_json::to_string(entry).unwrap_or_default();
+            store.write_thread(ThreadWrite::Entry { thread: thread.id.clone(), position: position as u64, entry });
+        }
+        state.journaled = state.entries.len();
+        store.write_thread(ThreadWrite::Thread {
+            id: thread.id.clone(),
+            created_ms: unix_ms(thread.created),
+            used_ms: unix_ms(SystemTime::now()),
+            pending: serde_json::to_string(&state.pending).unwrap_or_else(|_| "[]".into()),
+        });
     }
 
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Thread>>> {
@@ -180,10 +254,13 @@ impl Threads {
                 used: Instant::now(),
                 updated: now,
                 gone: false,
+                journaled: 0,
             }),
             recorded: Notify::new(),
         });
         map.insert(id.to_owned(), Arc::clone(&thread));
+        drop(map);
+        self.journal(&thread, &mut thread.lock());
         Ok(thread)
     }
 
@@ -268,6 +345,9 @@ impl Threads {
     fn forget(&self, thread: &Thread) {
         let mut state = thread.lock();
         state.gone = true;
+        if let Some(store) = &self.inner.store {
+            store.write_thread(ThreadWrite::Delete { id: thread.id.clone() });
+        }
         self.release(std::mem::take(&mut state.bytes));
         state.entries = Vec::new();
     }

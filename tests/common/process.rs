@@ -18,16 +18,20 @@ pub(crate) struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts `agentmux serve --addr 127.0.0.1:0` with `args`, and waits until it listens.
+    /// Starts `agentmux serve --addr 127.0.0.1:0` with `args`, and waits until it listens. Without a
+    /// `--data-dir` in `args` it runs `--ephemeral`, so no test writes a store in the working directory.
     pub(crate) fn spawn(args: &[&str]) -> ServerProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_agentmux"));
         command.args(["serve", "--addr", "127.0.0.1:0"]).args(args);
+        if !args.contains(&"--data-dir") {
+            command.arg("--ephemeral");
+        }
         ServerProcess::start(command)
     }
 
     /// Starts it with a soft open-file limit of `soft` (through the shell's `ulimit`).
     pub(crate) fn spawn_with_open_files(soft: u64, args: &[&str]) -> ServerProcess {
-        let script = format!("ulimit -Sn {soft} && exec \"$0\" serve --addr 127.0.0.1:0 \"$@\"");
+        let script = format!("ulimit -Sn {soft} && exec \"$0\" serve --addr 127.0.0.1:0 --ephemeral \"$@\"");
         let mut command = Command::new("sh");
         command.args(["-c", &script, env!("CARGO_BIN_EXE_agentmux")]).args(args);
         ServerProcess::start(command)

@@ -1,0 +1,259 @@
+//! The embedded store: streams, threads and the audit log in one SQLite file (`--data-dir`, WAL mode), so a
+//! crash or a deploy loses nothing acknowledged and clients resume across a restart.
+//!
+//! - [`Store`] (this file): opening the file (creating the directory, running the versioned migrations),
+//!   the hub's [`Storage`] (a [`StoreLog`] per stream), and what comes back at start: ended streams readable
+//!   and resumable as before, streams open at the crash ended with `interrupted`, streams past their retention
+//!   deleted, and the threads.
+//! - `writer.rs`: the one thread that writes, in batches (group commit), off every producer's path.
+//! - `log.rs`: [`StoreLog`], a stream's log: entries in memory as appended, readable once committed.
+//! - `schema.rs`: the migrations; `threads.rs`: threads and audit rows.
+//!
+//! # One history per (epoch, sequence)
+//!
+//! A client must never see two different messages under one epoch and sequence, across any crash. Two ways
+//! were open: deliver only committed entries, or deliver at once and give every stream that was open at a
+//! crash a new epoch at restart (so a client holding the old one starts over). agentmux delivers only
+//! committed entries. Then every sequence a client has seen is on disk, a restart resumes every history
+//! exactly where its readers are, epochs never change, and `Last-Event-ID` (which carries no epoch) stays
+//! enough to resume. The cost is the commit in the publish-to-receive path: the writer commits in groups, so
+//! the cost is one commit shared by everything that arrived meanwhile, and with `synchronous = NORMAL` in WAL
+//! mode a commit is a write to the WAL without an fsync (durable across a process crash; an OS crash may lose
+//! the last commits before the next checkpoint). Delivering at once would cost nothing on that path, but every
+//! client of a stream open at a crash would lose its place. The figures of both are in `BENCHMARKS.md`.
+
+mod log;
+mod schema;
+mod threads;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, params};
+
+pub(crate) use log::StoreLog;
+pub(crate) use threads::{StoredThread, ThreadWrite};
+use writer::{Command, Writer};
+
+use crate::hub::{Entry, Hub, Restored, Storage, StreamInfo};
+use crate::output::{ErrorProps, Outcome, OutputMessage};
+
+/// Why the store could not open.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The directory could not be made or used.
+    #[error("the data directory {path}: {error}")]
+    Directory {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// SQLite refused: a file that is not a database, a disk that is full or read-only.
+    #[error("the store {path}: {error}")]
+    Sqlite {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: rusqlite::Error,
+    },
+}
+
+/// The embedded store; see the module doc.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    writer: Writer,
+    threads: Mutex<Vec<StoredThread>>,
+}
+
+/// What the store found at start.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Restart {
+    /// Ended streams, readable again.
+    pub streams: usize,
+    /// Streams that were open, now ended with `interrupted`.
+    pub interrupted: usize,
+    /// Streams past their retention, deleted.
+    pub expired: usize,
+    /// Threads read back.
+    pub threads: usize,
+}
+
+/// A stream's row.
+struct StreamRow {
+    id: String,
+    epoch: String,
+    model: String,
+    created_ms: u64,
+    outcome: Option<String>,
+    ended_ms: Option<u64>,
+}
+
+/// The file in the data directory.
+const FILE: &str = "agentmux.sqlite3";
+
+fn open_connection(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let connection = Connection::open_with_flags(path, flags)?;
+    connection.busy_timeout(Duration::from_secs(5))?;
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(connection)
+}
+
+impl Store {
+    /// Opens (or creates) the store in `dir`, running the migrations it lacks.
+    pub fn open(dir: &Path) -> Result<Arc<Store>, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
+        let path = dir.join(FILE);
+        let sqlite = |error| StoreError::Sqlite { path: path.clone(), error };
+        let connection = open_connection(&path, OpenFlags::default()).map_err(sqlite)?;
+        schema::migrate(&connection).map_err(sqlite)?;
+        let threads = threads::load(&connection).map_err(sqlite)?;
+        let writer =
+            Writer::start(connection).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
+        Ok(Arc::new(Store { path, writer, threads: Mutex::new(threads) }))
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits until everything handed to the writer so far is committed.
+    pub fn flush(&self) {
+        self.writer.flush();
+    }
+
+    /// Batches the writer could not write (a full or read-only disk).
+    pub fn failures(&self) -> u64 {
+        self.writer.failures()
+    }
+
+    /// Gives `hub` back the streams kept from before a restart (the hub must use this store as its
+    /// storage): ended streams as they were; streams that were open end now, with the error `interrupted`;
+    /// streams whose retention passed are deleted.
+    pub fn restore(&self, hub: &Hub) -> Result<Restart, StoreError> {
+        let sqlite = |error| StoreError::Sqlite { path: self.path.clone(), error };
+        let connection = open_connection(&self.path, OpenFlags::SQLITE_OPEN_READ_WRITE).map_err(sqlite)?;
+        let config = hub.config();
+        let now_ms = config.clock.now_ms();
+        let retention = config.retention.as_millis() as u64;
+        let mut report = Restart { threads: self.threads.lock().map(|t| t.len()).unwrap_or(0), ..Restart::default() };
+        let mut rows = connection
+            .prepare("SELECT id, epoch, model, created_ms, outcome, ended_ms FROM streams ORDER BY created_ms")
+            .map_err(sqlite)?;
+        let streams: Vec<StreamRow> = rows
+            .query_map([], |r| {
+                Ok(StreamRow {
+                    id: r.get(0)?,
+                    epoch: r.get(1)?,
+                    model: r.get(2)?,
+                    created_ms: r.get::<_, i64>(3)?.max(0) as u64,
+                    outcome: r.get(4)?,
+                    ended_ms: r.get::<_, Option<i64>>(5)?.map(|ms| ms.max(0) as u64),
+                })
+            })
+            .map_err(sqlite)?
+            .collect::<Result<_, _>>()
+            .map_err(sqlite)?;
+        let mut read =
+            connection.prepare("SELECT message FROM entries WHERE stream = ?1 ORDER BY sequence").map_err(sqlite)?;
+        for row in streams {
+            if let Some(ended_ms) = row.ended_ms.filter(|_| row.outcome.is_some())
+                && now_ms.saturating_sub(ended_ms) >= retention
+            {
+                self.writer.send(Command::Evict { stream: row.id });
+                report.expired += 1;
+                continue;
+            }
+            let texts: Vec<String> = read
+                .query_map(params![row.id], |r| r.get(0))
+                .map_err(sqlite)?
+                .collect::<Result<_, _>>()
+                .map_err(sqlite)?;
+            if self.restore_stream(hub, row, texts, now_ms) {
+                report.interrupted += 1;
+            }
+            report.streams += 1;
+        }
+        self.writer.flush();
+        Ok(report)
+    }
+
+    /// Gives `hub` one stream from its row and its entries' JSON; true when it was open and ends now.
+    fn restore_stream(&self, hub: &Hub, row: StreamRow, texts: Vec<String>, now_ms: u64) -> bool {
+        let mut entries = Vec::with_capacity(texts.len() + 2);
+        let mut bytes = 0;
+        for text in texts {
+            match serde_json::from_str::<OutputMessage>(&text) {
+                Ok(message) => {
+                    bytes += text.len() as u64;
+                    entries.push(Entry::Message { message: Arc::new(message), bytes: text.len() as u64 });
+                }
+                Err(error) => tracing::error!(stream = row.id, "an entry the store kept does not parse: {error}"),
+            }
+        }
+        let last = entries.len() as u64;
+        let info = StreamInfo { id: row.id.clone(), epoch: row.epoch, created_ms: row.created_ms, model: row.model };
+        let kept = row.outcome.and_then(|o| serde_json::from_str::<Outcome>(&o).ok());
+        let interrupted = kept.is_none();
+        let (outcome, ended_ms) = match kept {
+            Some(outcome) => (outcome, row.ended_ms.unwrap_or(now_ms)),
+            None => {
+                // Open when the service stopped: it ends now, and the end is kept like any other.
+                let outcome = Outcome::failed(ErrorProps {
+                    message: "the service stopped while the stream was open".into(),
+                    code: Some("interrupted".into()),
+                    details: None,
+                });
+                let end_id = format!("m{}-{}", last + 1, info.epoch.get(..8).unwrap_or(&info.epoch));
+                let end = crate::hub::stream_end(&outcome, last + 1, info.created_ms, now_ms, end_id);
+                let size = serde_json::to_vec(&end).map_or(0, |j| j.len() as u64);
+                let end =
+                    vec![Entry::Message { message: Arc::new(end), bytes: size }, Entry::End(Arc::new(outcome.clone()))];
+                let committed = log::Committed::new(last, false);
+                self.writer.send(Command::Append { stream: row.id.clone(), entries: end.clone(), committed });
+                entries.extend(end);
+                bytes += size;
+                (outcome, now_ms)
+            }
+        };
+        if !matches!(entries.last(), Some(Entry::End(_))) {
+            entries.push(Entry::End(Arc::new(outcome)));
+        }
+        let log = Box::new(StoreLog::restored(&row.id, entries, self.writer.clone()));
+        hub.restore(Restored { info, log, bytes, ended_ms });
+        interrupted
+    }
+
+    /// The threads kept from before a restart (once: later calls get none).
+    pub(crate) fn take_threads(&self) -> Vec<StoredThread> {
+        self.threads.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default()
+    }
+
+    /// Hands a change of the threads to the writer.
+    pub(crate) fn write_thread(&self, write: ThreadWrite) {
+        self.writer.send(Command::Thread(write));
+    }
+}
+
+impl Storage for Store {
+    fn log(&self, info: &StreamInfo, client: Option<&str>) -> Box<dyn crate::hub::Log> {
+        self.writer.send(Command::Stream {
+            id: info.id.clone(),
+            epoch: info.epoch.clone(),
+            model: info.model.clone(),
+            created_ms: info.created_ms,
+            client: client.map(str::to_owned),
+        });
+        Box::new(StoreLog::new(&info.id, self.writer.clone()))
+    }
+
+    fn evict(&self, id: &str) {
+        self.writer.send(Command::Evict { stream: id.to_owned() });
+    }
+}

@@ -1,0 +1,55 @@
+//! The store's schema and its migrations, versioned by SQLite's `user_version`: each migration runs once,
+//! in order, in one transaction with the version it brings, so a store opened by a newer agentmux is brought
+//! up to date at start, and one from an agentmux newer than this one is refused rather than misread.
+
+use rusqlite::Connection;
+
+/// The migrations, in order: migration `i` brings the store to version `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: streams and their entries; threads and their audit log.
+    "CREATE TABLE streams (
+        id TEXT PRIMARY KEY,
+        epoch TEXT NOT NULL,
+        model TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        client TEXT,
+        outcome TEXT,
+        ended_ms INTEGER
+    );
+    CREATE TABLE entries (
+        stream TEXT NOT NULL,
+        sequence INTEGER NOT NULL,
+        message TEXT NOT NULL,
+        PRIMARY KEY (stream, sequence)
+    ) WITHOUT ROWID;
+    CREATE TABLE threads (
+        id TEXT PRIMARY KEY,
+        created_ms INTEGER NOT NULL,
+        used_ms INTEGER NOT NULL,
+        pending TEXT NOT NULL
+    );
+    CREATE TABLE audit (
+        thread TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (thread, position)
+    ) WITHOUT ROWID;",
+];
+
+/// Brings the store to the latest version.
+pub(crate) fn migrate(connection: &Connection) -> rusqlite::Result<()> {
+    let version: i64 = connection.pragma_query_value(None, "user_version", |row| row.get(0))?;
+    let latest = MIGRATIONS.len() as i64;
+    if version > latest {
+        return Err(rusqlite::Error::InvalidParameterName(format!(
+            "the store is at schema version {version}, newer than this agentmux knows ({latest})"
+        )));
+    }
+    for (index, migration) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+        let tx = connection.unchecked_transaction()?;
+        tx.execute_batch(migration)?;
+        tx.pragma_update(None, "user_version", index as i64 + 1)?;
+        tx.commit()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! The store's writer: one thread that owns the SQLite connection and commits what producers hand it, in
+//! batches (group commit).
+//!
+//! Producers never wait for the disk: a stream's log hands its entries over a channel and goes on. The
+//! writer takes everything waiting (up to a bound), writes it in one transaction, commits, and only then
+//! moves each stream's committed watermark, which is what readers and acknowledgements wait for. Under load,
+//! batches grow by themselves, so the cost of a commit is shared by everything that arrived during the last
+//! one. Messages are serialised here, not on the producer's path.
+//!
+//! A write that fails (a full disk, a file gone read-only) is logged, and the batch is tried again once; if
+//! it fails again, the streams it touched are marked failed and their watermarks move anyway, so readers are
+//! not stuck (`Store::failures` counts it, and the service reports it).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+
+use super::log::Committed;
+use crate::hub::Entry;
+
+/// The most commands in one transaction.
+const BATCH: usize = 8192;
+
+/// What the writer does.
+pub(crate) enum Command {
+    /// A new stream.
+    Stream { id: String, epoch: String, model: String, created_ms: u64, client: Option<String> },
+    /// Entries of a stream, in order (the end last, if it ended).
+    Append { stream: String, entries: Vec<Entry>, committed: Arc<Committed> },
+    /// A stream was evicted: its rows go.
+    Evict { stream: String },
+    /// Any statement, for threads and the audit log (see `threads.rs`).
+    Thread(super::threads::ThreadWrite),
+    /// Answers once everything sent before it is committed.
+    Flush(Sender<()>),
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Command")
+    }
+}
+
+/// A handle to send the writer commands; cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct Writer {
+    tx: Sender<Command>,
+    failures: Arc<AtomicU64>,
+}
+
+impl Writer {
+    /// Starts the writer thread on `connection`.
+    pub(crate) fn start(connection: Connection) -> std::io::Result<Writer> {
+        let (tx, rx) = channel();
+        let failures = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&failures);
+        std::thread::Builder::new().name("agentmux-store".into()).spawn(move || run(connection, rx, &counted))?;
+        Ok(Writer { tx, failures })
+    }
+
+    pub(crate) fn send(&self, command: Command) {
+        // The writer lives as long as any handle: a send fails only if it panicked, which it does not.
+        let _ = self.tx.send(command);
+    }
+
+    /// Waits until everything sent so far is committed.
+    pub(crate) fn flush(&self) {
+        let (tx, rx) = channel();
+        self.send(Command::Flush(tx));
+        let _ = rx.recv();
+    }
+
+    /// Batches that could not be written.
+    pub(crate) fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+}
+
+fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) {
+    let mut batch = Vec::with_capacity(64);
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(command) => batch.push(command),
+                Err(_) => break,
+            }
+        }
+        let mut written = write(&mut connection, &batch);
+        if let Err(error) = &written {
+            tracing::error!("the store could not write a batch ({error}); trying again");
+            std::thread::sleep(Duration::from_millis(100));
+            written = write(&mut connection, &batch);
+        }
+        if let Err(error) = written {
+            failures.fetch_add(1, Ordering::Relaxed);
+            tracing::error!("the store could not write a batch of {} commands: {error}", batch.len());
+        }
+        for command in batch.drain(..) {
+            match command {
+                Command::Append { entries, committed, .. } => {
+                    let (last, ended) = last_of(&entries);
+                    committed.advance(last, ended);
+                }
+                Command::Flush(done) => {
+                    let _ = done.send(());
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The last sequence among `entries`, and whether they end the stream.
+fn last_of(entries: &[Entry]) -> (u64, bool) {
+    let mut last = 0;
+    let mut ended = false;
+    for entry in entries {
+        match entry {
+            Entry::Message { message, .. } => {
+                last = message.metadata.as_ref().and_then(|m| m.sequence).unwrap_or(last);
+            }
+            Entry::End(_) => ended = true,
+        }
+    }
+    (last, ended)
+}
+
+fn write(connection: &mut Connection, batch: &[Command]) -> rusqlite::Result<()> {
+    let tx = connection.transaction()?;
+    {
+        let mut insert =
+            tx.prepare_cached("INSERT OR REPLACE INTO entries (stream, sequence, message) VALUES (?1, ?2, ?3)")?;
+        for command in batch {
+            match command {
+                Command::Stream { id, epoch, model, created_ms, client } => {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO streams (id, epoch, model, created_ms, client) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![id, epoch, model, *created_ms as i64, client],
+                    )?;
+                }
+                Command::Append { stream, entries, .. } => {
+                    let mut last_ms = 0;
+                    for entry in entries {
+                        match entry {
+                            Entry::Message { message, .. } => {
+                                let Some(metadata) = message.metadata.as_ref() else { continue };
+                                let Some(sequence) = metadata.sequence else { continue };
+                                last_ms = metadata.timestamp.unwrap_or(last_ms);
+                                let json = serde_json::to_string(&**message).unwrap_or_default();
+                                insert.execute(params![stream, sequence as i64, json])?;
+                            }
+                            Entry::End(outcome) => {
+                                let json = serde_json::to_string(&**outcome).unwrap_or_default();
+                                tx.execute(
+                                    "UPDATE streams SET outcome = ?2, ended_ms = ?3 WHERE id = ?1",
+                                    params![stream, json, last_ms as i64],
+                                )?;
+                            }
+                        }
+                    }
+                }
+                Command::Evict { stream } => {
+                    tx.execute("DELETE FROM entries WHERE stream = ?1", params![stream])?;
+                    tx.execute("DELETE FROM streams WHERE id = ?1", params![stream])?;
+                }
+                Command::Thread(write) => write.apply(&tx)?,
+                Command::Flush(_) => {}
+            }
+        }
+    }
+    tx.commit()
+}
