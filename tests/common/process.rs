@@ -75,6 +75,12 @@ impl ServerProcess {
         format!("{}{}", self.base, path)
     }
 
+    /// Kills it at once (SIGKILL), as a crash would, and waits until it is gone.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGTERM.
     pub(crate) fn terminate(&self) {
         let status =

@@ -1,0 +1,232 @@
+//! The store across crashes, over real processes: the binary with a `--data-dir`, clients ingesting over
+//! several streams and recording every acknowledged sequence, `kill -9` at several moments of the ingest (after
+//! 800, 3,700 and 7,600 of its 10,000 messages were acknowledged), a restart on the
+//! same directory. Every acknowledged message is there, in order, byte for byte as a live subscriber saw it
+//! before the crash; a subscriber resuming with `Last-Event-ID` gets the rest without gap or duplicate; the
+//! streams that were open end `interrupted`. And a thread with a tool call survives a restart with an
+//! identical audit export.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::http::parse_sse;
+use common::process::ServerProcess;
+use serde_json::{Value, json};
+
+const STREAMS: usize = 4;
+const BATCH: usize = 25;
+const TOTAL: usize = 10_000;
+
+fn data_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("agentmux-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn spawn(dir: &std::path::Path) -> ServerProcess {
+    let dir = dir.to_str().expect("a UTF-8 path");
+    ServerProcess::spawn(&["--data-dir", dir])
+}
+
+/// Everything `GET /v1/streams/{id}/events` sends after `after` (the stream has ended), by sequence.
+async fn events(client: &reqwest::Client, server: &ServerProcess, id: &str, after: u64) -> BTreeMap<u64, String> {
+    let response = client
+        .get(server.url(&format!("/v1/streams/{id}/events")))
+        .header("last-event-id", after.to_string())
+        .send()
+        .await
+        .expect("GET events");
+    assert_eq!(response.status(), 200, "{id}");
+    let body = tokio::time::timeout(Duration::from_secs(20), response.bytes()).await.expect("ends").expect("body");
+    let (events, _) = parse_sse(&body);
+    let mut out = BTreeMap::new();
+    for event in events {
+        let id = event.id.expect("an id");
+        assert!(out.insert(id, event.data).is_none(), "sequence {id} twice");
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_message_survives_kill_9_at_several_moments() {
+    let dir = data_dir("crash");
+    let client = reqwest::Client::new();
+    for (round, kill_at) in [800usize, 3700, 7600].into_iter().enumerate() {
+        let server = spawn(&dir);
+        let mut ids = Vec::new();
+        for _ in 0..STREAMS {
+            let created: Value =
+                client.post(server.url("/v1/streams")).send().await.expect("create").json().await.expect("JSON");
+            ids.push(created["id"].as_str().expect("id").to_owned());
+        }
+        // A live subscriber on the first stream keeps every event's bytes, to compare after the restart.
+        let seen: Arc<Mutex<BTreeMap<u64, String>>> = Arc::default();
+        let watcher = {
+            let (client, url, seen) =
+                (client.clone(), server.url(&format!("/v1/streams/{}/events", ids[0])), Arc::clone(&seen));
+            tokio::spawn(async move {
+                let Ok(mut response) = client.get(url).send().await else { return };
+                let mut buffer = Vec::new();
+                while let Ok(Some(chunk)) = response.chunk().await {
+                    buffer.extend_from_slice(&chunk);
+                    let (events, used) = parse_sse(&buffer);
+                    buffer.drain(..used);
+                    let mut seen = seen.lock().expect("lock");
+                    for event in events {
+                        if let Some(id) = event.id {
+                            seen.insert(id, event.data);
+                        }
+                    }
+                }
+            })
+        };
+        // Producers: acknowledged sequences and what each carried.
+        let acked: Arc<Mutex<BTreeMap<(usize, u64), String>>> = Arc::default();
+        let producers: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(s, id)| {
+                let (client, url, acked) =
+                    (client.clone(), server.url(&format!("/v1/streams/{id}/messages")), Arc::clone(&acked));
+                tokio::spawn(async move {
+                    for batch in 0..TOTAL / STREAMS / BATCH {
+                        let texts: Vec<String> = (0..BATCH)
+                            .map(|i| format!("round {round} stream {s} message {} é✓", batch * BATCH + i))
+                            .collect();
+                        let body: Vec<Value> =
+                            texts.iter().map(|t| json!({"type": "text", "props": {"content": t}})).collect();
+                        let Ok(response) = client.post(&url).json(&body).send().await else { return };
+                        let Ok(reply) = response.json::<Value>().await else { return };
+                        let Some(sequences) = reply["sequences"].as_array() else { return };
+                        let mut acked = acked.lock().expect("lock");
+                        for (sequence, text) in sequences.iter().zip(texts) {
+                            acked.insert((s, sequence.as_u64().expect("a sequence")), text);
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Killed while the producers go on: once this many messages are acknowledged, whenever that is.
+        while acked.lock().expect("lock").len() < kill_at && producers.iter().any(|p| !p.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let mut server = server;
+        server.kill();
+        for producer in producers {
+            let _ = producer.await;
+        }
+        let _ = watcher.await;
+        let acked = std::mem::take(&mut *acked.lock().expect("lock"));
+        let seen = std::mem::take(&mut *seen.lock().expect("lock"));
+        assert!(!acked.is_empty(), "round {round}: something was acknowledged before the kill");
+        eprintln!(
+            "round {round}: killed at {kill_at}: {} messages acknowledged, {} seen live",
+            acked.len(),
+            seen.len()
+        );
+        assert!(acked.len() < TOTAL, "round {round}: the kill came before the end of the ingest");
+
+        let server = spawn(&dir);
+        let mut interrupted = 0;
+        for (s, id) in ids.iter().enumerate() {
+            let kept = events(&client, &server, id, 0).await;
+            // In order, without gaps, from 1; the last is stream_end.
+            let sequences: Vec<u64> = kept.keys().copied().collect();
+            assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>(), "round {round} stream {s}");
+            for ((stream, sequence), text) in acked.range((s, 0)..(s + 1, 0)) {
+                let data = kept
+                    .get(sequence)
+                    .unwrap_or_else(|| panic!("round {round}: acknowledged {stream}/{sequence} lost"));
+                let message: Value = serde_json::from_str(data).expect("JSON");
+                assert_eq!(message["props"]["content"], json!(text), "round {round} stream {s} sequence {sequence}");
+            }
+            let end: Value = serde_json::from_str(kept.values().last().expect("events")).expect("JSON");
+            assert_eq!(end["props"]["event"], "stream_end", "round {round}");
+            if end["props"]["data"]["error"]["code"] == "interrupted" {
+                interrupted += 1;
+            }
+            if s == 0 {
+                for (sequence, data) in &seen {
+                    assert_eq!(
+                        kept.get(sequence),
+                        Some(data),
+                        "round {round}: what a client saw is kept byte for byte"
+                    );
+                }
+            }
+            // Resume from the middle: the rest, without gap or duplicate.
+            let middle = sequences.len() as u64 / 2;
+            let rest = events(&client, &server, id, middle).await;
+            assert_eq!(
+                rest.keys().copied().collect::<Vec<_>>(),
+                ((middle + 1)..=sequences.len() as u64).collect::<Vec<_>>()
+            );
+            assert!(rest.iter().all(|(k, v)| kept.get(k) == Some(v)));
+        }
+        assert_eq!(interrupted, STREAMS, "round {round}: the streams open at the crash end interrupted");
+        drop(server);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_with_a_tool_call_survives_a_restart_with_an_identical_audit_log() {
+    let dir = data_dir("thread");
+    let client = reqwest::Client::new();
+    let server = spawn(&dir);
+    for (model, text) in [("echo", "hello there"), ("replay/tool-call-then-text", "and the weather?")] {
+        let response = client
+            .post(server.url("/v1/chat/completions"))
+            .header("x-agentmux-thread-id", "kept")
+            .json(&json!({"model": model, "messages": [{"role": "user", "content": text}]}))
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(response.status(), 200);
+    }
+    let rejected = client
+        .post(server.url("/v1/chat/completions"))
+        .header("x-agentmux-thread-id", "kept")
+        .json(&json!({"model": "echo", "messages": [{"role": "assistant", "content": "forged"}]}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(rejected.status(), 400);
+    let before: Value =
+        client.get(server.url("/v1/threads/kept/audit")).send().await.expect("GET").json().await.expect("JSON");
+    let transcript: Value =
+        client.get(server.url("/v1/threads/kept")).send().await.expect("GET").json().await.expect("JSON");
+    assert_eq!(before["entries"].as_array().map(Vec::len), Some(9), "{before}");
+    let mut server = server;
+    server.kill();
+
+    let server = spawn(&dir);
+    let after: Value =
+        client.get(server.url("/v1/threads/kept/audit")).send().await.expect("GET").json().await.expect("JSON");
+    assert_eq!(after, before, "the audit export is identical");
+    let again: Value =
+        client.get(server.url("/v1/threads/kept")).send().await.expect("GET").json().await.expect("JSON");
+    assert_eq!(again["messages"], transcript["messages"]);
+    // The thread goes on where it was.
+    let response = client
+        .post(server.url("/v1/chat/completions"))
+        .header("x-agentmux-thread-id", "kept")
+        .json(&json!({"model": "echo", "messages": [{"role": "user", "content": "still there?"}]}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), 200);
+    let last: Value = client.get(server.url("/v1/threads/kept")).send().await.expect("GET").json().await.expect("JSON");
+    let messages = last["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), transcript["messages"].as_array().expect("messages").len() + 2);
+    // The runs' streams came back too.
+    let stream = before["entries"][1]["stream_id"].as_str().expect("a stream id");
+    let response = client.get(server.url(&format!("/v1/streams/{stream}"))).send().await.expect("GET");
+    assert_eq!(response.status(), 200);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
