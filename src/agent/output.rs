@@ -191,6 +191,12 @@ impl Output {
         self.stream.cancellation().cancelled_owned()
     }
 
+    /// Waits until the message `sequence` (what an emit returned) is kept: at once in memory, once committed
+    /// with the store. For an agent that must not go on before what it said would survive a crash.
+    pub async fn kept(&self, sequence: u64) {
+        self.stream.readable(sequence).await;
+    }
+
     /// True once someone cancelled the stream.
     pub fn is_cancelled(&self) -> bool {
         self.stream.cancellation().is_cancelled()
