@@ -81,6 +81,9 @@ struct Args {
     /// The agentmux binary.
     #[arg(long, default_value = "target/release/agentmux")]
     server: PathBuf,
+    /// Run agentmux with its store (a fresh data directory per run) instead of `--ephemeral`.
+    #[arg(long)]
+    store: bool,
     /// Skip the ceiling server.
     #[arg(long)]
     no_ceiling: bool,
@@ -224,6 +227,7 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
         deltas_per_message: args.deltas_per_message.max(1),
         sample_every: args.sample_every,
         drain: Duration::from_secs(if args.quick { 20 } else { 60 }),
+        store: args.store,
     };
     let selected: Vec<Scenario> = scenarios(&args).into_iter().filter(|s| selected(&args, s)).collect();
     let only_soak = selected.iter().all(|s| matches!(s.kind, Kind::Soak(_)));

@@ -137,7 +137,9 @@ impl Server {
                 let mut c = Command::new(agentmux);
                 // In memory, as every figure so far (the store has its own comparison); by the environment,
                 // which servers from before the store ignore.
-                c.env("AGENTMUX_EPHEMERAL", "true");
+                if !args.iter().any(|a| a == "--data-dir") {
+                    c.env("AGENTMUX_EPHEMERAL", "true");
+                }
                 c
             }
             Target::Ceiling => {

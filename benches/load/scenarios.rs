@@ -31,6 +31,8 @@ pub(crate) struct Settings {
     pub(crate) sample_every: u64,
     /// How long readers may take after the producer is done.
     pub(crate) drain: Duration,
+    /// Run agentmux with its store (a fresh `--data-dir` per run) rather than in memory.
+    pub(crate) store: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -402,10 +404,15 @@ impl Window {
 /// One run of `scenario` against `target`.
 pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, settings: &Settings) -> io::Result<RunResult> {
     let label = format!("{}-run{run}", scenario.name);
-    let args = match &scenario.kind {
+    let mut args = match &scenario.kind {
         Kind::Soak(soak) => soak.server_args(&settings.agentmux),
         _ => Vec::new(),
     };
+    if settings.store && target == Target::Agentmux {
+        let dir = std::path::PathBuf::from("target/bench/data").join(&label);
+        let _ = std::fs::remove_dir_all(&dir);
+        args.extend(["--data-dir".to_owned(), dir.display().to_string()]);
+    }
     let server = Server::start_with(target, &settings.agentmux, &label, &args).await?;
     let mut result = RunResult::new(scenario, target, run);
     let overflows = procfs::listen_overflows();

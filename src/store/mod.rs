@@ -161,7 +161,7 @@ impl Store {
             .collect::<Result<_, _>>()
             .map_err(sqlite)?;
         let mut read =
-            connection.prepare("SELECT message FROM entries WHERE stream = ?1 ORDER BY sequence").map_err(sqlite)?;
+            connection.prepare("SELECT messages FROM chunks WHERE stream = ?1 ORDER BY first").map_err(sqlite)?;
         for row in streams {
             if let Some(ended_ms) = row.ended_ms.filter(|_| row.outcome.is_some())
                 && now_ms.saturating_sub(ended_ms) >= retention
@@ -188,8 +188,8 @@ impl Store {
     fn restore_stream(&self, hub: &Hub, row: StreamRow, texts: Vec<String>, now_ms: u64) -> bool {
         let mut entries = Vec::with_capacity(texts.len() + 2);
         let mut bytes = 0;
-        for text in texts {
-            match serde_json::from_str::<OutputMessage>(&text) {
+        for text in texts.iter().flat_map(|chunk| chunk.split('\n')) {
+            match serde_json::from_str::<OutputMessage>(text) {
                 Ok(message) => {
                     bytes += text.len() as u64;
                     entries.push(Entry::Message { message: Arc::new(message), bytes: text.len() as u64 });

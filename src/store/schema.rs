@@ -6,7 +6,8 @@ use rusqlite::Connection;
 
 /// The migrations, in order: migration `i` brings the store to version `i + 1`.
 const MIGRATIONS: &[&str] = &[
-    // 1: streams and their entries; threads and their audit log.
+    // 1: streams and their entries (a row per run of consecutive entries a commit wrote, one JSON message
+    // per line); threads and their audit log.
     "CREATE TABLE streams (
         id TEXT PRIMARY KEY,
         epoch TEXT NOT NULL,
@@ -16,11 +17,12 @@ const MIGRATIONS: &[&str] = &[
         outcome TEXT,
         ended_ms INTEGER
     );
-    CREATE TABLE entries (
+    CREATE TABLE chunks (
         stream TEXT NOT NULL,
-        sequence INTEGER NOT NULL,
-        message TEXT NOT NULL,
-        PRIMARY KEY (stream, sequence)
+        first INTEGER NOT NULL,
+        last INTEGER NOT NULL,
+        messages TEXT NOT NULL,
+        PRIMARY KEY (stream, first)
     ) WITHOUT ROWID;
     CREATE TABLE threads (
         id TEXT PRIMARY KEY,

@@ -11,6 +11,7 @@
 //! it fails again, the streams it touched are marked failed and their watermarks move anyway, so readers are
 //! not stuck (`Store::failures` counts it, and the service reports it).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -129,11 +130,27 @@ fn last_of(entries: &[Entry]) -> (u64, bool) {
     (last, ended)
 }
 
+/// Consecutive entries of one stream, as one row: `first..=last`, one JSON message per line.
+#[derive(Default)]
+struct Chunk {
+    first: u64,
+    last: u64,
+    lines: String,
+}
+
 fn write(connection: &mut Connection, batch: &[Command]) -> rusqlite::Result<()> {
     let tx = connection.transaction()?;
     {
         let mut insert =
-            tx.prepare_cached("INSERT OR REPLACE INTO entries (stream, sequence, message) VALUES (?1, ?2, ?3)")?;
+            tx.prepare_cached("INSERT OR REPLACE INTO chunks (stream, first, last, messages) VALUES (?1, ?2, ?3, ?4)")?;
+        let mut flush = |stream: &str, chunk: Chunk| -> rusqlite::Result<()> {
+            if chunk.lines.is_empty() {
+                return Ok(());
+            }
+            insert.execute(params![stream, chunk.first as i64, chunk.last as i64, chunk.lines]).map(drop)
+        };
+        // A stream's entries in this batch become one row: a commit writes a row per stream, not per message.
+        let mut open: HashMap<&str, Chunk> = HashMap::new();
         for command in batch {
             match command {
                 Command::Stream { id, epoch, model, created_ms, client } => {
@@ -150,10 +167,20 @@ fn write(connection: &mut Connection, batch: &[Command]) -> rusqlite::Result<()>
                                 let Some(metadata) = message.metadata.as_ref() else { continue };
                                 let Some(sequence) = metadata.sequence else { continue };
                                 last_ms = metadata.timestamp.unwrap_or(last_ms);
-                                let json = serde_json::to_string(&**message).unwrap_or_default();
-                                insert.execute(params![stream, sequence as i64, json])?;
+                                let chunk = open.entry(stream.as_str()).or_default();
+                                if chunk.lines.is_empty() {
+                                    chunk.first = sequence;
+                                } else {
+                                    chunk.lines.push('\n');
+                                }
+                                chunk.last = sequence;
+                                // Compact JSON never holds a raw line break: a line is a message.
+                                chunk.lines.push_str(&serde_json::to_string(&**message).unwrap_or_default());
                             }
                             Entry::End(outcome) => {
+                                if let Some(chunk) = open.remove(stream.as_str()) {
+                                    flush(stream, chunk)?;
+                                }
                                 let json = serde_json::to_string(&**outcome).unwrap_or_default();
                                 tx.execute(
                                     "UPDATE streams SET outcome = ?2, ended_ms = ?3 WHERE id = ?1",
@@ -164,12 +191,16 @@ fn write(connection: &mut Connection, batch: &[Command]) -> rusqlite::Result<()>
                     }
                 }
                 Command::Evict { stream } => {
-                    tx.execute("DELETE FROM entries WHERE stream = ?1", params![stream])?;
+                    open.remove(stream.as_str());
+                    tx.execute("DELETE FROM chunks WHERE stream = ?1", params![stream])?;
                     tx.execute("DELETE FROM streams WHERE id = ?1", params![stream])?;
                 }
                 Command::Thread(write) => write.apply(&tx)?,
                 Command::Flush(_) => {}
             }
+        }
+        for (stream, chunk) in open {
+            flush(stream, chunk)?;
         }
     }
     tx.commit()
