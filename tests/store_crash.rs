@@ -230,3 +230,85 @@ async fn a_thread_with_a_tool_call_survives_a_restart_with_an_identical_audit_lo
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The bytes the store's files take on disk (the database and its WAL).
+fn store_bytes(dir: &std::path::Path) -> u64 {
+    ["agentmux.sqlite3", "agentmux.sqlite3-wal"]
+        .iter()
+        .filter_map(|f| std::fs::metadata(dir.join(f)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_pass_deletes_ended_streams_and_gives_the_space_back() {
+    let dir = data_dir("retention");
+    let client = reqwest::Client::new();
+    let server = ServerProcess::spawn(&["--data-dir", dir.to_str().expect("UTF-8"), "--retention", "1s"]);
+    let mut ids = Vec::new();
+    for s in 0..20 {
+        let created: Value =
+            client.post(server.url("/v1/streams")).send().await.expect("create").json().await.expect("JSON");
+        let id = created["id"].as_str().expect("id").to_owned();
+        let body: Vec<Value> = (0..200)
+            .map(|i| json!({"type": "text", "props": {"content": format!("stream {s} line {i} {}", "x".repeat(200))}}))
+            .collect();
+        let response =
+            client.post(server.url(&format!("/v1/streams/{id}/messages"))).json(&body).send().await.expect("POST");
+        assert_eq!(response.status(), 200);
+        let response = client.post(server.url(&format!("/v1/streams/{id}/end"))).send().await.expect("end");
+        assert_eq!(response.status(), 200);
+        ids.push(id);
+    }
+    let full = store_bytes(&dir);
+    assert!(full > 800_000, "20 × 200 messages of 250 bytes are in the store: {full} bytes");
+    let mut now = full;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        now = store_bytes(&dir);
+        if now < full / 4 {
+            break;
+        }
+    }
+    eprintln!("the store took {full} bytes with 20 ended streams, {now} after the retention pass");
+    assert!(now < full / 4, "the space came back: {full} → {now} bytes");
+    for id in &ids {
+        let response = client.get(server.url(&format!("/v1/streams/{id}"))).send().await.expect("GET");
+        assert_eq!(response.status(), 404, "{id} was evicted");
+    }
+    drop(server);
+    // And they stay gone after a restart.
+    let server = spawn(&dir);
+    let response = client.get(server.url(&format!("/v1/streams/{}", ids[0]))).send().await.expect("GET");
+    assert_eq!(response.status(), 404);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the binary on `dir` and expects it to refuse to start: its exit status and what it said.
+fn refused(dir: &std::path::Path) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(["--addr", "127.0.0.1:0", "--data-dir", dir.to_str().expect("UTF-8")])
+        .output()
+        .expect("run agentmux");
+    (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn a_data_directory_it_cannot_use_is_a_clear_error_at_start() {
+    // A file where the directory should be.
+    let path = data_dir("not-a-dir");
+    std::fs::write(&path, b"I am a file").expect("write");
+    let (ok, said) = refused(&path);
+    assert!(!ok, "it did not start");
+    assert!(said.contains("the data directory") && said.contains("--ephemeral"), "{said}");
+    let _ = std::fs::remove_file(&path);
+    // A corrupt store.
+    let dir = data_dir("corrupt");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("agentmux.sqlite3"), vec![0x5a; 8192]).expect("write");
+    let (ok, said) = refused(&dir);
+    assert!(!ok, "it did not start");
+    assert!(said.contains("agentmux.sqlite3") && said.contains("not a database"), "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

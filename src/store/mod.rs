@@ -99,6 +99,9 @@ const FILE: &str = "agentmux.sqlite3";
 fn open_connection(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
     let connection = Connection::open_with_flags(path, flags)?;
     connection.busy_timeout(Duration::from_secs(5))?;
+    // Only a new file takes it, and only before its first write (the switch to WAL is one): pages that
+    // deletions free can then be given back to the file system.
+    connection.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
     connection.pragma_update(None, "journal_mode", "WAL")?;
     connection.pragma_update(None, "synchronous", "NORMAL")?;
     Ok(connection)

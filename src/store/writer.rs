@@ -10,20 +10,28 @@
 //! A write that fails (a full disk, a file gone read-only) is logged, and the batch is tried again once; if
 //! it fails again, the streams it touched are marked failed and their watermarks move anyway, so readers are
 //! not stuck (`Store::failures` counts it, and the service reports it).
+//!
+//! After deletions (evicted streams, deleted threads) the writer gives the freed pages back to the file system
+//! (incremental vacuum, then a checkpoint that truncates the WAL), at most every two seconds, so the file does
+//! not grow without bound as streams come and go.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::time::Duration;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 
 use super::log::Committed;
+use super::threads::ThreadWrite;
 use crate::hub::Entry;
 
 /// The most commands in one transaction.
 const BATCH: usize = 8192;
+
+/// How often, at most, the space that deletions freed is given back (and, at the latest, this long after).
+const COMPACT_EVERY: Duration = Duration::from_secs(2);
 
 /// What the writer does.
 pub(crate) enum Command {
@@ -82,7 +90,21 @@ impl Writer {
 
 fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) {
     let mut batch = Vec::with_capacity(64);
-    while let Ok(first) = rx.recv() {
+    // Space freed by deletions is given back at most every `COMPACT_EVERY`, and once the writer is idle.
+    let mut freed = false;
+    let mut compacted = Instant::now();
+    loop {
+        let first = match rx.recv_timeout(COMPACT_EVERY) {
+            Ok(command) => command,
+            Err(RecvTimeoutError::Timeout) => {
+                if freed {
+                    compact(&connection);
+                    (freed, compacted) = (false, Instant::now());
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         batch.push(first);
         while batch.len() < BATCH {
             match rx.try_recv() {
@@ -100,6 +122,11 @@ fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) 
             failures.fetch_add(1, Ordering::Relaxed);
             tracing::error!("the store could not write a batch of {} commands: {error}", batch.len());
         }
+        freed |= batch.iter().any(|c| matches!(c, Command::Evict { .. } | Command::Thread(ThreadWrite::Delete { .. })));
+        if freed && compacted.elapsed() >= COMPACT_EVERY {
+            compact(&connection);
+            (freed, compacted) = (false, Instant::now());
+        }
         for command in batch.drain(..) {
             match command {
                 Command::Append { entries, committed, .. } => {
@@ -112,6 +139,23 @@ fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) 
                 _ => {}
             }
         }
+    }
+}
+
+/// Gives the pages that deletions freed back to the file system: the database's free pages, then the WAL.
+fn compact(connection: &Connection) {
+    // The pages must be in the database file to be freed from it, and the file shrinks at a checkpoint.
+    let checkpoint = || connection.query_row("PRAGMA wal_checkpoint(TRUNCATE);", [], |_| Ok(()));
+    // Each step of the pragma frees a page: step it to the end.
+    let vacuum = || -> rusqlite::Result<()> {
+        let mut statement = connection.prepare("PRAGMA incremental_vacuum")?;
+        let mut rows = statement.query([])?;
+        while rows.next()?.is_some() {}
+        Ok(())
+    };
+    let done = checkpoint().and_then(|()| vacuum()).and_then(|()| checkpoint());
+    if let Err(error) = done {
+        tracing::warn!("the store could not give back freed space: {error}");
     }
 }
 
