@@ -24,14 +24,14 @@ pub(crate) mod upstream;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use tokio::sync::{OnceCell, oneshot};
+use tokio::sync::OnceCell;
 
 use crate::procfs::{self, Server};
 use crate::scenarios::{RunResult, Settings, on_own_thread};
@@ -85,8 +85,9 @@ async fn litellm(relay: &Relay) -> Result<LiteLlm, String> {
         .clone()
 }
 
-/// Starts `command` with its stderr copied to `log`, and waits (up to `within`) for the line holding
-/// `marker` and `address=ADDR`.
+/// Starts `command` with its output going to `log`, and waits (up to `within`) for the line holding
+/// `marker` and `address=ADDR` there. The log is read, not piped: a pipe would wake a thread of the load
+/// generator for every line the server logs while it is measured.
 async fn spawn_announcing(
     mut command: Command,
     log: PathBuf,
@@ -94,38 +95,34 @@ async fn spawn_announcing(
     within: Duration,
 ) -> io::Result<Server> {
     let name = command.get_program().to_string_lossy().into_owned();
-    let mut file = File::create(&log)?;
-    let mut child = command
+    let file = File::create(&log)?;
+    let child = command
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
-        .stderr(Stdio::piped())
+        .stderr(file)
         .spawn()
         .map_err(|e| io::Error::new(e.kind(), format!("starting {name}: {e}")))?;
-    let stderr = child.stderr.take().ok_or_else(|| io::Error::other("no stderr"))?;
-    let (tx, rx) = oneshot::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = writeln!(file, "{line}");
-            if line.contains(marker)
-                && let Some(address) = line.split("address=").nth(1).and_then(|r| r.split_whitespace().next())
-                && let Ok(address) = address.parse::<SocketAddr>()
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(address);
-            }
-        }
-    });
     let mut server = Server::adopt(child, ([127, 0, 0, 1], 0).into());
-    match tokio::time::timeout(within, rx).await {
-        Ok(Ok(address)) => {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let address = text
+            .lines()
+            .filter(|line| line.contains(marker))
+            .find_map(|line| line.split("address=").nth(1)?.split_whitespace().next()?.parse::<SocketAddr>().ok());
+        if let Some(address) = address {
             server.addr = address;
-            Ok(server)
+            return Ok(server);
         }
-        _ => {
-            let why = server.exited().map_or("no address".to_owned(), |status| format!("exited ({status})"));
-            Err(io::Error::other(format!("{name} did not say where it listens: {why}; see {}", log.display())))
-        }
+        let why = match server.exited() {
+            Some(status) => format!("exited ({status})"),
+            None if tokio::time::Instant::now() > deadline => format!("nothing within {within:?}"),
+            None => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        return Err(io::Error::other(format!("{name} did not say where it listens: {why}; see {}", log.display())));
     }
 }
 

@@ -116,7 +116,11 @@ async fn handle(pace: Pace, request: Request<Incoming>) -> Result<Response<Body>
             let body = match request.into_body().collect().await {
                 Ok(body) => body.to_bytes(),
                 Err(_) => {
-                    return Ok(full(StatusCode::BAD_REQUEST, "application/json", r#"{"error":{"message":"bad body"}}"#));
+                    return Ok(full(
+                        StatusCode::BAD_REQUEST,
+                        "application/json",
+                        r#"{"error":{"message":"bad body"}}"#,
+                    ));
                 }
             };
             let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
