@@ -11,8 +11,9 @@
 //!   first time). If it cannot be installed or started, a line says why and the run measures the other two.
 //!
 //! Then one client (`stream.rs`, on a thread of its own) sends streaming chat requests one at a time,
-//! interleaved: the upstream directly (the baseline), agentmux, LiteLLM, again, `warmup` rounds that are not
-//! counted, then `requests` rounds that are, so noise meets every target alike. Per target: time to first
+//! interleaved: the upstream directly (the baseline), agentmux, LiteLLM, again (each round starting one
+//! target further on, so each follows every other as often), `warmup` rounds that are not counted, then
+//! `requests` rounds that are, so noise meets every target alike. Per target: time to first
 //! token (request written to first content chunk read) and per-chunk latency (chunk read less its stamp),
 //! p50 and p99, exact over the samples. "Added" is a target's quantile less the direct one's of the same
 //! run. The table shows the medians over the runs of every figure, and LiteLLM's added TTFT p50 over
@@ -132,6 +133,8 @@ struct Measured {
     ttft: Vec<u64>,
     chunks: Vec<u64>,
     requests: u64,
+    /// Wall time of the counted requests, written to body read, in nanoseconds.
+    busy_ns: u64,
     errors: u64,
     notes: Vec<String>,
     cpu: procfs::Cpu,
@@ -174,11 +177,17 @@ async fn measure(plan: Plan) -> (Vec<Measured>, procfs::Cpu, f64) {
             (before, upstream_before, started) = (cpus(&plan), procfs::cpu_seconds(&plan.upstream_pid), wall_ns());
         }
         let counted = round >= plan.warmup;
-        for (client, measured) in clients.iter_mut().zip(out.iter_mut()) {
+        // Each round starts one target further on, so that each follows every other one as often, and
+        // whatever a target still does after its answer (LiteLLM's callbacks) weighs on all alike.
+        let n = clients.len();
+        for i in (0..n).map(|i| (i + round) % n) {
+            let (client, measured) = (&mut clients[i], &mut out[i]);
             if measured.failing >= GIVE_UP {
                 continue;
             }
+            let began = wall_ns();
             let answer = client.stream("/v1/chat/completions", &body, plan.limit).await;
+            let took = wall_ns().saturating_sub(began);
             let why = match &answer {
                 Err(e) => Some(e.to_string()),
                 Ok(a) if !a.done || a.chunk_ns.len() != plan.chunks || a.ttft_ns.is_none() => Some(format!(
@@ -204,6 +213,7 @@ async fn measure(plan: Plan) -> (Vec<Measured>, procfs::Cpu, f64) {
                 continue;
             }
             measured.requests += 1;
+            measured.busy_ns += took;
             if let Ok(answer) = answer {
                 measured.ttft.extend(answer.ttft_ns);
                 measured.chunks.extend(answer.chunk_ns);
@@ -315,6 +325,8 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
             measured.requests as f64
         };
         put("cpu_ms_per_request", (served > 0.0).then(|| row.server_cpu_s * 1e3 / served));
+        let requests = measured.requests as f64;
+        put("request_ms", (requests > 0.0).then(|| measured.busy_ns as f64 / 1e6 / requests));
         if *target == "litellm"
             && let Ok(litellm) = &litellm
         {
@@ -427,6 +439,7 @@ pub(crate) fn print_table(relay: &Relay, rows: &[RunResult], runs: usize) {
         "added TTFT p99",
         "added chunk p50",
         "added chunk p99",
+        "request",
         "CPU ms/req",
         "requests",
         "errors",
@@ -445,6 +458,7 @@ pub(crate) fn print_table(relay: &Relay, rows: &[RunResult], runs: usize) {
             ms(get("added_ttft_p99_ms")),
             ms(get("added_chunk_p50_ms")),
             ms(get("added_chunk_p99_ms")),
+            get("request_ms").map_or("-".into(), |v| format!("{v:.1}")),
             cpu,
             row.messages.to_string(),
             row.errors.to_string(),
@@ -492,8 +506,9 @@ pub(crate) fn print_table(relay: &Relay, rows: &[RunResult], runs: usize) {
     );
     println!(
         "TTFT: request written to first content chunk read; chunk: a content chunk read less the time the upstream \
-         stamped in it; added: the proxy's quantile less the direct one of the same run (median over runs); CPU: \
-         the server process per counted request (direct: the upstream, which served every target)."
+         stamped in it; added: the proxy's quantile less the direct one of the same run (median over runs); request: \
+         the mean time from writing a request to the end of its answer; CPU: the server process per counted \
+         request (direct: the upstream, which served every target)."
     );
 }
 

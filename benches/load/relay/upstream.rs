@@ -8,7 +8,7 @@
 //! run. It prints `relay upstream listening address=ADDR` on stderr once it listens.
 //!
 //! `POST /v1/chat/completions` with `"stream": true` answers, as `data:` events: a role chunk, `chunks`
-//! content chunks (the first at once, each next one `interval` after the last was written), a finish
+//! content chunks (the first at once, the next ones `interval` apart on a fixed schedule), a finish
 //! chunk, a usage chunk, `[DONE]`. A content chunk's `content` is `@@` and the nanoseconds since the Unix
 //! epoch at which it was made, just before hyper writes it (content is what every proxy passes through).
 //! Without `stream` it answers one `chat.completion`. `GET /v1/models` lists the one model the relay uses
@@ -75,7 +75,8 @@ struct Answer {
     pace: Pace,
     /// 0: the role chunk; 1..=chunks: content; then finish, usage, `[DONE]`.
     step: usize,
-    last_content: Option<tokio::time::Instant>,
+    /// When the first content chunk went: the `n`-th is due `n - 1` intervals later.
+    first_content: Option<tokio::time::Instant>,
 }
 
 impl Answer {
@@ -86,10 +87,12 @@ impl Answer {
         Some(match step {
             0 => event(&self.model, json!({"role": "assistant", "content": ""}), None, None),
             n if n <= chunks => {
-                if let Some(last) = self.last_content {
-                    tokio::time::sleep_until(last + self.pace.interval).await;
+                // On a fixed schedule from the first: Tokio's timer wakes on millisecond ticks, so a sleep
+                // for an interval from the last chunk would drift by up to a millisecond each time.
+                match self.first_content {
+                    Some(first) => tokio::time::sleep_until(first + self.pace.interval * (n as u32 - 1)).await,
+                    None => self.first_content = Some(tokio::time::Instant::now()),
                 }
-                self.last_content = Some(tokio::time::Instant::now());
                 event(&self.model, json!({"content": format!("@@{}", wall_ns())}), None, None)
             }
             n if n == chunks + 1 => event(&self.model, json!({}), Some("stop"), None),
@@ -126,7 +129,7 @@ async fn handle(pace: Pace, request: Request<Incoming>) -> Result<Response<Body>
             let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let model = request["model"].as_str().unwrap_or(MODEL).to_owned();
             if request["stream"].as_bool() == Some(true) {
-                stream(Answer { model, pace, step: 0, last_content: None })
+                stream(Answer { model, pace, step: 0, first_content: None })
             } else {
                 let completion = json!({
                     "id": "chatcmpl-relay", "object": "chat.completion", "created": wall_ns() / 1_000_000_000,
