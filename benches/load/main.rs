@@ -7,6 +7,8 @@
 //! ./bench --json target/bench.json # three runs, medians, and every run as JSON
 //! cargo bench --bench load -- --only fanout,latency --runs 1
 //! ./bench --soak --soak-duration 60s  # the soak (never in the default set), one minute instead of ten
+//! ./bench --relay                  # the relay (never in the default set): agentmux and LiteLLM in front of
+//!                                  # a fast upstream, their added time to first token and per chunk
 //! ```
 //!
 //! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
@@ -15,6 +17,8 @@
 //! - `ws_idle.rs`: the server memory that SSE and WebSocket subscribers which never read cost;
 //! - `soak/`: about 10,000 connections of every kind for ten minutes while streams come and go, and whether
 //!   the server's RSS stays flat (run only when asked for, once);
+//! - `relay/`: the time agentmux adds to the first token and to each chunk in front of a fast OpenAI-compatible
+//!   upstream, beside LiteLLM's proxy (run only when asked for);
 //! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with;
 //! - `procfs.rs`: the child servers and their CPU and memory from `/proc`;
 //! - `hist.rs`: the latency histogram.
@@ -23,6 +27,7 @@ mod ceiling;
 mod client;
 mod hist;
 mod procfs;
+mod relay;
 mod scenarios;
 mod soak;
 mod stall;
@@ -37,6 +42,7 @@ use clap::Parser;
 use serde::Serialize;
 
 use procfs::Target;
+use relay::Relay;
 use scenarios::{Kind, RunResult, Scenario, Settings};
 use soak::Soak;
 use ws_idle::WsIdle;
@@ -78,6 +84,30 @@ struct Args {
     /// One more flag for the soak's server (repeat it; `--soak-server-arg=--max-connections=12000`).
     #[arg(long, allow_hyphen_values = true)]
     soak_server_arg: Vec<String>,
+    /// Run the relay (the same as `--only relay`): agentmux and LiteLLM's proxy in front of a fast upstream.
+    #[arg(long)]
+    relay: bool,
+    /// Content chunks per answer of the relay's upstream.
+    #[arg(long, default_value_t = 50)]
+    relay_chunks: usize,
+    /// Between two content chunks of the relay's upstream.
+    #[arg(long, default_value = "2ms", value_parser = humantime::parse_duration)]
+    relay_interval: Duration,
+    /// Counted requests per target and run in the relay (default 200, 50 with --quick).
+    #[arg(long)]
+    relay_requests: Option<usize>,
+    /// Requests per target before the relay counts (default 20, 5 with --quick).
+    #[arg(long)]
+    relay_warmup: Option<usize>,
+    /// Where the relay installs LiteLLM's proxy (a Python venv; reused once it works).
+    #[arg(long, default_value = "target/litellm-venv")]
+    relay_venv: PathBuf,
+    /// Leave LiteLLM out of the relay.
+    #[arg(long)]
+    relay_no_litellm: bool,
+    /// Internal: run as the relay's upstream.
+    #[arg(long, hide = true)]
+    relay_upstream: bool,
     /// The agentmux binary.
     #[arg(long, default_value = "target/release/agentmux")]
     server: PathBuf,
@@ -111,9 +141,20 @@ fn fanout(name: &str, cui: usize, openai: usize, messages: usize) -> Scenario {
     Scenario { name: name.into(), kind: Kind::Fanout { cui, openai, messages }, ceiling: true }
 }
 
-/// Every scenario: the soak (last) only runs when asked for by name.
+fn relay_settings(args: &Args) -> Relay {
+    Relay {
+        pace: relay::upstream::Pace { chunks: args.relay_chunks.max(1), interval: args.relay_interval },
+        requests: args.relay_requests.unwrap_or(if args.quick { 50 } else { 200 }).max(1),
+        warmup: args.relay_warmup.unwrap_or(if args.quick { 5 } else { 20 }),
+        venv: args.relay_venv.clone(),
+        no_litellm: args.relay_no_litellm,
+    }
+}
+
+/// Every scenario: the relay and the soak (last) only run when asked for by name.
 fn scenarios(args: &Args) -> Vec<Scenario> {
     let mut all = standard(args.quick);
+    all.push(Scenario { name: "relay".into(), kind: Kind::Relay(relay_settings(args)), ceiling: false });
     let soak = Soak {
         duration: args.soak_duration,
         connections: args.soak_connections,
@@ -130,7 +171,10 @@ fn selected(args: &Args, scenario: &Scenario) -> bool {
     if let Kind::Soak(_) = scenario.kind {
         return args.soak || args.only.iter().any(|o| o == "soak");
     }
-    if args.soak && args.only.is_empty() {
+    if let Kind::Relay(_) = scenario.kind {
+        return args.relay || args.only.iter().any(|o| o == "relay");
+    }
+    if (args.soak || args.relay) && args.only.is_empty() {
         return false;
     }
     args.only.is_empty() || args.only.iter().any(|o| scenario.name.starts_with(o.as_str()))
@@ -186,6 +230,10 @@ fn main() -> ExitCode {
     if args.ceiling_server {
         return ceiling::main(args.addr.as_deref().unwrap_or("127.0.0.1:8090"));
     }
+    if args.relay_upstream {
+        let pace = relay::upstream::Pace { chunks: args.relay_chunks.max(1), interval: args.relay_interval };
+        return relay::upstream::main(args.addr.as_deref().unwrap_or("127.0.0.1:0"), pace);
+    }
     if !args.bench {
         eprintln!("load: not started by `cargo bench`: skipped (run ./bench, or cargo bench --bench load)");
         return ExitCode::SUCCESS;
@@ -214,6 +262,9 @@ struct Report<'a> {
     sample_every: u64,
     medians: Vec<RunResult>,
     all_runs: Vec<RunResult>,
+    /// The relay's settings, LiteLLM's version and the issue's targets, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    relay: Option<relay::Summary>,
 }
 
 async fn bench(args: Args, nofile: u64) -> ExitCode {
@@ -249,6 +300,27 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
             if run > 1 && matches!(scenario.kind, Kind::Soak(_)) {
                 continue;
             }
+            // The relay measures its three targets side by side in each run.
+            if let Kind::Relay(relay) = &scenario.kind {
+                let began = Instant::now();
+                let rows = relay::run(relay, &scenario.name, run, &settings).await.unwrap_or_else(|e| {
+                    vec![RunResult {
+                        scenario: scenario.name.clone(),
+                        target: Target::Agentmux.name().into(),
+                        run,
+                        connections: scenario.connections(),
+                        errors: 1,
+                        notes: vec![format!("failed: {e}")],
+                        ..RunResult::default()
+                    }]
+                });
+                for result in rows {
+                    progress(run, scenario, &result, began);
+                    all.push(result);
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                continue;
+            }
             let targets: &[Target] = if scenario.ceiling && !args.no_ceiling {
                 &[Target::Agentmux, Target::Ceiling]
             } else {
@@ -271,17 +343,7 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
                     notes: vec![format!("failed: {e}")],
                     ..RunResult::default()
                 });
-                eprintln!(
-                    "  run {run} {:<20} {:<8} {:>10}/s  p99 {:>8}  errors {}  lagged {}  ({:.1}s){}",
-                    scenario.name,
-                    target.name(),
-                    rate(result.deliveries_per_s),
-                    ms(result.p99_ms),
-                    result.errors,
-                    result.lagged,
-                    began.elapsed().as_secs_f64(),
-                    if result.notes.is_empty() { String::new() } else { format!("  {}", result.notes.join("; ")) }
-                );
+                progress(run, scenario, &result, began);
                 all.push(result);
                 // Let the sockets of the last run close before the next server starts.
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -290,6 +352,8 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
     }
     let medians = medians(&selected, &all);
     print_table(&medians, runs, args.quick);
+    let relay = relay_settings(&args);
+    relay::print_table(&relay, &medians, runs);
     println!("total {:.0}s", started.elapsed().as_secs_f64());
     if let Some(path) = &args.json {
         let report = Report {
@@ -300,6 +364,7 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
             batch: settings.batch,
             deltas_per_message: settings.deltas_per_message,
             sample_every: settings.sample_every,
+            relay: relay::summary(&relay, &medians),
             medians,
             all_runs: all,
         };
@@ -320,6 +385,21 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// One line per finished run of a scenario against one server.
+fn progress(run: usize, scenario: &Scenario, result: &RunResult, began: Instant) {
+    eprintln!(
+        "  run {run} {:<20} {:<8} {:>10}/s  p99 {:>8}  errors {}  lagged {}  ({:.1}s){}",
+        scenario.name,
+        result.target,
+        rate(result.deliveries_per_s),
+        ms(result.p99_ms),
+        result.errors,
+        result.lagged,
+        began.elapsed().as_secs_f64(),
+        if result.notes.is_empty() { String::new() } else { format!("  {}", result.notes.join("; ")) }
+    );
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     if values.is_empty() {
         return 0.0;
@@ -338,9 +418,16 @@ fn median_opt(values: Vec<Option<f64>>) -> Option<f64> {
 fn medians(selected: &[Scenario], all: &[RunResult]) -> Vec<RunResult> {
     let mut out = Vec::new();
     for scenario in selected {
-        for target in [Target::Agentmux, Target::Ceiling] {
+        // The servers in the order they first ran.
+        let mut targets: Vec<&str> = Vec::new();
+        for row in all.iter().filter(|r| r.scenario == scenario.name) {
+            if !targets.contains(&row.target.as_str()) {
+                targets.push(&row.target);
+            }
+        }
+        for target in targets {
             let runs: Vec<&RunResult> =
-                all.iter().filter(|r| r.scenario == scenario.name && r.target == target.name()).collect();
+                all.iter().filter(|r| r.scenario == scenario.name && r.target == target).collect();
             let Some(first) = runs.first() else { continue };
             let m = |f: fn(&RunResult) -> f64| median(runs.iter().map(|r| f(r)).collect());
             let mo = |f: fn(&RunResult) -> Option<f64>| median_opt(runs.iter().map(|r| f(r)).collect());
@@ -403,6 +490,7 @@ fn ms(value: Option<f64>) -> String {
 fn notes(row: &RunResult) -> String {
     let get = |key: &str| row.extra.get(key).copied();
     let mut parts = Vec::new();
+    parts.extend(relay::notes(&row.extra));
     if let Some(rps) = get("requests_per_s") {
         parts.push(format!("{rps:.1} req/s, {} chunks/s; latency = time to first chunk", rate(row.deliveries_per_s)));
     }

@@ -167,6 +167,21 @@ impl Server {
         }
     }
 
+    /// A server started elsewhere, listening on `addr`; killed when dropped like the others.
+    pub(crate) fn adopt(child: Child, addr: SocketAddr) -> Server {
+        Server { pid: child.id().to_string(), child, addr }
+    }
+
+    /// Its process id, for `/proc`.
+    pub(crate) fn pid(&self) -> &str {
+        &self.pid
+    }
+
+    /// How it exited, if it did.
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     pub(crate) fn cpu_seconds(&self) -> Cpu {
         cpu_seconds(&self.pid)
     }

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::{self, Conn, Ctx, Sse, now_ns, source_ip};
 use crate::hist::Histogram;
 use crate::procfs::{self, Server, Target};
+use crate::relay::Relay;
 use crate::soak::Soak;
 use crate::ws_idle::WsIdle;
 
@@ -54,6 +55,9 @@ pub(crate) enum Kind {
     WsIdle(WsIdle),
     /// About 10,000 connections of every kind for minutes while streams come and go (`soak/`).
     Soak(Soak),
+    /// agentmux and LiteLLM in front of a fast upstream, and the upstream alone (`relay/`; run by
+    /// `relay::run`, not [`run`]).
+    Relay(Relay),
 }
 
 #[derive(Debug, Clone)]
@@ -76,6 +80,8 @@ impl Scenario {
             Kind::Stall { .. } => 2,
             Kind::WsIdle(WsIdle { connections, .. }) => 2 * connections,
             Kind::Soak(ref soak) => soak.connections(),
+            // The client's connection to each target and the proxies' to the upstream.
+            Kind::Relay(_) => 8,
         }
     }
 }
@@ -403,6 +409,9 @@ impl Window {
 
 /// One run of `scenario` against `target`.
 pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, settings: &Settings) -> io::Result<RunResult> {
+    if let Kind::Relay(_) = scenario.kind {
+        return Err(io::Error::other("the relay starts its own servers: relay::run"));
+    }
     let label = format!("{}-run{run}", scenario.name);
     let mut args = match &scenario.kind {
         Kind::Soak(soak) => soak.server_args(&settings.agentmux),
@@ -437,6 +446,7 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
         }
         Kind::WsIdle(ref sizes) => crate::ws_idle::ws_idle(&server, settings, &label, sizes, &mut result).await?,
         Kind::Soak(ref soak) => crate::soak::soak(&server, soak, &args, &mut result).await?,
+        Kind::Relay(_) => {}
     }
     let overflows = procfs::listen_overflows().saturating_sub(overflows);
     if overflows > 0 {
