@@ -254,6 +254,14 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
 
     let mut command = Command::new(&settings.agentmux);
     command.args(["--addr", "127.0.0.1:0", "--upstream-url", &format!("http://{}/v1", upstream.addr)]);
+    if settings.store {
+        // With its store (the service's default): what a client receives waits for the writer's commit.
+        let dir = PathBuf::from("target/bench/data").join(&label);
+        let _ = std::fs::remove_dir_all(&dir);
+        command.arg("--data-dir").arg(dir);
+    } else {
+        command.env("AGENTMUX_EPHEMERAL", "true");
+    }
     let agentmux =
         spawn_announcing(command, logs.join(format!("{label}-agentmux.log")), "agentmux listening", within).await?;
 
