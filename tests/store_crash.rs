@@ -3,8 +3,10 @@
 //! 800, 3,700 and 7,600 of its 10,000 messages were acknowledged), a restart on the
 //! same directory. Every acknowledged message is there, in order, byte for byte as a live subscriber saw it
 //! before the crash; a subscriber resuming with `Last-Event-ID` gets the rest without gap or duplicate; the
-//! streams that were open end `interrupted`. And a thread with a tool call survives a restart with an
-//! identical audit export.
+//! streams that were open end `interrupted`. A thread with a tool call survives a restart with an identical
+//! audit export. A retention pass gives the space back; a data directory it cannot use is an error at start;
+//! a disk that fails under a stream (files made immutable) ends that stream with an error, answers 503, and
+//! loses nothing acknowledged.
 
 mod common;
 
@@ -310,5 +312,72 @@ fn a_data_directory_it_cannot_use_is_a_clear_error_at_start() {
     let (ok, said) = refused(&dir);
     assert!(!ok, "it did not start");
     assert!(said.contains("agentmux.sqlite3") && said.contains("not a database"), "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sets or clears the immutable attribute: even root cannot write such a file, as with a disk that failed.
+fn immutable(path: &std::path::Path, on: bool) {
+    let status = std::process::Command::new("chattr")
+        .arg(if on { "+i" } else { "-i" })
+        .arg(path)
+        .status()
+        .expect("chattr (e2fsprogs) runs");
+    assert!(status.success(), "chattr on {}", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disk_that_fails_under_a_stream_ends_it_with_an_error_and_loses_nothing_acknowledged() {
+    // Under target/ (the repository's file system, which keeps file attributes), not a tmpfs.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/tmp/disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let client = reqwest::Client::new();
+    let server = spawn(&dir);
+    let created: Value =
+        client.post(server.url("/v1/streams")).send().await.expect("create").json().await.expect("JSON");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let append = |text: &str| {
+        let request = client
+            .post(server.url(&format!("/v1/streams/{id}/messages")))
+            .json(&json!({"type": "text", "props": {"content": text}}));
+        async move { request.send().await.expect("POST") }
+    };
+    assert_eq!(append("kept before the failure").await.status(), 200);
+    let files = [dir.join("agentmux.sqlite3"), dir.join("agentmux.sqlite3-wal")];
+    files.iter().for_each(|f| immutable(f, true));
+    let refused = append("written while the disk fails").await;
+    let status = refused.status();
+    let body: Value = refused.json().await.expect("JSON");
+    files.iter().for_each(|f| immutable(f, false));
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "store_unavailable");
+    // The stream ended with the error its readers see; the service goes on.
+    let snapshot: Value =
+        client.get(server.url(&format!("/v1/streams/{id}"))).send().await.expect("GET").json().await.expect("JSON");
+    assert_eq!(snapshot["status"], "error", "{snapshot}");
+    assert_eq!(client.get(server.url("/healthz")).send().await.expect("GET").status(), 200);
+    let other: Value = client.post(server.url("/v1/streams")).send().await.expect("create").json().await.expect("JSON");
+    let other = other["id"].as_str().expect("id").to_owned();
+    let response = client
+        .post(server.url(&format!("/v1/streams/{other}/messages")))
+        .json(&json!({"type": "text", "props": {"content": "the disk is back"}}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), 200, "writes go on once the disk is back");
+    let mut server = server;
+    server.kill();
+    // What was acknowledged is there after a restart.
+    let server = spawn(&dir);
+    let kept = events(&client, &server, &id, 0).await;
+    assert!(kept.values().any(|data| data.contains("kept before the failure")), "{kept:?}");
+    // The failed write was kept and written once the disk was back: no hole in the sequences, and the end
+    // its readers saw.
+    let sequences: Vec<u64> = kept.keys().copied().collect();
+    assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>(), "{kept:?}");
+    let end: Value = serde_json::from_str(kept.values().last().expect("events")).expect("JSON");
+    assert_eq!(end["props"]["data"]["error"]["code"], "store_unavailable", "{end}");
+    let kept = events(&client, &server, &other, 0).await;
+    assert!(kept.values().any(|data| data.contains("the disk is back")), "{kept:?}");
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }

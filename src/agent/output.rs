@@ -192,9 +192,10 @@ impl Output {
     }
 
     /// Waits until the message `sequence` (what an emit returned) is kept: at once in memory, once committed
-    /// with the store. For an agent that must not go on before what it said would survive a crash.
-    pub async fn kept(&self, sequence: u64) {
-        self.stream.readable(sequence).await;
+    /// with the store. For an agent that must not go on before what it said would survive a crash. False when
+    /// the store could not keep it (its disk failed).
+    pub async fn kept(&self, sequence: u64) -> bool {
+        self.stream.readable(sequence).await
     }
 
     /// True once someone cancelled the stream.

@@ -67,8 +67,10 @@ pub(crate) async fn append(
     let messages = if ndjson { ndjson_messages(&bytes)? } else { json_messages(&bytes)? };
     let sequences = stream.append_batch(messages)?;
     // The answer is the acknowledgement: it waits until the messages are kept (committed, with a store).
-    if let Some(&last) = sequences.last() {
-        stream.readable(last).await;
+    if let Some(&last) = sequences.last()
+        && !stream.readable(last).await
+    {
+        return Err(not_kept(&stream).await);
     }
     Ok(Json(json!({ "sequences": sequences })).into_response())
 }
@@ -123,8 +125,26 @@ pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request:
     // An outcome that does not fit is refused, and the stream stays open for an end with less.
     stream.try_end(outcome)?;
     stream.ended().await;
+    if !stream.log().keeps() {
+        return Err(not_kept(&stream).await);
+    }
     Ok(Json(json!({ "id": stream.id(), "status": stream.status(), "last_sequence": stream.last_sequence() }))
         .into_response())
+}
+
+/// The store could not keep the stream's messages: the stream ends with an error (its readers learn it), and
+/// the producer gets 503 `store_unavailable` rather than an acknowledgement.
+async fn not_kept(stream: &crate::hub::Stream) -> HttpError {
+    let message = "the store could not keep this stream's messages (the disk failed); the stream is ended";
+    stream.end(Outcome::failed(crate::output::ErrorProps {
+        message: message.into(),
+        code: Some("store_unavailable".into()),
+        details: None,
+    }));
+    tracing::error!(stream = stream.id(), "messages not kept: the stream is ended");
+    // Answered once readers can see the end (the writer hands it on, written or not).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), stream.ended()).await;
+    HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "store_unavailable")
 }
 
 /// `POST /v1/streams/{id}/cancel`: `202`.

@@ -63,6 +63,12 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     /// True once the outcome is in. Cheap, as `last_sequence`.
     fn is_ended(&self) -> bool;
 
+    /// False once the log could not keep what it was given (a store whose disk failed): readers still read
+    /// it, but it would not survive a restart. A log in memory keeps what it is given for as long as it lives.
+    fn keeps(&self) -> bool {
+        true
+    }
+
     /// How the stream ended, once it has.
     fn outcome(&self) -> Option<Arc<Outcome>>;
 

@@ -335,13 +335,14 @@ impl Stream {
     }
 
     /// Waits until the entry `sequence` is where readers can read it: at once in memory; once committed in a
-    /// durable store. What an acknowledgement that means "kept" waits for.
-    pub async fn readable(&self, sequence: u64) {
+    /// durable store. What an acknowledgement that means "kept" waits for. False when the store could not keep
+    /// it (its disk failed): readers have it, a restart would not.
+    pub async fn readable(&self, sequence: u64) -> bool {
         let mut changes = self.log.changes();
         loop {
             changes.borrow_and_update();
             if self.log.last_sequence() >= sequence || self.log.is_ended() || changes.changed().await.is_err() {
-                return;
+                return self.log.keeps();
             }
         }
     }

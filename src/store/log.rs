@@ -20,6 +20,8 @@ use crate::output::Outcome;
 pub(crate) struct Committed {
     sequence: AtomicU64,
     ended: AtomicBool,
+    /// Set when a write of this stream failed: what readers get from then on is not on disk.
+    failed: AtomicBool,
     changes: watch::Sender<u64>,
 }
 
@@ -28,8 +30,15 @@ impl Committed {
         Arc::new(Committed {
             sequence: AtomicU64::new(sequence),
             ended: AtomicBool::new(ended),
+            failed: AtomicBool::new(false),
             changes: watch::channel(0).0,
         })
+    }
+
+    /// The writer could not write what it was given: readers get it anyway (they must not wait for ever),
+    /// and the log says it did not keep it.
+    pub(crate) fn fail(&self) {
+        self.failed.store(true, Ordering::Release);
     }
 
     /// The writer committed up to `sequence` (and the end, when `ended`): readers may read it.
@@ -103,6 +112,10 @@ impl Log for StoreLog {
 
     fn is_ended(&self) -> bool {
         self.committed.ended.load(Ordering::Acquire)
+    }
+
+    fn keeps(&self) -> bool {
+        !self.committed.failed.load(Ordering::Acquire)
     }
 
     fn outcome(&self) -> Option<Arc<Outcome>> {

@@ -8,8 +8,11 @@
 //! one. Messages are serialised here, not on the producer's path.
 //!
 //! A write that fails (a full disk, a file gone read-only) is logged, and the batch is tried again once; if
-//! it fails again, the streams it touched are marked failed and their watermarks move anyway, so readers are
-//! not stuck (`Store::failures` counts it, and the service reports it).
+//! it fails again, the streams it touched are marked as not kept and their watermarks move anyway, so readers
+//! are not stuck (`Store::failures` counts it). The service then refuses the acknowledgement and ends those
+//! streams with an error (`http/streams.rs`), and goes on serving everything else. The failed batch is kept
+//! and written first with the next one (or at the next idle tick), so once the disk is back the rows have no
+//! gap: a restart never finds a stream with a hole in its sequences.
 //!
 //! After deletions (evicted streams, deleted threads) the writer gives the freed pages back to the file system
 //! (incremental vacuum, then a checkpoint that truncates the WAL), at most every two seconds, so the file does
@@ -89,23 +92,26 @@ impl Writer {
 }
 
 fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) {
-    let mut batch = Vec::with_capacity(64);
+    // What a failed write held, written again, first, with the next batch: a stream's rows never have a gap.
+    let mut carried: Vec<Command> = Vec::new();
     // Space freed by deletions is given back at most every `COMPACT_EVERY`, and once the writer is idle.
     let mut freed = false;
     let mut compacted = Instant::now();
     loop {
         let first = match rx.recv_timeout(COMPACT_EVERY) {
-            Ok(command) => command,
-            Err(RecvTimeoutError::Timeout) => {
-                if freed {
-                    compact(&connection);
-                    (freed, compacted) = (false, Instant::now());
-                }
-                continue;
-            }
+            Ok(command) => Some(command),
+            Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => break,
         };
-        batch.push(first);
+        if first.is_none() && carried.is_empty() {
+            if freed {
+                compact(&connection);
+                (freed, compacted) = (false, Instant::now());
+            }
+            continue;
+        }
+        let mut batch = std::mem::take(&mut carried);
+        batch.extend(first);
         while batch.len() < BATCH {
             match rx.try_recv() {
                 Ok(command) => batch.push(command),
@@ -118,19 +124,26 @@ fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) 
             std::thread::sleep(Duration::from_millis(100));
             written = write(&mut connection, &batch);
         }
+        let failed = written.is_err();
         if let Err(error) = written {
             failures.fetch_add(1, Ordering::Relaxed);
-            tracing::error!("the store could not write a batch of {} commands: {error}", batch.len());
+            tracing::error!(
+                "the store could not write a batch of {} commands: {error}; it is kept to try again",
+                batch.len()
+            );
         }
         freed |= batch.iter().any(|c| matches!(c, Command::Evict { .. } | Command::Thread(ThreadWrite::Delete { .. })));
         if freed && compacted.elapsed() >= COMPACT_EVERY {
             compact(&connection);
             (freed, compacted) = (false, Instant::now());
         }
-        for command in batch.drain(..) {
+        for command in &batch {
             match command {
                 Command::Append { entries, committed, .. } => {
-                    let (last, ended) = last_of(&entries);
+                    let (last, ended) = last_of(entries);
+                    if failed {
+                        committed.fail();
+                    }
                     committed.advance(last, ended);
                 }
                 Command::Flush(done) => {
@@ -138,6 +151,10 @@ fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) 
                 }
                 _ => {}
             }
+        }
+        if failed {
+            batch.retain(|c| !matches!(c, Command::Flush(_)));
+            carried = batch;
         }
     }
 }
