@@ -13,18 +13,9 @@ use std::time::Duration;
 use agentmux::adapter::{AgentTools, OpenAiCompletion, ReasoningField};
 use agentmux::agent::{self, DemoAgent};
 use agentmux::conversation::Conversation;
-use agentmux::hub::{Hub, HubConfig, Stream};
+use agentmux::hub::{Hub, HubConfig};
 use agentmux::render::Format;
 use common::doubles::{CountingIds, SteppingClock};
-
-async fn read_all(stream: &Arc<Stream>, format: Format) -> Vec<u8> {
-    let mut subscription = stream.subscribe(format, 0).expect("subscribe");
-    let mut body = Vec::new();
-    while let Some(batch) = subscription.next().await {
-        batch.frames().iter().for_each(|frame| body.extend_from_slice(frame));
-    }
-    body
-}
 
 #[tokio::test]
 async fn demo_agent_stream_matches_its_golden_files() {
@@ -36,9 +27,9 @@ async fn demo_agent_stream_matches_its_golden_files() {
     let demo = DemoAgent { pause: Duration::ZERO };
     let request = Conversation::user("demo", "Show me what you can do.");
     let stream = agent::run(&hub, Arc::new(demo), request).expect("run");
-    let cui = read_all(&stream, Format::Cui).await;
-    let openai = read_all(&stream, Format::OPENAI).await;
-    let usage = read_all(
+    let cui = common::read_all(&stream, Format::Cui).await;
+    let openai = common::read_all(&stream, Format::OPENAI).await;
+    let usage = common::read_all(
         &stream,
         Format::OpenAi {
             include_usage: true,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use agentmux::agent::{self, Agents, Tool, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::conversation::Conversation;
 use agentmux::http::Settings;
-use agentmux::hub::{Hub, HubConfig, Stream};
+use agentmux::hub::{Hub, HubConfig};
 use agentmux::output::ToolError;
 use agentmux::render::Format;
 use common::doubles::{CountingIds, SteppingClock};
@@ -43,15 +43,6 @@ fn config(upstream: &FakeUpstream) -> UpstreamConfig {
 fn client_tools() -> Value {
     let tool = |name: &str| json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}});
     json!([tool("get_weather"), tool("get_time")])
-}
-
-async fn read_all(stream: &Arc<Stream>, format: Format) -> Vec<u8> {
-    let mut subscription = stream.subscribe(format, 0).expect("subscribe");
-    let mut body = Vec::new();
-    while let Some(batch) = subscription.next().await {
-        batch.frames().iter().for_each(|frame| body.extend_from_slice(frame));
-    }
-    body
 }
 
 const CASES: &[&str] = &[
@@ -93,8 +84,8 @@ async fn every_recorded_upstream_as_typed_messages_and_as_an_openai_client_sees_
         let stream = agent::run(&hub, Arc::new(agent), conversation).expect("run");
         tokio::time::timeout(Duration::from_secs(20), stream.ended()).await.expect("the run ends");
         let rendered = [
-            ("agentmux.cui.sse", read_all(&stream, Format::Cui).await),
-            ("agentmux.openai.sse", read_all(&stream, Format::OPENAI).await),
+            ("agentmux.cui.sse", common::read_all(&stream, Format::Cui).await),
+            ("agentmux.openai.sse", common::read_all(&stream, Format::OPENAI).await),
         ];
         for (file, bytes) in rendered {
             let golden = root.join("fixtures/upstream").join(case).join(file);

@@ -69,6 +69,8 @@
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
+use crate::output::kind_name;
+
 /// What a model meant by its reply.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Reply {
@@ -355,13 +357,13 @@ fn action(mut object: Map<String, Value>) -> Result<Action, String> {
     let tool = match object.remove("tool") {
         Some(Value::String(tool)) if !tool.trim().is_empty() => tool,
         Some(Value::String(_)) => return Err("the action's \"tool\" is empty".to_owned()),
-        Some(other) => return Err(format!("the action's \"tool\" must be a string, not {}", name(&other))),
+        Some(other) => return Err(format!("the action's \"tool\" must be a string, not {}", kind_name(&other))),
         None => return Err("the action has no \"tool\"".to_owned()),
     };
     let args = match object.remove("args") {
         None => Value::Object(Map::new()),
         Some(args @ Value::Object(_)) => args,
-        Some(other) => return Err(format!("the action's \"args\" must be an object, not {}", name(&other))),
+        Some(other) => return Err(format!("the action's \"args\" must be an object, not {}", kind_name(&other))),
     };
     Ok(Action { tool, args })
 }
@@ -370,24 +372,12 @@ fn error(mut object: Map<String, Value>) -> Result<(String, String), String> {
     let code = match object.remove("code") {
         Some(Value::String(code)) if !code.trim().is_empty() => code,
         None | Some(Value::Null) | Some(Value::String(_)) => "model_error".to_owned(),
-        Some(other) => return Err(format!("the error's \"code\" must be a string, not {}", name(&other))),
+        Some(other) => return Err(format!("the error's \"code\" must be a string, not {}", kind_name(&other))),
     };
     match object.remove("message") {
         Some(Value::String(message)) => Ok((code, message)),
-        Some(other) => Err(format!("the error's \"message\" must be a string, not {}", name(&other))),
+        Some(other) => Err(format!("the error's \"message\" must be a string, not {}", kind_name(&other))),
         None => Err("the error has no \"message\"".to_owned()),
-    }
-}
-
-/// A JSON type's name, for reasons.
-fn name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

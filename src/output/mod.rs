@@ -23,6 +23,7 @@ mod validate;
 
 pub use message::{DeltaAction, Metadata, OutputMessage};
 pub use outcome::{EndStatus, FinishReason, Outcome, Usage};
+pub(crate) use path::kind_name;
 pub use props::{
     ActionProps, AudioProps, BuiltinProps, ErrorProps, EventProps, FileProps, ImageProps, LoadingProps, TextProps,
     ThinkingProps, ToolCallProps, ToolError, ToolResultProps, VideoProps, builtin_types, is_builtin_type, main_field,

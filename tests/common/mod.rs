@@ -135,3 +135,16 @@ pub(crate) fn assert_same_frames(got: &[bytes::Bytes], want: &[bytes::Bytes], wh
         );
     }
 }
+
+/// Everything a subscriber of `format` receives from the start of `stream` (which must end).
+pub(crate) async fn read_all(
+    stream: &std::sync::Arc<agentmux::hub::Stream>,
+    format: agentmux::render::Format,
+) -> Vec<u8> {
+    let mut subscription = stream.subscribe(format, 0).expect("subscribe");
+    let mut body = Vec::new();
+    while let Some(batch) = subscription.next().await {
+        batch.frames().iter().for_each(|frame| body.extend_from_slice(frame));
+    }
+    body
+}
