@@ -18,7 +18,7 @@ use super::{ThreadError, check_id};
 use crate::agent::StartError;
 use crate::conversation::{ChatMessage, Conversation, ConversationError, Role, validate_thread_input};
 use crate::hub::Stream;
-use crate::output::{EndStatus, Outcome};
+use crate::output::{EndStatus, Outcome, Reducer};
 
 /// A turn: what a client adds to a thread, and the model to answer with.
 #[derive(Debug, Clone, Default)]
@@ -246,8 +246,13 @@ fn reject(state: &mut State, model_name: &str, input: &[ChatMessage], error: &Th
 /// Waits for the run on `stream` to end, then records its result in `thread`.
 async fn record(threads: Threads, thread: Arc<Thread>, stream: Arc<Stream>) {
     let outcome = stream.ended().await;
-    let messages = stream.snapshot().messages;
-    let result = run_result(&messages, &outcome);
+    // A reduction of its own, dropped after: the stream's snapshot view would stay with the stream.
+    let mut reducer = Reducer::default();
+    for message in stream.history() {
+        // The log holds only what the producer's reducer accepted.
+        let _ = reducer.apply(&message);
+    }
+    let result = run_result(reducer.messages(), &outcome);
     {
         let mut state = thread.lock();
         let Some(run) = state.run.take() else { return };
