@@ -201,3 +201,25 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// A fresh data directory for one run of agentmux with its store (`target/bench/data/<label>`), removed
+/// when dropped: declare it before the server it serves, so the server is gone first.
+pub(crate) struct DataDir(PathBuf);
+
+impl DataDir {
+    pub(crate) fn fresh(label: &str) -> DataDir {
+        let dir = PathBuf::from("target/bench/data").join(label);
+        let _ = std::fs::remove_dir_all(&dir);
+        DataDir(dir)
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -417,10 +417,9 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
         Kind::Soak(soak) => soak.server_args(&settings.agentmux),
         _ => Vec::new(),
     };
-    if settings.store && target == Target::Agentmux {
-        let dir = std::path::PathBuf::from("target/bench/data").join(&label);
-        let _ = std::fs::remove_dir_all(&dir);
-        args.extend(["--data-dir".to_owned(), dir.display().to_string()]);
+    let data = (settings.store && target == Target::Agentmux).then(|| procfs::DataDir::fresh(&label));
+    if let Some(data) = &data {
+        args.extend(["--data-dir".to_owned(), data.path().display().to_string()]);
     }
     let server = Server::start_with(target, &settings.agentmux, &label, &args).await?;
     let mut result = RunResult::new(scenario, target, run);

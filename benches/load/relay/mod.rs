@@ -254,11 +254,10 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
 
     let mut command = Command::new(&settings.agentmux);
     command.args(["--addr", "127.0.0.1:0", "--upstream-url", &format!("http://{}/v1", upstream.addr)]);
-    if settings.store {
-        // With its store (the service's default): what a client receives waits for the writer's commit.
-        let dir = PathBuf::from("target/bench/data").join(&label);
-        let _ = std::fs::remove_dir_all(&dir);
-        command.arg("--data-dir").arg(dir);
+    // With its store (the service's default), what a client receives waits for the writer's commit.
+    let data = settings.store.then(|| crate::procfs::DataDir::fresh(&label));
+    if let Some(data) = &data {
+        command.arg("--data-dir").arg(data.path());
     } else {
         command.env("AGENTMUX_EPHEMERAL", "true");
     }
