@@ -83,8 +83,7 @@ async fn start(
 ) -> Result<Arc<Stream>, HttpError> {
     let Some(thread) = thread else {
         // The client owns this history: it must be a well-formed conversation.
-        let conversation = Conversation::from_request(request)
-            .map_err(|e| HttpError::bad_request(e.message, Some(e.param), "invalid_value"))?;
+        let conversation = Conversation::from_request(request)?;
         return Ok(app.agents.start(&app.hub, client, conversation)?);
     };
     let turn =

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::adapter::ApiError;
 use crate::agent::StartError;
+use crate::conversation::ConversationError;
 use crate::hub::{AppendError, BatchError, HubError, SubscribeError};
 use crate::output::{Outcome, ValidationError};
 use crate::thread::ThreadError;
@@ -263,6 +264,12 @@ impl From<SubscribeError> for HttpError {
     }
 }
 
+impl From<ConversationError> for HttpError {
+    fn from(error: ConversationError) -> Self {
+        HttpError::bad_request(error.message, Some(error.param), "invalid_value")
+    }
+}
+
 impl From<ThreadError> for HttpError {
     fn from(error: ThreadError) -> Self {
         let message = error.to_string();
@@ -276,7 +283,7 @@ impl From<ThreadError> for HttpError {
             ThreadError::InvalidId => HttpError::bad_request(message, Some("thread_id".into()), "invalid_value"),
             // A retry (the SDKs make two, backing off) may find the run ended.
             ThreadError::Busy { .. } => HttpError { retry: true, ..conflict("thread_busy") },
-            ThreadError::Invalid(e) => HttpError::bad_request(e.message, Some(e.param), "invalid_value"),
+            ThreadError::Invalid(e) => e.into(),
             ThreadError::TooLarge { .. } => {
                 HttpError::bad_request(message, Some("messages".into()), "thread_too_large")
             }
