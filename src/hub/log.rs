@@ -78,6 +78,10 @@ pub trait Log: Send + Sync + std::fmt::Debug {
 
     /// Drops the history (the stream was evicted): later reads are [`Gone`].
     fn forget(&self);
+
+    /// Bytes of the entries it holds in memory (their size as JSON): what a stream counts for its log once
+    /// it has ended. A log that reads its old entries back from elsewhere (a store) holds only the hot part.
+    fn memory_bytes(&self) -> u64;
 }
 
 /// The in-memory log: a `Vec` of entries behind a mutex held only to push or to copy out `Arc`s, and its
@@ -97,7 +101,9 @@ struct MemoryState {
     messages: Vec<Arc<OutputMessage>>,
     /// Sizes of `messages`, as JSON.
     sizes: Vec<u64>,
-    /// Sequence of `messages[0]` minus one: what was forgotten.
+    /// Their sum.
+    bytes: u64,
+    /// Sequence of `messages[0]` minus one: what was forgotten or trimmed.
     forgotten: u64,
     end: Option<Arc<Outcome>>,
 }
@@ -114,6 +120,15 @@ impl Default for MemoryLog {
 }
 
 impl MemoryLog {
+    /// An empty log whose first message will have sequence `last + 1`: the tail of a log whose first `last`
+    /// messages are kept elsewhere.
+    pub(crate) fn after(last: u64) -> Self {
+        let log = MemoryLog::default();
+        log.lock().forgotten = last;
+        log.last.store(last, Ordering::Release);
+        log
+    }
+
     fn lock(&self) -> MutexGuard<'_, MemoryState> {
         // Every mutation is a push or a clear that cannot panic halfway, so a poisoned lock holds a valid log.
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -128,6 +143,7 @@ impl Log for MemoryLog {
                 Entry::Message { message, bytes } => {
                     state.messages.push(message);
                     state.sizes.push(bytes);
+                    state.bytes += bytes;
                 }
                 Entry::End(outcome) => {
                     state.end = Some(outcome);
@@ -184,11 +200,39 @@ impl Log for MemoryLog {
     }
 
     fn forget(&self) {
-        let mut state = self.lock();
-        state.forgotten += state.messages.len() as u64;
-        state.messages = Vec::new();
-        state.sizes = Vec::new();
-        drop(state);
+        self.trim(u64::MAX);
         self.changes.send_modify(|n| *n += 1);
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+}
+
+impl MemoryLog {
+    /// Drops the messages up to sequence `upto` (all of them for `u64::MAX`); the outcome stays. Reads from
+    /// before what is left are [`Gone`]: for a log of its own, only eviction calls this; a store's log reads
+    /// what it trimmed back from disk. Returns the bytes dropped.
+    pub(crate) fn trim(&self, upto: u64) -> u64 {
+        let mut state = self.lock();
+        let count = upto.saturating_sub(state.forgotten).min(state.messages.len() as u64) as usize;
+        if count == 0 {
+            return 0;
+        }
+        let dropped: u64 = if count == state.messages.len() {
+            state.messages = Vec::new();
+            std::mem::take(&mut state.sizes).iter().sum()
+        } else {
+            state.messages.drain(..count);
+            state.sizes.drain(..count).sum()
+        };
+        state.forgotten += count as u64;
+        state.bytes -= dropped;
+        dropped
+    }
+
+    /// How many messages it holds.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().messages.len()
     }
 }

@@ -156,9 +156,11 @@ pub(crate) fn stream_end(outcome: &Outcome, sequence: u64, started_ms: u64, now_
 pub struct Restored {
     /// Its id, epoch, creation time and model, as before.
     pub info: StreamInfo,
-    /// Its log, holding every entry and the outcome.
+    /// Its log, holding every entry and the outcome (in memory or not: the hub counts what it says it holds
+    /// in memory, [`Log::memory_bytes`]).
     pub log: Box<dyn Log>,
-    /// The bytes of its entries as JSON, counted against the hub.
+    /// The bytes of its entries as JSON: its size against its own limit, and what a rendition of it is
+    /// estimated at.
     pub bytes: u64,
     /// When it ended (ms by the hub's clock).
     pub ended_ms: u64,
@@ -484,8 +486,9 @@ impl Hub {
     /// evicted a retention after `ended_ms`.
     pub fn restore(&self, restored: Restored) {
         let id = restored.info.id.clone();
+        let held = restored.log.memory_bytes();
         let stream = Stream::restored(Arc::clone(&self.inner.shared), restored.info, restored.log, restored.bytes);
-        self.inner.shared.force_reserve(restored.bytes);
+        self.inner.shared.force_reserve(held);
         let mut ended = stream::lock(&self.inner.shared.ended);
         // Kept in order of their end, as the hub's own ends are.
         let at = ended.partition_point(|(ms, _)| *ms <= restored.ended_ms);
@@ -521,10 +524,13 @@ impl Hub {
     }
 
     /// What a server runs about once a second: ends the streams idle for [`HubConfig::idle_timeout`], then
-    /// evicts those whose retention has passed. Returns how many it ended.
+    /// evicts those whose retention has passed, then gives back what ended streams no longer need (the
+    /// producer's reduction, renditions nobody reads) and counts them again. Returns how many it ended.
     pub fn sweep(&self) -> usize {
         let ended = self.end_idle();
         self.evict_expired();
+        let streams: Vec<Arc<Stream>> = self.streams().values().cloned().collect();
+        streams.iter().for_each(|stream| stream.cool());
         self.inner.shared.forget_idle_clients();
         ended
     }

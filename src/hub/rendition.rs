@@ -44,6 +44,8 @@ pub(crate) struct Rendition {
     pub(crate) gone: Option<Gone>,
     /// The renderer's state as last counted.
     held: u64,
+    /// The log's bytes rendered so far: the estimate given back.
+    estimated: u64,
     /// Kept between catch-ups so that reading and rendering allocate nothing once warm.
     entries: Vec<Entry>,
     frames: Vec<Bytes>,
@@ -69,6 +71,7 @@ impl Rendition {
             finished: false,
             gone: None,
             held: 0,
+            estimated: 0,
             entries: Vec::new(),
             frames: Vec::new(),
         }
@@ -110,6 +113,7 @@ impl Rendition {
                 Entry::Message { bytes, .. } => {
                     self.ends.push(self.len());
                     counted.estimated += bytes;
+                    self.estimated += bytes;
                     counted.added += BOOKKEEPING;
                 }
                 Entry::End(_) => self.finished = true,
@@ -140,6 +144,16 @@ impl Rendition {
             self.offsets.push(total + frame.len() as u64);
             block.extend_from_slice(&frame);
         }
+    }
+
+    /// What it holds, counted as the stream counts it: its frames, their bookkeeping and its renderer's state,
+    /// and for the part of a log of `log_bytes` not rendered yet, the estimate.
+    pub(crate) fn held_bytes(&self, log_bytes: u64) -> u64 {
+        let frames: u64 = self.blocks.iter().map(|b| b.len() as u64).sum();
+        frames
+            + BOOKKEEPING * (self.len() + self.ends.len()) as u64
+            + self.held
+            + log_bytes.saturating_sub(self.estimated)
     }
 
     /// Drops every frame (the stream was evicted): subscribers still behind get the interruption.

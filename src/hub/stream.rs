@@ -28,6 +28,17 @@
 //! new rendition is refused when the hub could not hold the log once more. All of it is given back when the
 //! stream is evicted.
 //!
+//! # What an ended stream keeps
+//!
+//! Once a stream has ended (and its log has the end: a store's log, once it is committed), nothing appends
+//! to it again, so most of what it held is of no more use: the producer's reduction, and the renditions,
+//! whose frames are most of a stream's memory (a rendition is made again from the log when a subscriber
+//! comes). A rendition goes when its last subscriber is done with it; the reduction, and any rendition a
+//! subscriber let go of while holding a batch, at the hub's next sweep ([`Stream::cool`]), which then counts
+//! the stream again at what it still holds: its log's part in memory (all of it for a log in memory; only
+//! the outcome for a store's, which reads the rest back from disk), the renditions still read, the
+//! snapshot's reduction and the outcome. Until that sweep the count stays as it was, which only errs high.
+//!
 //! # Room to close
 //!
 //! A stream's own events are never the way past a limit. Every event that opens something reserves the
@@ -216,6 +227,8 @@ pub struct Stream {
     /// Renditions' changes not yet applied to `held` and the hub (see [`Stream::count`]).
     pending: AtomicI64,
     forgotten: AtomicBool,
+    /// Holds something [`Stream::cool`] may give back: set at the end and whenever a reader makes a copy.
+    warm: AtomicBool,
     cancel: CancellationToken,
     next_id: AtomicU64,
     /// The client whose budget it counts against, if any.
@@ -265,6 +278,7 @@ impl Stream {
             held: AtomicU64::new(0),
             pending: AtomicI64::new(0),
             forgotten: AtomicBool::new(false),
+            warm: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             next_id: AtomicU64::new(1),
             client: client.map(str::to_owned),
@@ -301,10 +315,12 @@ impl Stream {
         Ok(stream)
     }
 
-    /// A stream kept from before a restart, ended, holding `bytes` of entries; see [`super::Hub::restore`].
+    /// A stream kept from before a restart, ended, of `bytes` of entries, holding what its log holds in
+    /// memory; see [`super::Hub::restore`].
     pub(crate) fn restored(shared: Arc<Shared>, info: StreamInfo, log: Box<dyn Log>, bytes: u64) -> Arc<Self> {
         let end = log.outcome();
         let last = log.last_sequence();
+        let held = log.memory_bytes();
         let cancel = CancellationToken::new();
         cancel.cancel();
         Arc::new(Stream {
@@ -322,9 +338,10 @@ impl Stream {
             log,
             renditions: Mutex::new(Vec::new()),
             state_view: Mutex::new(None),
-            held: AtomicU64::new(bytes),
+            held: AtomicU64::new(held),
             pending: AtomicI64::new(0),
             forgotten: AtomicBool::new(false),
+            warm: AtomicBool::new(false),
             cancel,
             next_id: AtomicU64::new(last + 1),
             client: None,
@@ -751,6 +768,7 @@ impl Stream {
         producer.end = Some(outcome);
         self.log.append(entries);
         drop(producer);
+        self.warm.store(true, Ordering::Release);
         self.shared.ended(&self.info.id, self.client.as_deref());
         Ok(true)
     }
@@ -819,6 +837,7 @@ impl Stream {
             self.force(producer.bytes);
         }
         producer.readers += 1;
+        self.warm.store(true, Ordering::Release);
         true
     }
 
@@ -913,6 +932,67 @@ impl Stream {
     /// Bytes counted against the hub for this stream.
     pub fn held_bytes(&self) -> u64 {
         self.held.load(Ordering::Acquire)
+    }
+
+    /// Gives back what an ended stream no longer needs (see "What an ended stream keeps"): the producer's
+    /// reduction, and the renditions no subscriber holds; then counts against the hub what it still holds.
+    /// The hub's sweep calls it about once a second; it returns at once for a stream with nothing to give.
+    pub(crate) fn cool(&self) {
+        // Not before the log has its end (a store's: committed), which is when the log gives back its part.
+        if !self.warm.load(Ordering::Acquire) || !self.log.is_ended() || self.forgotten.load(Ordering::Acquire) {
+            return;
+        }
+        self.warm.store(false, Ordering::Release);
+        let mut producer = self.lock();
+        producer.reducer = Reducer::default();
+        producer.lifecycle = Lifecycle::default();
+        let (bytes, outcome_bytes) = (producer.bytes, producer.outcome_bytes);
+        drop(producer);
+        let mut renditions = lock(&self.renditions);
+        // Held only here: no subscriber reads it, and a later one renders the log again.
+        renditions.retain(|(_, rendition)| Arc::strong_count(rendition) > 1);
+        if !renditions.is_empty() {
+            // A subscriber still reads one: look again at the next sweep.
+            self.warm.store(true, Ordering::Release);
+        }
+        let view = lock(&self.state_view).as_ref().map_or(0, |_| bytes);
+        let held: u64 = renditions.iter().map(|(_, rendition)| lock(rendition).held_bytes(bytes)).sum::<u64>()
+            + self.log.memory_bytes()
+            + outcome_bytes
+            + view;
+        let mut producer = self.lock();
+        producer.readers = renditions.len() as u64 + u64::from(view > 0);
+        drop(producer);
+        // What catch-ups had pending is in the figure now.
+        self.pending.store(0, Ordering::Release);
+        let before = self.held.load(Ordering::Acquire);
+        match held.cmp(&before) {
+            std::cmp::Ordering::Less => self.release(before - held),
+            std::cmp::Ordering::Greater => self.force(held - before),
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+
+    /// A subscriber is done with `rendition`: an ended stream drops it, and gives back what it was counted
+    /// at, when nobody else holds it (its frames are most of what a stream holds; a later subscriber renders
+    /// the log again).
+    pub(crate) fn unsubscribed(&self, rendition: &Arc<Mutex<Rendition>>) {
+        if !self.log.is_ended() || self.forgotten.load(Ordering::Acquire) {
+            return;
+        }
+        let mut renditions = lock(&self.renditions);
+        // Held by the list and this subscriber only.
+        let Some(at) = renditions.iter().position(|(_, kept)| Arc::ptr_eq(kept, rendition) && Arc::strong_count(kept) == 2)
+        else {
+            return;
+        };
+        renditions.swap_remove(at);
+        drop(renditions);
+        let mut producer = self.lock();
+        producer.readers = producer.readers.saturating_sub(1);
+        let bytes = producer.bytes;
+        drop(producer);
+        self.release(lock(rendition).held_bytes(bytes));
     }
 
     /// Drops the history and every rendition's frames (the stream is evicted), and gives back what they

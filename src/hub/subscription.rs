@@ -84,6 +84,12 @@ impl Batch {
     }
 }
 
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.stream.unsubscribed(&self.rendition);
+    }
+}
+
 /// A subscriber's view of a stream; see the module doc.
 pub struct Subscription {
     stream: Arc<Stream>,

@@ -1,21 +1,35 @@
-//! [`StoreLog`]: a stream's log in the store: every entry in memory as it is appended, readable once the
-//! writer has committed it.
+//! [`StoreLog`]: a stream's log in the store: its hot part in memory, everything readable once the writer has
+//! committed it, and the rest read back from disk.
 //!
 //! Readers see only committed entries (`last_sequence` is the committed watermark): whatever a client has
 //! received is on disk, so after a crash the history resumes exactly where every client's view of it ends,
 //! and no (epoch, sequence) can ever name two different messages. See the store's module doc for why this
 //! and not a new epoch at restart, and what it costs.
+//!
+//! # What stays in memory
+//!
+//! Entries are appended to memory (so a reader that keeps up reads them from there, as from a log in memory)
+//! and handed to the writer. Once the writer has committed them, memory keeps only the hot part: the last
+//! [`HOT`] entries of an open stream (trimmed in steps of as many, so trimming costs nothing per append), and
+//! nothing of an ended one but its outcome. A reader behind that reads from the store ([`Reader`]), in the
+//! same chunks and order, and is never cut off while the store keeps the entries it needs. Entries a failed
+//! write left off the disk are never trimmed: memory is then the only place they are.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::watch;
 
+use super::read::Reader;
 use super::writer::{Command, Writer};
 use crate::hub::{Entry, Gone, Log, MemoryLog};
 use crate::output::Outcome;
 
-/// How far the writer has committed a stream; shared by the log and the writer.
+/// Committed entries an open stream keeps in memory (at least; at most twice as many).
+pub(crate) const HOT: u64 = 1024;
+
+/// How far the writer has committed a stream, and its entries in memory; shared by the log and the writer,
+/// which trims the memory as it commits.
 #[derive(Debug)]
 pub(crate) struct Committed {
     sequence: AtomicU64,
@@ -23,15 +37,19 @@ pub(crate) struct Committed {
     /// Set when a write of this stream failed: what readers get from then on is not on disk.
     failed: AtomicBool,
     changes: watch::Sender<u64>,
+    /// The entries not trimmed yet.
+    memory: MemoryLog,
 }
 
 impl Committed {
-    pub(crate) fn new(sequence: u64, ended: bool) -> Arc<Self> {
+    /// `memory` holds what is not committed yet, if anything; `sequence` is committed.
+    pub(crate) fn new(sequence: u64, ended: bool, memory: MemoryLog) -> Arc<Self> {
         Arc::new(Committed {
             sequence: AtomicU64::new(sequence),
             ended: AtomicBool::new(ended),
             failed: AtomicBool::new(false),
             changes: watch::channel(0).0,
+            memory,
         })
     }
 
@@ -41,11 +59,19 @@ impl Committed {
         self.failed.store(true, Ordering::Release);
     }
 
-    /// The writer committed up to `sequence` (and the end, when `ended`): readers may read it.
+    /// The writer committed up to `sequence` (and the end, when `ended`): readers may read it, and memory
+    /// gives back what is no longer hot.
     pub(crate) fn advance(&self, sequence: u64, ended: bool) {
         self.sequence.fetch_max(sequence, Ordering::AcqRel);
         if ended {
             self.ended.store(true, Ordering::Release);
+        }
+        if !self.failed.load(Ordering::Acquire) {
+            if ended {
+                self.memory.trim(u64::MAX);
+            } else if self.memory.len() as u64 >= 2 * HOT {
+                self.memory.trim(self.sequence.load(Ordering::Acquire).saturating_sub(HOT));
+            }
         }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -55,34 +81,36 @@ impl Committed {
 #[derive(Debug)]
 pub(crate) struct StoreLog {
     stream: String,
-    memory: MemoryLog,
     committed: Arc<Committed>,
     writer: Writer,
+    reader: Arc<Reader>,
+    /// Evicted: its rows are going, and reads are [`Gone`].
+    forgotten: AtomicBool,
 }
 
 impl StoreLog {
     /// The log of a new stream.
-    pub(crate) fn new(stream: &str, writer: Writer) -> Self {
-        StoreLog {
-            stream: stream.to_owned(),
-            memory: MemoryLog::default(),
-            committed: Committed::new(0, false),
-            writer,
-        }
+    pub(crate) fn new(stream: &str, writer: Writer, reader: Arc<Reader>) -> Self {
+        let committed = Committed::new(0, false, MemoryLog::default());
+        StoreLog { stream: stream.to_owned(), committed, writer, reader, forgotten: AtomicBool::new(false) }
     }
 
-    /// The log of a stream read back from the store: `entries` are committed, and the stream has ended.
-    pub(crate) fn restored(stream: &str, entries: Vec<Entry>, writer: Writer) -> Self {
-        let memory = MemoryLog::default();
-        memory.append(entries);
-        let committed = Committed::new(memory.last_sequence(), true);
-        StoreLog { stream: stream.to_owned(), memory, committed, writer }
+    /// The log of an ended stream kept in the store: `last` entries, every one on disk, and its outcome.
+    pub(crate) fn restored(stream: &str, last: u64, outcome: Outcome, writer: Writer, reader: Arc<Reader>) -> Self {
+        let memory = MemoryLog::after(last);
+        memory.append(vec![Entry::End(Arc::new(outcome))]);
+        let committed = Committed::new(last, true, memory);
+        StoreLog { stream: stream.to_owned(), committed, writer, reader, forgotten: AtomicBool::new(false) }
+    }
+
+    fn gone(&self, asked: u64) -> Gone {
+        Gone { asked, kept_after: self.committed.memory.last_sequence() }
     }
 }
 
 impl Log for StoreLog {
     fn append(&self, entries: Vec<Entry>) {
-        self.memory.append(entries.clone());
+        self.committed.memory.append(entries.clone());
         self.writer.send(Command::Append {
             stream: self.stream.clone(),
             entries,
@@ -91,14 +119,31 @@ impl Log for StoreLog {
     }
 
     fn read(&self, after: u64, max: usize, into: &mut Vec<Entry>) -> Result<(), Gone> {
+        if self.forgotten.load(Ordering::Acquire) {
+            return Err(self.gone(after));
+        }
         let committed = self.committed.sequence.load(Ordering::Acquire);
         let ended = self.committed.ended.load(Ordering::Acquire);
         if after >= committed && !ended {
             return Ok(());
         }
-        let allowed = committed.saturating_sub(after) as usize;
+        let mut left = if ended { max } else { max.min(committed.saturating_sub(after) as usize) };
         let start = into.len();
-        self.memory.read(after, if ended { max } else { max.min(allowed) }, into)?;
+        let mut after = after;
+        // Memory first; what it no longer holds comes from the store, up to where memory starts (which the
+        // writer may move on meanwhile: then memory is asked again, and the store again).
+        while left > 0 {
+            let Err(trimmed) = self.committed.memory.read(after, left, into) else { break };
+            let read = self.reader.read(&self.stream, after, trimmed.kept_after, left, into).unwrap_or_else(|error| {
+                tracing::error!(stream = self.stream, "reading entries back from the store: {error}");
+                0
+            });
+            if read == 0 {
+                return Err(Gone { asked: after, kept_after: trimmed.kept_after });
+            }
+            after += read as u64;
+            left -= read;
+        }
         // The memory has the end before the writer has committed it: not yet.
         if !ended && into.len() > start && matches!(into.last(), Some(Entry::End(_))) {
             into.pop();
@@ -119,7 +164,7 @@ impl Log for StoreLog {
     }
 
     fn outcome(&self) -> Option<Arc<Outcome>> {
-        if self.is_ended() { self.memory.outcome() } else { None }
+        if self.is_ended() { self.committed.memory.outcome() } else { None }
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
@@ -127,7 +172,12 @@ impl Log for StoreLog {
     }
 
     fn forget(&self) {
-        self.memory.forget();
+        self.forgotten.store(true, Ordering::Release);
+        self.committed.memory.forget();
         self.committed.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn memory_bytes(&self) -> u64 {
+        self.committed.memory.memory_bytes()
     }
 }

@@ -23,6 +23,7 @@
 //! client of a stream open at a crash would lose its place. The figures of both are in `BENCHMARKS.md`.
 
 mod log;
+mod read;
 mod schema;
 mod threads;
 mod writer;
@@ -31,14 +32,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, params};
+use rusqlite::{Connection, OpenFlags};
 
 pub(crate) use log::StoreLog;
 pub(crate) use threads::{StoredThread, ThreadWrite};
+use read::Reader;
 use writer::{Command, Writer};
 
 use crate::hub::{Entry, Hub, Restored, Storage, StreamInfo};
-use crate::output::{ErrorProps, Outcome, OutputMessage};
+use crate::output::{ErrorProps, Outcome};
 
 /// Why the store could not open.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +69,7 @@ pub enum StoreError {
 pub struct Store {
     path: PathBuf,
     writer: Writer,
+    reader: Arc<Reader>,
     threads: Mutex<Vec<StoredThread>>,
 }
 
@@ -118,7 +121,8 @@ impl Store {
         let threads = threads::load(&connection).map_err(sqlite)?;
         let writer =
             Writer::start(connection).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
-        Ok(Arc::new(Store { path, writer, threads: Mutex::new(threads) }))
+        let reader = Reader::new(&path);
+        Ok(Arc::new(Store { path, writer, reader, threads: Mutex::new(threads) }))
     }
 
     /// The file.
@@ -163,8 +167,6 @@ impl Store {
             .map_err(sqlite)?
             .collect::<Result<_, _>>()
             .map_err(sqlite)?;
-        let mut read =
-            connection.prepare("SELECT messages FROM chunks WHERE stream = ?1 ORDER BY first").map_err(sqlite)?;
         for row in streams {
             if let Some(ended_ms) = row.ended_ms.filter(|_| row.outcome.is_some())
                 && now_ms.saturating_sub(ended_ms) >= retention
@@ -173,12 +175,8 @@ impl Store {
                 report.expired += 1;
                 continue;
             }
-            let texts: Vec<String> = read
-                .query_map(params![row.id], |r| r.get(0))
-                .map_err(sqlite)?
-                .collect::<Result<_, _>>()
-                .map_err(sqlite)?;
-            if self.restore_stream(hub, row, texts, now_ms) {
+            let (last, bytes) = self.reader.extent(&row.id).map_err(sqlite)?;
+            if self.restore_stream(hub, row, last, bytes, now_ms) {
                 report.interrupted += 1;
             }
             report.streams += 1;
@@ -187,27 +185,17 @@ impl Store {
         Ok(report)
     }
 
-    /// Gives `hub` one stream from its row and its entries' JSON; true when it was open and ends now.
-    fn restore_stream(&self, hub: &Hub, row: StreamRow, texts: Vec<String>, now_ms: u64) -> bool {
-        let mut entries = Vec::with_capacity(texts.len() + 2);
-        let mut bytes = 0;
-        for text in texts.iter().flat_map(|chunk| chunk.split('\n')) {
-            match serde_json::from_str::<OutputMessage>(text) {
-                Ok(message) => {
-                    bytes += text.len() as u64;
-                    entries.push(Entry::Message { message: Arc::new(message), bytes: text.len() as u64 });
-                }
-                Err(error) => tracing::error!(stream = row.id, "an entry the store kept does not parse: {error}"),
-            }
-        }
-        let last = entries.len() as u64;
+    /// Gives `hub` one stream from its row, its last sequence and its entries' bytes (the entries stay on
+    /// disk until a reader asks for them); true when it was open and ends now.
+    fn restore_stream(&self, hub: &Hub, row: StreamRow, last: u64, mut bytes: u64, now_ms: u64) -> bool {
         let info = StreamInfo { id: row.id.clone(), epoch: row.epoch, created_ms: row.created_ms, model: row.model };
         let kept = row.outcome.and_then(|o| serde_json::from_str::<Outcome>(&o).ok());
         let interrupted = kept.is_none();
-        let (outcome, ended_ms) = match kept {
-            Some(outcome) => (outcome, row.ended_ms.unwrap_or(now_ms)),
+        let (outcome, last, ended_ms) = match kept {
+            Some(outcome) => (outcome, last, row.ended_ms.unwrap_or(now_ms)),
             None => {
-                // Open when the service stopped: it ends now, and the end is kept like any other.
+                // Open when the service stopped: it ends now, and the end is kept like any other (committed
+                // before the hub serves anything: `restore` flushes the writer).
                 let outcome = Outcome::failed(ErrorProps {
                     message: "the service stopped while the stream was open".into(),
                     code: Some("interrupted".into()),
@@ -216,19 +204,15 @@ impl Store {
                 let end_id = format!("m{}-{}", last + 1, info.epoch.get(..8).unwrap_or(&info.epoch));
                 let end = crate::hub::stream_end(&outcome, last + 1, info.created_ms, now_ms, end_id);
                 let size = serde_json::to_vec(&end).map_or(0, |j| j.len() as u64);
-                let end =
+                let entries =
                     vec![Entry::Message { message: Arc::new(end), bytes: size }, Entry::End(Arc::new(outcome.clone()))];
-                let committed = log::Committed::new(last, false);
-                self.writer.send(Command::Append { stream: row.id.clone(), entries: end.clone(), committed });
-                entries.extend(end);
+                let committed = log::Committed::new(last, false, crate::hub::MemoryLog::after(last));
+                self.writer.send(Command::Append { stream: row.id.clone(), entries, committed });
                 bytes += size;
-                (outcome, now_ms)
+                (outcome, last + 1, now_ms)
             }
         };
-        if !matches!(entries.last(), Some(Entry::End(_))) {
-            entries.push(Entry::End(Arc::new(outcome)));
-        }
-        let log = Box::new(StoreLog::restored(&row.id, entries, self.writer.clone()));
+        let log = Box::new(StoreLog::restored(&row.id, last, outcome, self.writer.clone(), Arc::clone(&self.reader)));
         hub.restore(Restored { info, log, bytes, ended_ms });
         interrupted
     }
@@ -253,7 +237,7 @@ impl Storage for Store {
             created_ms: info.created_ms,
             client: client.map(str::to_owned),
         });
-        Box::new(StoreLog::new(&info.id, self.writer.clone()))
+        Box::new(StoreLog::new(&info.id, self.writer.clone(), Arc::clone(&self.reader)))
     }
 
     fn evict(&self, id: &str) {
