@@ -201,6 +201,7 @@ fn standard(quick: bool) -> Vec<Scenario> {
             other("idle-2000", Kind::Idle { connections: 2000, hold: 1.0 }),
             fanout("openai-mix-1000", 500, 500, 10_000),
             other("chat-200", Kind::Chat { concurrency: 200, requests: 1, words: 2000 }),
+            other("chat-retained-600", Kind::Chat { concurrency: 8, requests: 75, words: 2000 }),
             stall,
             ws_idle,
         ]
@@ -219,6 +220,7 @@ fn standard(quick: bool) -> Vec<Scenario> {
             other("idle-10000", Kind::Idle { connections: 10_000, hold: 5.0 }),
             fanout("openai-mix-2000", 1000, 1000, 15_000),
             other("chat-200", Kind::Chat { concurrency: 200, requests: 3, words: 2000 }),
+            other("chat-retained-600", Kind::Chat { concurrency: 8, requests: 75, words: 2000 }),
             stall,
             ws_idle,
         ]

@@ -643,6 +643,7 @@ async fn chat(
     result: &mut RunResult,
 ) -> io::Result<()> {
     let body: Arc<[u8]> = chat_body(words).into();
+    let rss_before = server.rss_kib();
     let ctx = Arc::new(Ctx::default());
     let first_chunk = Arc::new(Histogram::default());
     let cancel = CancellationToken::new();
@@ -694,5 +695,12 @@ async fn chat(
     result.latency(&first_chunk);
     result.extra.insert("requests_per_s".into(), completed as f64 / result.seconds.max(1e-9));
     result.extra.insert("completed_requests".into(), completed as f64);
+    // What the finished runs keep (they are retained, and a server gives back what an ended stream no
+    // longer needs at its next sweep, about once a second): the RSS it grew by, per delta retained.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let retained_kib = server.rss_kib().saturating_sub(rss_before);
+    result.extra.insert("retained_mib".into(), retained_kib as f64 / 1024.0);
+    let deltas = (completed * words as u64).max(1);
+    result.extra.insert("retained_bytes_per_delta".into(), (retained_kib * 1024) as f64 / deltas as f64);
     Ok(())
 }

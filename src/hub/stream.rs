@@ -982,7 +982,8 @@ impl Stream {
         }
         let mut renditions = lock(&self.renditions);
         // Held by the list and this subscriber only.
-        let Some(at) = renditions.iter().position(|(_, kept)| Arc::ptr_eq(kept, rendition) && Arc::strong_count(kept) == 2)
+        let Some(at) =
+            renditions.iter().position(|(_, kept)| Arc::ptr_eq(kept, rendition) && Arc::strong_count(kept) == 2)
         else {
             return;
         };

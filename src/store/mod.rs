@@ -35,8 +35,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 pub(crate) use log::StoreLog;
-pub(crate) use threads::{StoredThread, ThreadWrite};
 use read::Reader;
+pub(crate) use threads::{StoredThread, ThreadWrite};
 use writer::{Command, Writer};
 
 use crate::hub::{Entry, Hub, Restored, Storage, StreamInfo};
@@ -242,5 +242,75 @@ impl Storage for Store {
 
     fn evict(&self, id: &str) {
         self.writer.send(Command::Evict { stream: id.to_owned() });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::HubConfig;
+    use crate::output::OutputMessage;
+    use crate::render::Format;
+
+    /// Every frame a new subscriber from `after` gets, until the stream's end.
+    async fn frames(stream: &Arc<crate::hub::Stream>, format: Format, after: u64) -> Vec<u8> {
+        let mut subscription = stream.subscribe(format, after).expect("subscribe");
+        let mut bytes = Vec::new();
+        while let Some(batch) = subscription.next().await {
+            bytes.extend_from_slice(&batch.bytes);
+        }
+        bytes
+    }
+
+    #[tokio::test]
+    async fn readers_behind_the_hot_part_read_it_back_from_the_store_and_get_the_same_frames() {
+        let dir = std::env::temp_dir().join(format!("agentmux-hot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::open(&dir).expect("open");
+        let hub = Hub::new(HubConfig { storage: Arc::clone(&store) as Arc<dyn Storage>, ..HubConfig::default() });
+        let stream = hub.create("long").expect("create");
+        // A reader from the start, keeping up, sees every frame as it comes.
+        let live = {
+            let stream = Arc::clone(&stream);
+            tokio::spawn(async move { frames(&stream, Format::Cui, 0).await })
+        };
+        let count = 5 * log::HOT;
+        for n in 0..count {
+            stream.append(OutputMessage::text(format!("word {n} "))).expect("append");
+        }
+        store.flush();
+        let last = stream.last_sequence();
+        assert_eq!(last, count + 1, "stream_start and the messages");
+        let hot = stream.log().memory_bytes();
+        // Readers far behind (from the start, from the middle) read the old part from the store.
+        let mut behind = Vec::new();
+        for after in [0, last / 2] {
+            let mut entries = Vec::new();
+            stream.log().read(after, usize::MAX, &mut entries).expect("kept");
+            let sequences: Vec<u64> = entries
+                .iter()
+                .filter_map(|e| match e {
+                    crate::hub::Entry::Message { message, .. } => message.metadata.as_ref()?.sequence,
+                    crate::hub::Entry::End(_) => None,
+                })
+                .collect();
+            assert_eq!(sequences, (after + 1..=last).collect::<Vec<_>>(), "in order, without a gap, from {after}");
+            behind.push(entries);
+        }
+        let whole: u64 =
+            behind[0].iter().map(|e| if let crate::hub::Entry::Message { bytes, .. } = e { *bytes } else { 0 }).sum();
+        // At most twice the hot part: 2,048 of the 5,121 entries.
+        assert!(hot * 5 / 2 <= whole, "memory holds the hot part only: {hot} of {whole} bytes");
+        assert!(stream.end(crate::output::Outcome::completed()));
+        store.flush();
+        assert_eq!(stream.log().memory_bytes(), 0, "an ended stream keeps nothing but its outcome in memory");
+        let live = live.await.expect("the live reader");
+        assert_eq!(frames(&stream, Format::Cui, 0).await, live, "a late reader's frames, byte for byte");
+        let tail = frames(&stream, Format::Cui, last / 2).await;
+        assert!(live.ends_with(&tail) && tail.len() < live.len() / 2 + 4096, "a resume from the middle");
+        let openai = String::from_utf8(frames(&stream, Format::OPENAI, 0).await).expect("UTF-8");
+        assert_eq!(openai.matches("word ").count() as u64, count, "every delta, rendered again from the store");
+        drop(hub);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -88,8 +88,9 @@ impl Reader {
                     if sequence > upto || read == want {
                         break;
                     }
-                    let message: OutputMessage = serde_json::from_str(line)
-                        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, e.into()))?;
+                    let message: OutputMessage = serde_json::from_str(line).map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, e.into())
+                    })?;
                     into.push(Entry::Message { message: Arc::new(message), bytes: line.len() as u64 });
                     read += 1;
                 }
