@@ -236,7 +236,7 @@ fn run_serve(serve: Serve) -> ExitCode {
                     threads = found.threads,
                     "store opened"
                 ),
-                Err(e) => return fail(&e.to_string()),
+                Err(e) => return fail(&format!("{e} (use --ephemeral to run without a store)")),
             }
         }
         let max_connections = serve.max_connections.unwrap_or_else(|| connections_for(open_files));

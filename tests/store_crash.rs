@@ -4,9 +4,13 @@
 //! same directory. Every acknowledged message is there, in order, byte for byte as a live subscriber saw it
 //! before the crash; a subscriber resuming with `Last-Event-ID` gets the rest without gap or duplicate; the
 //! streams that were open end `interrupted`. A thread with a tool call survives a restart with an identical
-//! audit export. A retention pass gives the space back; a data directory it cannot use is an error at start;
-//! a disk that fails under a stream (files made immutable) ends that stream with an error, answers 503, and
-//! loses nothing acknowledged.
+//! audit export. A retention pass gives the space back. A data directory it cannot use (a file, a corrupt
+//! store, a read-only file system, empty or holding a store) is an error at start that names it and
+//! `--ephemeral`. A disk that fails under a stream (files made immutable; a 2 MiB tmpfs filled to the last
+//! byte; an ext4 that goes read-only on an error, as a failing disk does) ends the streams being written with
+//! `store_unavailable`, answers their producers 503 at once, goes on serving everything else, and loses nothing
+//! acknowledged across a `kill -9` and a restart; once the space is back, writes go on. The file-system tests
+//! mount their own (root, CAP_SYS_ADMIN) under `target/tmp/`, and unmount it even when they fail.
 
 mod common;
 
@@ -15,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::http::parse_sse;
+use common::http::{PATIENCE, parse_sse};
 use common::process::ServerProcess;
 use serde_json::{Value, json};
 
@@ -287,12 +291,23 @@ async fn a_retention_pass_deletes_ended_streams_and_gives_the_space_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Runs the binary on `dir` and expects it to refuse to start: its exit status and what it said.
+/// Runs the binary on `dir` and expects it to refuse to start: its exit status and what it said. One that
+/// starts anyway is killed, and the test fails rather than waits.
 fn refused(dir: &std::path::Path) -> (bool, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
         .args(["--addr", "127.0.0.1:0", "--data-dir", dir.to_str().expect("UTF-8")])
-        .output()
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .expect("run agentmux");
+    let pid = child.id().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    let Ok(output) = rx.recv_timeout(PATIENCE) else {
+        let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
+        panic!("agentmux started on {} instead of refusing", dir.display());
+    };
+    let output = output.expect("agentmux ran");
     (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
@@ -380,4 +395,394 @@ async fn a_disk_that_fails_under_a_stream_ends_it_with_an_error_and_loses_nothin
     assert!(kept.values().any(|data| data.contains("the disk is back")), "{kept:?}");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// A real small file system under the store: full, read-only at start, gone read-only under a live stream. A
+// read-only remount (`mount -o remount,ro`) is refused (EBUSY) while the store has its files open for writing:
+// a file system goes read-only under a live process only by an error, which ext4 lets a test trigger.
+
+/// Runs `program` with `args`, which must succeed.
+fn run(program: &str, args: &[&str]) {
+    let status = std::process::Command::new(program)
+        .args(args)
+        .status()
+        .unwrap_or_else(|e| panic!("{program} {args:?} does not run: {e}"));
+    assert!(status.success(), "{program} {args:?}: {status} (these tests mount file systems: root, CAP_SYS_ADMIN)");
+}
+
+fn utf8(path: &std::path::Path) -> &str {
+    path.to_str().expect("a UTF-8 path")
+}
+
+/// A file system of its own under the repository's `target/tmp/`, unmounted and removed when dropped, whether
+/// the test passed or not (declared before the servers that use it, so they are killed first).
+struct Mounted {
+    dir: PathBuf,
+    /// The image an ext4 file system lives in (on a loop device).
+    image: Option<PathBuf>,
+}
+
+impl Mounted {
+    fn scratch(name: &str) -> PathBuf {
+        let dir =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/tmp/{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        dir
+    }
+
+    /// A tmpfs of `size` (`mount -o size=`).
+    fn tmpfs(name: &str, size: &str) -> Mounted {
+        let mounted = Mounted { dir: Mounted::scratch(name), image: None };
+        run("mount", &["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", utf8(&mounted.dir)]);
+        mounted
+    }
+
+    /// An ext4 file system of `bytes` in an image, that goes read-only on an error (`errors=remount-ro`), as a
+    /// disk does when it fails. Without a journal: nothing to abort or replay, it mounts again as it was.
+    fn ext4(name: &str, bytes: u64) -> Mounted {
+        let dir = Mounted::scratch(name);
+        let image = dir.with_extension("img");
+        std::fs::File::create(&image).and_then(|f| f.set_len(bytes)).expect("the image");
+        let mounted = Mounted { dir, image: Some(image) };
+        run("mkfs.ext4", &["-q", "-F", "-O", "^has_journal", utf8(mounted.image.as_ref().expect("an image"))]);
+        mounted.mount_image();
+        mounted
+    }
+
+    fn mount_image(&self) {
+        let image = self.image.as_ref().expect("an image");
+        run("mount", &["-o", "loop,errors=remount-ro", utf8(image), utf8(&self.dir)]);
+    }
+
+    /// `mount -o remount,{options}`.
+    fn remount(&self, options: &str) {
+        run("mount", &["-o", &format!("remount,{options}"), utf8(&self.dir)]);
+    }
+
+    /// An error in the ext4 file system, as a failing disk gives: the kernel makes it read-only at once, under
+    /// whatever has files open there, until it is unmounted.
+    fn fail(&self) {
+        let output = std::process::Command::new("findmnt").args(["-no", "SOURCE", utf8(&self.dir)]).output();
+        let source = String::from_utf8(output.expect("findmnt runs").stdout).expect("UTF-8");
+        let device = source.trim().trim_start_matches("/dev/");
+        std::fs::write(format!("/sys/fs/ext4/{device}/trigger_fs_error"), "a test of a failing disk")
+            .expect("ext4's trigger_fs_error");
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let unmounted = std::process::Command::new("umount").arg(&self.dir).status().is_ok_and(|s| s.success());
+        if !unmounted {
+            // Something still has it open: it goes as soon as that is closed.
+            let _ = std::process::Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+        if let Some(image) = &self.image {
+            let _ = std::fs::remove_file(image);
+        }
+    }
+}
+
+/// A client whose every request answers within `PATIENCE`, or fails the test: a hang is a failure, not a wait.
+fn patient_client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(PATIENCE).build().expect("a client")
+}
+
+async fn create(client: &reqwest::Client, server: &ServerProcess) -> String {
+    let response = client.post(server.url("/v1/streams")).send().await.expect("create");
+    assert_eq!(response.status(), 201);
+    let created: Value = response.json().await.expect("JSON");
+    created["id"].as_str().expect("id").to_owned()
+}
+
+/// What the client holds: each stream's acknowledged sequences and what each carried.
+type Acked = BTreeMap<String, BTreeMap<u64, String>>;
+
+/// Posts `texts` to stream `id`: the acknowledged sequences, recorded in `acked`, or the refusal's status and
+/// body.
+async fn append(
+    client: &reqwest::Client,
+    server: &ServerProcess,
+    acked: &mut Acked,
+    id: &str,
+    texts: Vec<String>,
+) -> Result<(), (u16, Value)> {
+    let body: Vec<Value> = texts.iter().map(|t| json!({"type": "text", "props": {"content": t}})).collect();
+    let response =
+        client.post(server.url(&format!("/v1/streams/{id}/messages"))).json(&body).send().await.expect("POST answers");
+    let status = response.status().as_u16();
+    let reply: Value = response.json().await.expect("JSON");
+    if status != 200 {
+        return Err((status, reply));
+    }
+    let sequences = reply["sequences"].as_array().expect("sequences").iter().map(|s| s.as_u64().expect("a sequence"));
+    acked.entry(id.to_owned()).or_default().extend(sequences.zip(texts));
+    Ok(())
+}
+
+/// A batch of 25 messages of about 200 bytes.
+fn batch(stream: &str, batch: usize) -> Vec<String> {
+    (0..25).map(|i| format!("{stream} batch {batch} message {i} é✓ {}", "x".repeat(160))).collect()
+}
+
+async fn snapshot(client: &reqwest::Client, server: &ServerProcess, id: &str) -> Value {
+    let response = client.get(server.url(&format!("/v1/streams/{id}"))).send().await.expect("GET");
+    assert_eq!(response.status(), 200, "{id}");
+    response.json().await.expect("JSON")
+}
+
+/// The events of a stream that may still be open, from the start up to sequence `last`.
+async fn events_to(client: &reqwest::Client, server: &ServerProcess, id: &str, last: u64) -> BTreeMap<u64, String> {
+    let mut response = client.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("GET events");
+    assert_eq!(response.status(), 200, "{id}");
+    let (mut buffer, mut out) = (Vec::new(), BTreeMap::new());
+    while !out.contains_key(&last) {
+        let chunk =
+            response.chunk().await.expect("events come").unwrap_or_else(|| panic!("{id} stopped before {last}"));
+        buffer.extend_from_slice(&chunk);
+        let (events, used) = parse_sse(&buffer);
+        buffer.drain(..used);
+        out.extend(events.into_iter().filter_map(|e| Some((e.id?, e.data))));
+    }
+    out
+}
+
+/// Every message of `acked` is among `events`, with what it carried.
+fn assert_has(events: &BTreeMap<u64, String>, acked: &BTreeMap<u64, String>, what: &str) {
+    for (sequence, text) in acked {
+        let data = events.get(sequence).unwrap_or_else(|| panic!("{what}: acknowledged {sequence} lost"));
+        let message: Value = serde_json::from_str(data).expect("JSON");
+        assert_eq!(message["props"]["content"], json!(text), "{what}: sequence {sequence}");
+    }
+}
+
+/// Stream `id` has ended and kept every acknowledged message, in order, without a hole in its sequences:
+/// what its end says (`props.data` of the `stream_end`).
+async fn kept(client: &reqwest::Client, server: &ServerProcess, acked: &Acked, id: &str) -> Value {
+    let events = events(client, server, id, 0).await;
+    let sequences: Vec<u64> = events.keys().copied().collect();
+    assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>(), "{id}: no hole");
+    assert_has(&events, acked.get(id).unwrap_or(&BTreeMap::new()), id);
+    let end: Value = serde_json::from_str(events.values().last().expect("events")).expect("JSON");
+    assert_eq!(end["props"]["event"], "stream_end", "{id}");
+    end["props"]["data"].clone()
+}
+
+/// Fills the file system of `dir` with a file, but for `margin` bytes: the file and its size.
+fn fill(dir: &std::path::Path, margin: u64) -> (PathBuf, u64) {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = std::fs::File::create(&path).expect("the filler");
+    let block = vec![0x5a_u8; 64 * 1024];
+    let mut size = 0;
+    loop {
+        match file.write(&block) {
+            Ok(0) => break,
+            Ok(n) => size += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::StorageFull => break,
+            Err(e) => panic!("writing the filler: {e}"),
+        }
+    }
+    let size = size.saturating_sub(margin);
+    file.set_len(size).expect("truncate the filler");
+    (path, size)
+}
+
+/// How much the disk left for the store before it was full.
+const MARGIN: u64 = 1024 * 1024;
+
+/// Posts batches to `id` until one is refused: that refusal, and how many batches were acknowledged.
+async fn until_refused(client: &reqwest::Client, server: &ServerProcess, id: &str) -> (Acked, (u16, Value), usize) {
+    let mut acked = Acked::new();
+    for n in 0..10_000 {
+        if let Err(refusal) = append(client, server, &mut acked, id, batch(id, n)).await {
+            return (acked, refusal, n);
+        }
+    }
+    panic!("{id}: 10,000 batches and the disk is not full");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_503_store_unavailable_and_loses_nothing_acknowledged() {
+    let disk = Mounted::tmpfs("full", "2m");
+    let dir = disk.dir.join("store");
+    let client = patient_client();
+    let mut acked = Acked::new();
+    let server = spawn(&dir);
+    let (ended, idle) = (create(&client, &server).await, create(&client, &server).await);
+    let (first, second) = (create(&client, &server).await, create(&client, &server).await);
+    // Before the disk is full: a stream that ended, one left open and idle.
+    for n in 0..4 {
+        for id in [&ended, &idle] {
+            append(&client, &server, &mut acked, id, batch(id, n)).await.expect("acknowledged");
+        }
+    }
+    let response = client.post(server.url(&format!("/v1/streams/{ended}/end"))).send().await.expect("end");
+    assert_eq!(response.status(), 200);
+    // A file beside the store fills the disk but for a margin; two producers write until they are refused.
+    let (filler, filled) = fill(&disk.dir, MARGIN);
+    let started = std::time::Instant::now();
+    let (one, two) = tokio::join!(until_refused(&client, &server, &first), until_refused(&client, &server, &second));
+    let took = started.elapsed();
+    let text: usize = [&one.0, &two.0].iter().flat_map(|a| a.values()).flat_map(|m| m.values()).map(String::len).sum();
+    let size = |file: &str| std::fs::metadata(dir.join(file)).map_or(0, |m| m.len());
+    eprintln!(
+        "a 2 MiB tmpfs, a filler of {filled} bytes, {MARGIN} left: refused after {} and {} batches of 25 messages \
+         ({text} bytes of text acknowledged) in {took:?}; the database then took {} bytes, its WAL {}",
+        one.2,
+        two.2,
+        size("agentmux.sqlite3"),
+        size("agentmux.sqlite3-wal"),
+    );
+    for (producer, id) in [(one, &first), (two, &second)] {
+        let (these, (status, body), _) = producer;
+        acked.extend(these);
+        assert_eq!(status, 503, "{id}: {body}");
+        assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+        // The stream ended with that error, which its readers see.
+        assert_eq!(snapshot(&client, &server, id).await["status"], "error");
+        let end = kept(&client, &server, &acked, id).await;
+        assert_eq!(end["error"]["code"], "store_unavailable", "{end}");
+    }
+    // The service goes on: the ended stream and the idle one are read as before.
+    assert_eq!(client.get(server.url("/healthz")).send().await.expect("GET").status(), 200);
+    assert_eq!(kept(&client, &server, &acked, &ended).await["status"], "completed");
+    let last = *acked[&idle].keys().last().expect("acknowledged");
+    assert_has(&events_to(&client, &server, &idle, last).await, &acked[&idle], "idle");
+    assert_eq!(snapshot(&client, &server, &idle).await["status"], "open");
+    assert!(!server.log.lock().expect("log").contains("panicked"));
+
+    // Space again: writes go on, on the idle stream and on a new one.
+    std::fs::remove_file(&filler).expect("rm the filler");
+    append(&client, &server, &mut acked, &idle, batch(&idle, 4)).await.expect("acknowledged once the disk is back");
+    let after = create(&client, &server).await;
+    append(&client, &server, &mut acked, &after, batch(&after, 0)).await.expect("acknowledged");
+    let mut server = server;
+    server.kill();
+
+    // Every acknowledged message, in order, without a hole; the batches that were refused were written once the
+    // disk was back, with the end their readers saw.
+    let server = spawn(&dir);
+    for id in [&first, &second] {
+        assert_eq!(kept(&client, &server, &acked, id).await["error"]["code"], "store_unavailable");
+    }
+    assert_eq!(kept(&client, &server, &acked, &ended).await["status"], "completed");
+    for id in [&idle, &after] {
+        assert_eq!(kept(&client, &server, &acked, id).await["error"]["code"], "interrupted");
+    }
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_file_system_is_a_clear_error_at_start_and_loses_nothing() {
+    let disk = Mounted::tmpfs("read-only", "2m");
+    let dir = disk.dir.join("store");
+    let client = patient_client();
+    let mut acked = Acked::new();
+    let refuses = |path: &std::path::Path| {
+        let (ok, said) = refused(path);
+        assert!(!ok, "it did not start");
+        let clear = said.contains(&format!("the data directory {}", path.display()))
+            && said.contains("Read-only file system")
+            && said.contains("--ephemeral");
+        assert!(clear, "{said}");
+        said
+    };
+    // Nothing there yet: the directory to make, and the file system's root, where the store would be made.
+    disk.remount("ro");
+    refuses(&dir);
+    eprintln!("{}", refuses(&disk.dir).trim());
+    disk.remount("rw");
+    // A store a crash left (its WAL beside it), then one stopped cleanly (checkpointed, one file).
+    let server = spawn(&dir);
+    let id = create(&client, &server).await;
+    append(&client, &server, &mut acked, &id, batch(&id, 0)).await.expect("acknowledged");
+    let mut server = server;
+    server.kill();
+    disk.remount("ro");
+    refuses(&dir);
+    disk.remount("rw");
+    let mut server = spawn(&dir);
+    assert_eq!(kept(&client, &server, &acked, &id).await["error"]["code"], "interrupted");
+    let other = create(&client, &server).await;
+    append(&client, &server, &mut acked, &other, batch(&other, 0)).await.expect("acknowledged");
+    let response = client.post(server.url(&format!("/v1/streams/{other}/end"))).send().await.expect("end");
+    assert_eq!(response.status(), 200);
+    server.terminate();
+    assert!(server.wait_exit(PATIENCE).1, "a clean stop");
+    disk.remount("ro");
+    refuses(&dir);
+    disk.remount("rw");
+    let server = spawn(&dir);
+    assert_eq!(kept(&client, &server, &acked, &id).await["error"]["code"], "interrupted");
+    assert_eq!(kept(&client, &server, &acked, &other).await["status"], "completed");
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_system_that_goes_read_only_under_a_stream_ends_it_with_an_error_and_loses_nothing_acknowledged() {
+    let disk = Mounted::ext4("gone-read-only", 8 << 20);
+    let dir = disk.dir.join("store");
+    let client = patient_client();
+    let mut acked = Acked::new();
+    let server = spawn(&dir);
+    let (ended, written) = (create(&client, &server).await, create(&client, &server).await);
+    for n in 0..4 {
+        for id in [&ended, &written] {
+            append(&client, &server, &mut acked, id, batch(id, n)).await.expect("acknowledged");
+        }
+    }
+    let response = client.post(server.url(&format!("/v1/streams/{ended}/end"))).send().await.expect("end");
+    assert_eq!(response.status(), 200);
+    // A commit is a write to the WAL, without an fsync (`synchronous = NORMAL`): what the kernel has not written
+    // back when the file system goes read-only is lost with it, as in an OS crash. Written back first, so the test
+    // shows what the service does.
+    run("sync", &["-f", utf8(&dir)]);
+    disk.fail();
+    let probe = std::fs::write(disk.dir.join("probe"), b"");
+    assert_eq!(probe.map_err(|e| e.kind()), Err(std::io::ErrorKind::ReadOnlyFilesystem));
+    let started = std::time::Instant::now();
+    let refusal = append(&client, &server, &mut acked, &written, batch(&written, 4)).await;
+    let took = started.elapsed();
+    let (status, body) = refusal.expect_err("refused");
+    eprintln!("the file system went read-only: {status} in {took:?}");
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "store_unavailable");
+    assert_eq!(snapshot(&client, &server, &written).await["status"], "error");
+    let end = kept(&client, &server, &acked, &written).await;
+    assert_eq!(end["error"]["code"], "store_unavailable", "{end}");
+    // The service goes on: the ended stream is read as before; another stream is created, and its write is
+    // refused the same way (nothing is acknowledged that is not kept).
+    assert_eq!(client.get(server.url("/healthz")).send().await.expect("GET").status(), 200);
+    assert_eq!(kept(&client, &server, &acked, &ended).await["status"], "completed");
+    let other = create(&client, &server).await;
+    let refusal = append(&client, &server, &mut acked, &other, batch(&other, 0)).await;
+    assert_eq!(
+        refusal.map_err(|(status, body)| (status, body["error"]["code"].clone())),
+        Err((503, json!("store_unavailable")))
+    );
+    assert!(!server.log.lock().expect("log").contains("panicked"));
+    let mut server = server;
+    server.kill();
+
+    // Read-write again (an ext4 that went read-only stays so until it is unmounted), restarted: everything
+    // acknowledged, and writes go on.
+    run("umount", &[utf8(&disk.dir)]);
+    disk.mount_image();
+    let server = spawn(&dir);
+    // The refused batch and the end its readers saw were never written (the disk did not come back before the
+    // process went): their sequences now hold the `interrupted` end.
+    assert_eq!(kept(&client, &server, &acked, &written).await["error"]["code"], "interrupted");
+    assert_eq!(kept(&client, &server, &acked, &ended).await["status"], "completed");
+    let after = create(&client, &server).await;
+    append(&client, &server, &mut acked, &after, batch(&after, 0)).await.expect("acknowledged");
+    let mut server = server;
+    server.kill();
+    let server = spawn(&dir);
+    for id in [&written, &after] {
+        assert_eq!(kept(&client, &server, &acked, id).await["error"]["code"], "interrupted");
+    }
+    assert_eq!(kept(&client, &server, &acked, &ended).await["status"], "completed");
+    drop(server);
 }

@@ -110,12 +110,24 @@ fn open_connection(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection
     Ok(connection)
 }
 
+/// Whether `dir` takes a new file, as SQLite needs (its WAL and shared memory are files beside the database).
+fn writable(dir: &Path) -> std::io::Result<()> {
+    let probe = dir.join(".agentmux-probe");
+    std::fs::File::create(&probe)?;
+    std::fs::remove_file(&probe)
+}
+
 impl Store {
     /// Opens (or creates) the store in `dir`, running the migrations it lacks.
     pub fn open(dir: &Path) -> Result<Arc<Store>, StoreError> {
         std::fs::create_dir_all(dir).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
         let path = dir.join(FILE);
-        let sqlite = |error| StoreError::Sqlite { path: path.clone(), error };
+        // Of a directory it cannot write (a read-only file system), SQLite says only "unable to open database
+        // file" or "attempt to write a readonly database": then the system's reason is the error.
+        let sqlite = |error| match writable(dir) {
+            Err(error) => StoreError::Directory { path: dir.to_owned(), error },
+            Ok(()) => StoreError::Sqlite { path: path.clone(), error },
+        };
         let connection = open_connection(&path, OpenFlags::default()).map_err(sqlite)?;
         schema::migrate(&connection).map_err(sqlite)?;
         let threads = threads::load(&connection).map_err(sqlite)?;
