@@ -8,8 +8,9 @@
 //! store, a read-only file system, empty or holding a store) is an error at start that names it and
 //! `--ephemeral`. A disk that fails under a stream (files made immutable; a 2 MiB tmpfs filled to the last
 //! byte; an ext4 that goes read-only on an error, as a failing disk does) ends the streams being written with
-//! `store_unavailable`, answers their producers 503 at once, goes on serving everything else, and loses nothing
-//! acknowledged across a `kill -9` and a restart; once the space is back, writes go on. The file-system tests
+//! `store_unavailable`, answers their producers 503 at once, gives readers only what is on disk (then `lagged`),
+//! goes on serving everything else, and loses nothing acknowledged across a `kill -9` and a restart, where
+//! every sequence a reader saw still names the message it saw; once the space is back, writes go on. The file-system tests
 //! mount their own (root, CAP_SYS_ADMIN) under `target/tmp/`, and unmount it even when they fail.
 
 mod common;
@@ -40,6 +41,19 @@ fn spawn(dir: &std::path::Path) -> ServerProcess {
 
 /// Everything `GET /v1/streams/{id}/events` sends after `after` (the stream has ended), by sequence.
 async fn events(client: &reqwest::Client, server: &ServerProcess, id: &str, after: u64) -> BTreeMap<u64, String> {
+    let (events, notice) = events_and_notice(client, server, id, after).await;
+    assert_eq!(notice, None, "{id}: every event has its sequence");
+    events
+}
+
+/// Everything `GET /v1/streams/{id}/events` sends after `after`, by sequence, and the notice without a
+/// sequence that ends it early, if any (`lagged`: what comes next is not kept).
+async fn events_and_notice(
+    client: &reqwest::Client,
+    server: &ServerProcess,
+    id: &str,
+    after: u64,
+) -> (BTreeMap<u64, String>, Option<Value>) {
     let response = client
         .get(server.url(&format!("/v1/streams/{id}/events")))
         .header("last-event-id", after.to_string())
@@ -50,11 +64,41 @@ async fn events(client: &reqwest::Client, server: &ServerProcess, id: &str, afte
     let body = tokio::time::timeout(Duration::from_secs(20), response.bytes()).await.expect("ends").expect("body");
     let (events, _) = parse_sse(&body);
     let mut out = BTreeMap::new();
+    let mut notice = None;
     for event in events {
-        let id = event.id.expect("an id");
-        assert!(out.insert(id, event.data).is_none(), "sequence {id} twice");
+        assert_eq!(notice, None, "{id}: nothing after the notice");
+        match event.id {
+            Some(id) => assert!(out.insert(id, event.data).is_none(), "sequence {id} twice"),
+            None => notice = Some(serde_json::from_str(&event.data).expect("JSON")),
+        }
     }
-    out
+    (out, notice)
+}
+
+/// A stream whose disk failed under it, read while the disk is still failed: every acknowledged message,
+/// without a hole, then the `lagged` notice where what was kept ends; nothing that is not on disk. Returns
+/// what the reader saw, to compare with what the stream holds after a restart.
+async fn kept_while_failed(client: &reqwest::Client, server: &ServerProcess, acked: &Acked, id: &str) -> Seen {
+    let (events, notice) = events_and_notice(client, server, id, 0).await;
+    let sequences: Vec<u64> = events.keys().copied().collect();
+    assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>(), "{id}: no hole");
+    assert_has(&events, acked.get(id).unwrap_or(&BTreeMap::new()), id);
+    let notice = notice.expect("the notice that the rest is not kept");
+    assert_eq!(notice["props"]["code"], "lagged", "{notice}");
+    assert_eq!(notice["props"]["details"]["resume_from"], sequences.len(), "{notice}");
+    events
+}
+
+/// What a reader saw of a stream, by sequence.
+type Seen = BTreeMap<u64, String>;
+
+/// Everything a reader saw is what the stream holds now, under the same sequences: one history per
+/// (epoch, sequence), whatever happened in between.
+async fn same_history(client: &reqwest::Client, server: &ServerProcess, id: &str, seen: &Seen) {
+    let now = events(client, server, id, 0).await;
+    for (sequence, data) in seen {
+        assert_eq!(now.get(sequence), Some(data), "{id}: sequence {sequence} names another message now");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -635,15 +679,16 @@ async fn a_full_disk_is_503_store_unavailable_and_loses_nothing_acknowledged() {
         size("agentmux.sqlite3"),
         size("agentmux.sqlite3-wal"),
     );
+    let mut seen = BTreeMap::new();
     for (producer, id) in [(one, &first), (two, &second)] {
         let (these, (status, body), _) = producer;
         acked.extend(these);
         assert_eq!(status, 503, "{id}: {body}");
         assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
-        // The stream ended with that error, which its readers see.
+        // The stream ended with that error; its readers get what is on disk, then the notice that the rest
+        // is not kept.
         assert_eq!(snapshot(&client, &server, id).await["status"], "error");
-        let end = kept(&client, &server, &acked, id).await;
-        assert_eq!(end["error"]["code"], "store_unavailable", "{end}");
+        seen.insert(id.clone(), kept_while_failed(&client, &server, &acked, id).await);
     }
     // The service goes on: the ended stream and the idle one are read as before.
     assert_eq!(client.get(server.url("/healthz")).send().await.expect("GET").status(), 200);
@@ -658,14 +703,19 @@ async fn a_full_disk_is_503_store_unavailable_and_loses_nothing_acknowledged() {
     append(&client, &server, &mut acked, &idle, batch(&idle, 4)).await.expect("acknowledged once the disk is back");
     let after = create(&client, &server).await;
     append(&client, &server, &mut acked, &after, batch(&after, 0)).await.expect("acknowledged");
+    // The refused batches were written with that, and the end: readers now read them, after what they saw.
+    for id in [&first, &second] {
+        assert_eq!(kept(&client, &server, &acked, id).await["error"]["code"], "store_unavailable");
+        same_history(&client, &server, id, &seen[id]).await;
+    }
     let mut server = server;
     server.kill();
 
-    // Every acknowledged message, in order, without a hole; the batches that were refused were written once the
-    // disk was back, with the end their readers saw.
+    // Every acknowledged message, in order, without a hole, and the end, after a restart too.
     let server = spawn(&dir);
     for id in [&first, &second] {
         assert_eq!(kept(&client, &server, &acked, id).await["error"]["code"], "store_unavailable");
+        same_history(&client, &server, id, &seen[id]).await;
     }
     assert_eq!(kept(&client, &server, &acked, &ended).await["status"], "completed");
     for id in [&idle, &after] {
@@ -750,8 +800,7 @@ async fn a_file_system_that_goes_read_only_under_a_stream_ends_it_with_an_error_
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["code"], "store_unavailable");
     assert_eq!(snapshot(&client, &server, &written).await["status"], "error");
-    let end = kept(&client, &server, &acked, &written).await;
-    assert_eq!(end["error"]["code"], "store_unavailable", "{end}");
+    let seen = kept_while_failed(&client, &server, &acked, &written).await;
     // The service goes on: the ended stream is read as before; another stream is created, and its write is
     // refused the same way (nothing is acknowledged that is not kept).
     assert_eq!(client.get(server.url("/healthz")).send().await.expect("GET").status(), 200);
@@ -771,9 +820,11 @@ async fn a_file_system_that_goes_read_only_under_a_stream_ends_it_with_an_error_
     run("umount", &[utf8(&disk.dir)]);
     disk.mount_image();
     let server = spawn(&dir);
-    // The refused batch and the end its readers saw were never written (the disk did not come back before the
-    // process went): their sequences now hold the `interrupted` end.
+    // The refused batch and the end were never written (the disk did not come back before the process went),
+    // and no reader saw them: the stream ends `interrupted` after what was kept, and what readers saw is
+    // unchanged.
     assert_eq!(kept(&client, &server, &acked, &written).await["error"]["code"], "interrupted");
+    same_history(&client, &server, &written, &seen).await;
     assert_eq!(kept(&client, &server, &acked, &ended).await["status"], "completed");
     let after = create(&client, &server).await;
     append(&client, &server, &mut acked, &after, batch(&after, 0)).await.expect("acknowledged");

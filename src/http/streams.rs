@@ -20,7 +20,7 @@ use super::extract::{Client, Params, StreamId};
 use super::format::FormatFields;
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body};
-use crate::hub::{Status, Stream};
+use crate::hub::{NOT_KEPT, Status, Stream};
 use crate::output::{Outcome, OutputMessage};
 use crate::render::Format;
 
@@ -132,19 +132,12 @@ pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request:
         .into_response())
 }
 
-/// The store could not keep the stream's messages: the stream ends with an error (its readers learn it), and
-/// the producer gets 503 `store_unavailable` rather than an acknowledgement.
+/// The store could not keep the stream's messages: the stream has ended with an error (its readers learn
+/// it, see `Stream::readable`), and the producer gets 503 `store_unavailable` rather than an acknowledgement.
 async fn not_kept(stream: &crate::hub::Stream) -> HttpError {
-    let message = "the store could not keep this stream's messages (the disk failed); the stream is ended";
-    stream.end(Outcome::failed(crate::output::ErrorProps {
-        message: message.into(),
-        code: Some("store_unavailable".into()),
-        details: None,
-    }));
-    tracing::error!(stream = stream.id(), "messages not kept: the stream is ended");
-    // Answered once readers can see the end (the writer hands it on, written or not).
+    // Answered once readers can see the end.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), stream.ended()).await;
-    HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "store_unavailable")
+    HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", NOT_KEPT, None, "store_unavailable")
 }
 
 /// `POST /v1/streams/{id}/cancel`: `202`.

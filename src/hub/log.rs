@@ -63,8 +63,9 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     /// True once the outcome is in. Cheap, as `last_sequence`.
     fn is_ended(&self) -> bool;
 
-    /// False once the log could not keep what it was given (a store whose disk failed): readers still read
-    /// it, but it would not survive a restart. A log in memory keeps what it is given for as long as it lives.
+    /// False while the log could not keep what it was given (a store whose disk failed): readers read what
+    /// was kept and are then told the rest is [`Gone`], and the stream is ended with an error. A log in memory
+    /// keeps what it is given for as long as it lives.
     fn keeps(&self) -> bool {
         true
     }

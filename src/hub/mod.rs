@@ -67,6 +67,7 @@ pub(crate) use log::MemoryLog;
 pub use log::{Entry, Gone, Log};
 pub use render::{Render, Renderer, StreamInfo};
 pub use storage::{MemoryStorage, Storage};
+pub(crate) use stream::NOT_KEPT;
 pub use stream::{AppendError, BatchError, Snapshot, Status, Stream, SubscribeError};
 pub use subscription::{Batch, Subscription};
 
@@ -524,13 +525,17 @@ impl Hub {
     }
 
     /// What a server runs about once a second: ends the streams idle for [`HubConfig::idle_timeout`], then
-    /// evicts those whose retention has passed, then gives back what ended streams no longer need (the
+    /// evicts those whose retention has passed, ends those whose storage could not keep them (a disk that
+    /// failed: `store_unavailable`), then gives back what ended streams no longer need (the
     /// producer's reduction, renditions nobody reads) and counts them again. Returns how many it ended.
     pub fn sweep(&self) -> usize {
         let ended = self.end_idle();
         self.evict_expired();
         let streams: Vec<Arc<Stream>> = self.streams().values().cloned().collect();
-        streams.iter().for_each(|stream| stream.cool());
+        for stream in &streams {
+            stream.end_unkept();
+            stream.cool();
+        }
         self.inner.shared.forget_idle_clients();
         ended
     }

@@ -69,7 +69,9 @@ use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
 use super::subscription::Subscription;
 use super::{HubError, Shared};
-use crate::output::{DeltaError, EndStatus, Metadata, Outcome, OutputMessage, Reducer, Undo, ValidationError};
+use crate::output::{
+    DeltaError, EndStatus, ErrorProps, Metadata, Outcome, OutputMessage, Reducer, Undo, ValidationError,
+};
 
 /// Why an append was refused. Nothing of the batch was appended.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -358,10 +360,33 @@ impl Stream {
         let mut changes = self.log.changes();
         loop {
             changes.borrow_and_update();
+            if self.end_unkept() || !self.log.keeps() {
+                return false;
+            }
             if self.log.last_sequence() >= sequence || self.log.is_ended() || changes.changed().await.is_err() {
-                return self.log.keeps();
+                return !self.end_unkept() && self.log.keeps();
             }
         }
+    }
+
+    /// Ends the stream with the error `store_unavailable` (and cancels what runs it) when its log could not
+    /// keep what it was given, as a store whose disk failed: whoever waits for an acknowledgement and the
+    /// hub's sweep (for a stream nobody waits on) call it. True when it ended the stream.
+    pub(crate) fn end_unkept(&self) -> bool {
+        if self.log.keeps() {
+            return false;
+        }
+        let outcome = Outcome::failed(ErrorProps {
+            message: NOT_KEPT.into(),
+            code: Some("store_unavailable".into()),
+            details: None,
+        });
+        let ended = self.end(outcome);
+        if ended {
+            self.cancel.cancel();
+            tracing::error!(stream = self.info.id, "messages not kept: the stream is ended");
+        }
+        ended
     }
 
     /// The stream's id: URL-safe and unguessable.
@@ -1019,6 +1044,10 @@ struct StateView {
     /// The last sequence reduced.
     read: u64,
 }
+
+/// The error of a stream its log could not keep.
+pub(crate) const NOT_KEPT: &str =
+    "the store could not keep this stream's messages (the disk failed); the stream is ended";
 
 /// The step in which renditions' bytes reach the hub's count.
 const COUNT_STEP: i64 = 4 << 10;

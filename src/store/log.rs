@@ -13,7 +13,16 @@
 //! [`HOT`] entries of an open stream (trimmed in steps of as many, so trimming costs nothing per append), and
 //! nothing of an ended one but its outcome. A reader behind that reads from the store ([`Reader`]), in the
 //! same chunks and order, and is never cut off while the store keeps the entries it needs. Entries a failed
-//! write left off the disk are never trimmed: memory is then the only place they are.
+//! write left off the disk stay in memory until a later write takes them.
+//!
+//! # A disk that fails
+//!
+//! When the writer cannot commit (a full disk, a file system gone read-only), the watermark stays where the
+//! disk is. Readers read up to it and are then told the rest is not kept ([`Gone`]: their format's `lagged`
+//! notice), the acknowledgement waiting for it is refused, and the stream ends with an error its readers
+//! learn as the outcome. Nothing a client received is missing from the disk, so a restart, whether the disk
+//! came back first (the failed batch is written then, with that end) or not (the stream ends `interrupted`
+//! after what was kept), never shows a client a second message under a sequence it has seen.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,25 +62,27 @@ impl Committed {
         })
     }
 
-    /// The writer could not write what it was given: readers get it anyway (they must not wait for ever),
-    /// and the log says it did not keep it.
+    /// The writer could not write what it was given: the watermark stays where the disk is, readers that
+    /// reach it are told the rest is not kept (rather than wait for ever, or read what a restart would not
+    /// find), and whoever waits for an acknowledgement learns it failed.
     pub(crate) fn fail(&self) {
         self.failed.store(true, Ordering::Release);
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// The writer committed up to `sequence` (and the end, when `ended`): readers may read it, and memory
     /// gives back what is no longer hot.
     pub(crate) fn advance(&self, sequence: u64, ended: bool) {
+        // Written at last (a failed batch, once the disk is back): everything up to here is kept.
+        self.failed.store(false, Ordering::Release);
         self.sequence.fetch_max(sequence, Ordering::AcqRel);
         if ended {
             self.ended.store(true, Ordering::Release);
         }
-        if !self.failed.load(Ordering::Acquire) {
-            if ended {
-                self.memory.trim(u64::MAX);
-            } else if self.memory.len() as u64 >= 2 * HOT {
-                self.memory.trim(self.sequence.load(Ordering::Acquire).saturating_sub(HOT));
-            }
+        if ended {
+            self.memory.trim(u64::MAX);
+        } else if self.memory.len() as u64 >= 2 * HOT {
+            self.memory.trim(self.sequence.load(Ordering::Acquire).saturating_sub(HOT));
         }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -125,7 +136,12 @@ impl Log for StoreLog {
         let committed = self.committed.sequence.load(Ordering::Acquire);
         let ended = self.committed.ended.load(Ordering::Acquire);
         if after >= committed && !ended {
-            return Ok(());
+            // What comes next is not on disk: once a write failed, it may never be.
+            return if self.committed.failed.load(Ordering::Acquire) {
+                Err(Gone { asked: after, kept_after: committed })
+            } else {
+                Ok(())
+            };
         }
         let mut left = if ended { max } else { max.min(committed.saturating_sub(after) as usize) };
         let start = into.len();
@@ -156,7 +172,7 @@ impl Log for StoreLog {
     }
 
     fn is_ended(&self) -> bool {
-        self.committed.ended.load(Ordering::Acquire)
+        self.committed.ended.load(Ordering::Acquire) || (!self.keeps() && self.committed.memory.is_ended())
     }
 
     fn keeps(&self) -> bool {

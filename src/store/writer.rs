@@ -8,8 +8,8 @@
 //! one. Messages are serialised here, not on the producer's path.
 //!
 //! A write that fails (a full disk, a file gone read-only) is logged, and the batch is tried again once; if
-//! it fails again, the streams it touched are marked as not kept and their watermarks move anyway, so readers
-//! are not stuck (`Store::failures` counts it). The service then refuses the acknowledgement and ends those
+//! it fails again, the streams it touched are marked as not kept and their watermarks stay where the disk is
+//! (`log.rs` says what readers then get; `Store::failures` counts it). The service then refuses the acknowledgement and ends those
 //! streams with an error (`http/streams.rs`), and goes on serving everything else. The failed batch is kept
 //! and written first with the next one (or at the next idle tick), so once the disk is back the rows have no
 //! gap: a restart never finds a stream with a hole in its sequences.
@@ -140,11 +140,12 @@ fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) 
         for command in &batch {
             match command {
                 Command::Append { entries, committed, .. } => {
-                    let (last, ended) = last_of(entries);
                     if failed {
                         committed.fail();
+                    } else {
+                        let (last, ended) = last_of(entries);
+                        committed.advance(last, ended);
                     }
-                    committed.advance(last, ended);
                 }
                 Command::Flush(done) => {
                     let _ = done.send(());
