@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::sync::watch;
 
 use super::read::Reader;
-use super::writer::{Command, Writer};
+use super::writer::{Command, Serialised, Writer};
 use crate::hub::{Entry, Gone, Log, MemoryLog};
 use crate::output::Outcome;
 
@@ -121,10 +121,11 @@ impl StoreLog {
 
 impl Log for StoreLog {
     fn append(&self, entries: Vec<Entry>) {
-        self.committed.memory.append(entries.clone());
+        let serialised = Serialised::of(&entries);
+        self.committed.memory.append(entries);
         self.writer.send(Command::Append {
             stream: self.stream.clone(),
-            entries,
+            entries: serialised,
             committed: Arc::clone(&self.committed),
         });
     }

@@ -219,6 +219,7 @@ impl Store {
                 let entries =
                     vec![Entry::Message { message: Arc::new(end), bytes: size }, Entry::End(Arc::new(outcome.clone()))];
                 let committed = log::Committed::new(last, false, crate::hub::MemoryLog::after(last));
+                let entries = writer::Serialised::of(&entries);
                 self.writer.send(Command::Append { stream: row.id.clone(), entries, committed });
                 bytes += size;
                 (outcome, last + 1, now_ms)

@@ -5,7 +5,8 @@
 //! writer takes everything waiting (up to a bound), writes it in one transaction, commits, and only then
 //! moves each stream's committed watermark, which is what readers and acknowledgements wait for. Under load,
 //! batches grow by themselves, so the cost of a commit is shared by everything that arrived during the last
-//! one. Messages are serialised here, not on the producer's path.
+//! one. Messages come serialised (`Serialised`, made by the appender on its own thread), so the one writer thread
+//! only writes; and each stream's watermark moves once per commit, so its readers wake once per commit.
 //!
 //! A write that fails (a full disk, a file gone read-only) is logged, and the batch is tried again once; if
 //! it fails again, the streams it touched are marked as not kept and their watermarks stay where the disk is
@@ -40,8 +41,8 @@ const COMPACT_EVERY: Duration = Duration::from_secs(2);
 pub(crate) enum Command {
     /// A new stream.
     Stream { id: String, epoch: String, model: String, created_ms: u64, client: Option<String> },
-    /// Entries of a stream, in order (the end last, if it ended).
-    Append { stream: String, entries: Vec<Entry>, committed: Arc<Committed> },
+    /// Entries of a stream, in order (the end last, if it ended), serialised by the appender.
+    Append { stream: String, entries: Serialised, committed: Arc<Committed> },
     /// A stream was evicted: its rows go.
     Evict { stream: String },
     /// Any statement, for threads and the audit log (see `threads.rs`).
@@ -53,6 +54,47 @@ pub(crate) enum Command {
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Command")
+    }
+}
+
+/// A stream's entries as the writer writes them: one compact JSON message per line, serialised by whoever
+/// appends them, on the producer's thread, so the one writer thread only writes.
+#[derive(Debug, Default)]
+pub(crate) struct Serialised {
+    /// Sequences of the first and last line (0 and 0: none).
+    first: u64,
+    last: u64,
+    lines: Vec<u8>,
+    /// The last message's timestamp: when the stream ended, if it did here.
+    last_ms: u64,
+    /// The outcome as JSON, when these entries end the stream.
+    outcome: Option<String>,
+}
+
+impl Serialised {
+    pub(crate) fn of(entries: &[Entry]) -> Serialised {
+        let mut out = Serialised::default();
+        for entry in entries {
+            match entry {
+                Entry::Message { message, bytes } => {
+                    let Some(metadata) = message.metadata.as_ref() else { continue };
+                    let Some(sequence) = metadata.sequence else { continue };
+                    out.last_ms = metadata.timestamp.unwrap_or(out.last_ms);
+                    if out.lines.is_empty() {
+                        out.first = sequence;
+                        out.lines.reserve(*bytes as usize * entries.len());
+                    } else {
+                        out.lines.push(b'\n');
+                    }
+                    out.last = sequence;
+                    // Compact JSON never holds a raw line break: a line is a message. Writing to a Vec cannot
+                    // fail, and a message always serialises.
+                    let _ = serde_json::to_writer(&mut out.lines, &**message);
+                }
+                Entry::End(outcome) => out.outcome = Some(serde_json::to_string(&**outcome).unwrap_or_default()),
+            }
+        }
+        out
     }
 }
 
@@ -137,20 +179,29 @@ fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) 
             compact(&connection);
             (freed, compacted) = (false, Instant::now());
         }
+        // Each stream's watermark moves once per commit, to the last it wrote: its readers wake once.
+        let mut moved: HashMap<*const Committed, (&Arc<Committed>, u64, bool)> = HashMap::new();
         for command in &batch {
             match command {
                 Command::Append { entries, committed, .. } => {
-                    if failed {
-                        committed.fail();
-                    } else {
-                        let (last, ended) = last_of(entries);
-                        committed.advance(last, ended);
-                    }
+                    let (last, ended) = (entries.last, entries.outcome.is_some());
+                    let at = moved.entry(Arc::as_ptr(committed)).or_insert((committed, 0, false));
+                    (at.1, at.2) = (at.1.max(last), at.2 || ended);
                 }
-                Command::Flush(done) => {
-                    let _ = done.send(());
-                }
+                Command::Flush(_) => {}
                 _ => {}
+            }
+        }
+        for (committed, last, ended) in moved.into_values() {
+            if failed {
+                committed.fail();
+            } else {
+                committed.advance(last, ended);
+            }
+        }
+        for command in &batch {
+            if let Command::Flush(done) = command {
+                let _ = done.send(());
             }
         }
         if failed {
@@ -177,27 +228,12 @@ fn compact(connection: &Connection) {
     }
 }
 
-/// The last sequence among `entries`, and whether they end the stream.
-fn last_of(entries: &[Entry]) -> (u64, bool) {
-    let mut last = 0;
-    let mut ended = false;
-    for entry in entries {
-        match entry {
-            Entry::Message { message, .. } => {
-                last = message.metadata.as_ref().and_then(|m| m.sequence).unwrap_or(last);
-            }
-            Entry::End(_) => ended = true,
-        }
-    }
-    (last, ended)
-}
-
 /// Consecutive entries of one stream, as one row: `first..=last`, one JSON message per line.
 #[derive(Default)]
 struct Chunk {
     first: u64,
     last: u64,
-    lines: String,
+    lines: Vec<u8>,
 }
 
 fn write(connection: &mut Connection, batch: &[Command]) -> rusqlite::Result<()> {
@@ -209,7 +245,9 @@ fn write(connection: &mut Connection, batch: &[Command]) -> rusqlite::Result<()>
             if chunk.lines.is_empty() {
                 return Ok(());
             }
-            insert.execute(params![stream, chunk.first as i64, chunk.last as i64, chunk.lines]).map(drop)
+            // Bound as text (the column is read back as such): serde_json writes UTF-8.
+            let lines = std::str::from_utf8(&chunk.lines).unwrap_or_default();
+            insert.execute(params![stream, chunk.first as i64, chunk.last as i64, lines]).map(drop)
         };
         // A stream's entries in this batch become one row: a commit writes a row per stream, not per message.
         let mut open: HashMap<&str, Chunk> = HashMap::new();
@@ -222,34 +260,24 @@ fn write(connection: &mut Connection, batch: &[Command]) -> rusqlite::Result<()>
                     )?;
                 }
                 Command::Append { stream, entries, .. } => {
-                    let mut last_ms = 0;
-                    for entry in entries {
-                        match entry {
-                            Entry::Message { message, .. } => {
-                                let Some(metadata) = message.metadata.as_ref() else { continue };
-                                let Some(sequence) = metadata.sequence else { continue };
-                                last_ms = metadata.timestamp.unwrap_or(last_ms);
-                                let chunk = open.entry(stream.as_str()).or_default();
-                                if chunk.lines.is_empty() {
-                                    chunk.first = sequence;
-                                } else {
-                                    chunk.lines.push('\n');
-                                }
-                                chunk.last = sequence;
-                                // Compact JSON never holds a raw line break: a line is a message.
-                                chunk.lines.push_str(&serde_json::to_string(&**message).unwrap_or_default());
-                            }
-                            Entry::End(outcome) => {
-                                if let Some(chunk) = open.remove(stream.as_str()) {
-                                    flush(stream, chunk)?;
-                                }
-                                let json = serde_json::to_string(&**outcome).unwrap_or_default();
-                                tx.execute(
-                                    "UPDATE streams SET outcome = ?2, ended_ms = ?3 WHERE id = ?1",
-                                    params![stream, json, last_ms as i64],
-                                )?;
-                            }
+                    if !entries.lines.is_empty() {
+                        let chunk = open.entry(stream.as_str()).or_default();
+                        if chunk.lines.is_empty() {
+                            chunk.first = entries.first;
+                        } else {
+                            chunk.lines.push(b'\n');
                         }
+                        chunk.last = entries.last;
+                        chunk.lines.extend_from_slice(&entries.lines);
+                    }
+                    if let Some(outcome) = &entries.outcome {
+                        if let Some(chunk) = open.remove(stream.as_str()) {
+                            flush(stream, chunk)?;
+                        }
+                        tx.execute(
+                            "UPDATE streams SET outcome = ?2, ended_ms = ?3 WHERE id = ?1",
+                            params![stream, outcome, entries.last_ms as i64],
+                        )?;
                     }
                 }
                 Command::Evict { stream } => {
