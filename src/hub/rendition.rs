@@ -14,9 +14,22 @@
 //! copies nothing; only a batch that spans blocks is copied into one buffer. A subscriber that never reads
 //! costs nothing.
 //!
+//! # A window, not the whole log
+//!
+//! A rendition shared by subscribers keeps only the frames some subscriber may still read: once it holds
+//! more than twice [`WINDOW`] frames, it drops the blocks before the last [`WINDOW`] frames that every
+//! subscriber has passed (each registers where it reads, see [`Rendition::reader`]). Frame numbers stay
+//! absolute, and renderers are deterministic, so frame N is the same bytes whoever renders it. A subscriber
+//! that needs frames already dropped (one joining late, or resuming, from before the window) renders the log
+//! again for itself, from the start, in a private rendition that keeps only what it has not read yet, and
+//! goes on in the shared one once it reaches the window: its cursor means the same frame in both.
+//!
 //! Memory: every byte a rendition adds (frames, their offsets, its renderer's state) is counted against
 //! the hub's limit as it is rendered, after the stream counted an estimate for it when the entry was
 //! appended (see `stream.rs`); the estimate is given back as the real figure is counted.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
 
 use bytes::{Bytes, BytesMut};
 
@@ -29,15 +42,26 @@ const CHUNK: usize = 1024;
 /// Bytes of bookkeeping per frame and per message (an offset, an end).
 const BOOKKEEPING: u64 = 8;
 
+/// Frames a shared rendition keeps behind its readers at least (it trims at twice as many).
+pub(crate) const WINDOW: usize = 1024;
+
+/// Where a reader reads: the first frame it may still ask for.
+pub(crate) type ReaderAt = Arc<AtomicUsize>;
+
 pub(crate) struct Rendition {
     renderer: Box<dyn Renderer>,
-    /// Every frame so far, back to back in blocks; `starts[b]` is the first frame of `blocks[b]`.
+    /// The frames kept, back to back in blocks; `starts[b]` is the number of the first frame of `blocks[b]`.
     blocks: Vec<Bytes>,
     starts: Vec<usize>,
-    /// `offsets[i]`: bytes in frames `0..i`; one longer than the number of frames.
+    /// `offsets[i]`: bytes in frames `0..base + i`; frames before `base` were dropped.
     offsets: Vec<u64>,
-    /// `ends[i]`: number of frames after rendering message `i` (sequence `i + 1`).
+    base: usize,
+    /// `ends[i]`: number of frames after rendering the message with sequence `ends_from + i`.
     ends: Vec<usize>,
+    ends_from: u64,
+    /// Shared: trims behind its readers. Private: its one reader trims it.
+    shared: bool,
+    readers: Vec<Weak<AtomicUsize>>,
     /// The log's end was rendered, or the renderer will render nothing more.
     pub(crate) finished: bool,
     /// The log no longer keeps what this rendition needs next.
@@ -56,18 +80,25 @@ pub(crate) struct Rendition {
 pub(crate) struct Counted {
     pub(crate) added: u64,
     pub(crate) estimated: u64,
+    /// Bytes of frames dropped, to give back.
+    pub(crate) dropped: u64,
     /// The rendition finished: nothing more will be counted for it.
     pub(crate) finished: bool,
 }
 
 impl Rendition {
+    /// A rendition its subscribers share, trimmed behind them.
     pub(crate) fn new(renderer: Box<dyn Renderer>) -> Self {
         Rendition {
             renderer,
             blocks: Vec::new(),
             starts: Vec::new(),
             offsets: vec![0],
+            base: 0,
             ends: Vec::new(),
+            ends_from: 1,
+            shared: true,
+            readers: Vec::new(),
             finished: false,
             gone: None,
             held: 0,
@@ -77,9 +108,28 @@ impl Rendition {
         }
     }
 
+    /// A rendition of one subscriber's own, which it trims as it reads ([`Rendition::trim_before`]).
+    pub(crate) fn private(renderer: Box<dyn Renderer>) -> Self {
+        Rendition { shared: false, ..Rendition::new(renderer) }
+    }
+
+    /// Registers a reader at frame `at`: the rendition keeps what it may still ask for. The reader moves it
+    /// on as it reads (`usize::MAX`: it asks for nothing here for now); dropping it unregisters.
+    pub(crate) fn reader(&mut self, at: usize) -> ReaderAt {
+        let reader = Arc::new(AtomicUsize::new(at));
+        self.readers.retain(|r| r.strong_count() > 0);
+        self.readers.push(Arc::downgrade(&reader));
+        reader
+    }
+
     /// The last sequence rendered.
     pub(crate) fn rendered(&self) -> u64 {
-        self.ends.len() as u64
+        self.ends_from - 1 + self.ends.len() as u64
+    }
+
+    /// The first frame still kept.
+    pub(crate) fn first_kept(&self) -> usize {
+        self.base
     }
 
     /// Renders the next chunk of the log not rendered yet (and the end once the log has one) as one new
@@ -135,7 +185,32 @@ impl Rendition {
         entries.clear();
         (self.entries, self.frames) = (entries, frames);
         counted.finished |= self.finished;
+        if self.shared && self.len() - self.base > 2 * WINDOW {
+            let behind = self.len() - WINDOW;
+            self.readers.retain(|r| r.strong_count() > 0);
+            let passed = self.readers.iter().filter_map(Weak::upgrade).map(|r| r.load(Ordering::Acquire)).min();
+            counted.dropped += self.trim_before(passed.unwrap_or(usize::MAX).min(behind));
+        }
         true
+    }
+
+    /// Drops the blocks whose frames all lie before frame `frame`, and their bookkeeping; returns the bytes
+    /// it gave back.
+    pub(crate) fn trim_before(&mut self, frame: usize) -> u64 {
+        let keep = self.starts.partition_point(|&start| start <= frame).saturating_sub(1);
+        if keep == 0 {
+            return 0;
+        }
+        let dropped: u64 = self.blocks.drain(..keep).map(|b| b.len() as u64).sum();
+        self.starts.drain(..keep);
+        let base = self.starts.first().copied().unwrap_or_else(|| self.len());
+        let frames = base - self.base;
+        self.offsets.drain(..frames);
+        self.base = base;
+        let ends = self.ends.partition_point(|&end| end < base);
+        self.ends.drain(..ends);
+        self.ends_from += ends as u64;
+        dropped + BOOKKEEPING * (frames + ends) as u64
     }
 
     fn extend(&mut self, frames: &mut Vec<Bytes>, block: &mut BytesMut) {
@@ -151,7 +226,7 @@ impl Rendition {
     pub(crate) fn held_bytes(&self, log_bytes: u64) -> u64 {
         let frames: u64 = self.blocks.iter().map(|b| b.len() as u64).sum();
         frames
-            + BOOKKEEPING * (self.len() + self.ends.len()) as u64
+            + BOOKKEEPING * (self.offsets.len() + self.ends.len()) as u64
             + self.held
             + log_bytes.saturating_sub(self.estimated)
     }
@@ -168,9 +243,15 @@ impl Rendition {
         self.gone.is_some() && self.blocks.is_empty() && cursor < self.len()
     }
 
-    /// Number of frames.
+    /// Number of frames rendered (kept or not).
     pub(crate) fn len(&self) -> usize {
-        self.offsets.len() - 1
+        self.base + self.offsets.len() - 1
+    }
+
+    /// Bytes in frames `0..frame`, for a frame kept (or the nearest kept).
+    fn offset(&self, frame: usize) -> u64 {
+        let at = frame.saturating_sub(self.base).min(self.offsets.len() - 1);
+        self.offsets[at]
     }
 
     /// Frames `from..to`, back to back: a slice of one block, or a copy when they span blocks.
@@ -182,8 +263,8 @@ impl Rendition {
         let first = self.starts.partition_point(|&start| start <= from).saturating_sub(1);
         let mut pieces = self.starts[first..].iter().zip(&self.blocks[first..]).take_while(|(start, _)| **start < to);
         let piece = |(&start, block): (&usize, &Bytes)| {
-            let base = self.offsets[start];
-            let at = |frame: usize| (self.offsets[frame] - base) as usize;
+            let base = self.offset(start);
+            let at = |frame: usize| (self.offset(frame) - base) as usize;
             block.slice(at(from.max(start))..at(to).min(block.len()))
         };
         let Some(head) = pieces.next().map(piece) else { return Bytes::new() };
@@ -202,23 +283,24 @@ impl Rendition {
         (from..to).map(|i| self.frame_len(i) as u32).collect()
     }
 
-    /// The first frame after the message with sequence `sequence` (0: the start).
-    pub(crate) fn frame_after(&self, sequence: u64) -> usize {
-        match sequence.checked_sub(1) {
-            None => 0,
+    /// The first frame after the message with sequence `sequence` (0: the start), if that frame is kept.
+    pub(crate) fn frame_after(&self, sequence: u64) -> Option<usize> {
+        let frame = match sequence.checked_sub(self.ends_from) {
+            _ if sequence == 0 => 0,
+            None => return None,
             Some(index) => self.ends.get(index as usize).copied().unwrap_or(self.len()),
-        }
+        };
+        (frame >= self.base).then_some(frame)
     }
 
-    /// The last sequence whose frames all lie before frame `cursor`.
+    /// The last sequence whose frames all lie before frame `cursor` (a frame kept).
     pub(crate) fn sequence_before(&self, cursor: usize) -> u64 {
-        self.ends.partition_point(|&end| end <= cursor) as u64
+        self.ends_from - 1 + self.ends.partition_point(|&end| end <= cursor) as u64
     }
 
-    /// Bytes in frames `from..to` (none when `to <= from`).
+    /// Bytes in frames `from..to` (none when `to <= from`), of frames kept.
     pub(crate) fn bytes_between(&self, from: usize, to: usize) -> u64 {
-        let at = |i: usize| self.offsets.get(i).or(self.offsets.last()).copied().unwrap_or(0);
-        at(to).saturating_sub(at(from))
+        self.offset(to).saturating_sub(self.offset(from))
     }
 
     /// Bytes of frame `index`.

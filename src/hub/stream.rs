@@ -819,15 +819,29 @@ impl Stream {
         if after > last {
             return Err(SubscribeError::SequenceAhead { from: after, last });
         }
-        let rendition = self.rendition(render.into())?;
-        let cursor = {
+        let render = render.into();
+        let rendition = self.rendition(Arc::clone(&render))?;
+        let shared = {
             let mut rendition = lock(&rendition);
             let mut counted = Counted::default();
             while rendition.rendered() < after && rendition.catch_up(&*self.log, &mut counted) {}
             self.count(counted);
             rendition.frame_after(after)
         };
-        Ok(Subscription::new(Arc::clone(self), rendition, cursor, changes))
+        let (cursor, private) = match shared {
+            Some(cursor) => (cursor, None),
+            None => {
+                // Its frames are behind the shared rendition's window: rendered again for this subscriber.
+                let mut private = Rendition::private(render.renderer(&self.info));
+                let mut counted = Counted::default();
+                while private.rendered() < after && private.catch_up(&*self.log, &mut counted) {
+                    let rendered = private.rendered();
+                    private.trim_before(private.frame_after(rendered).unwrap_or(0));
+                }
+                (private.frame_after(after).unwrap_or(private.len()), Some(private))
+            }
+        };
+        Ok(Subscription::new(Arc::clone(self), rendition, render, private, cursor, changes))
     }
 
     /// The rendition for `render`'s key, made (and counted) if new.
@@ -941,7 +955,7 @@ impl Stream {
         if counted == Counted::default() || self.forgotten.load(Ordering::Acquire) {
             return;
         }
-        let change = counted.added as i64 - counted.estimated as i64;
+        let change = counted.added as i64 - counted.estimated as i64 - counted.dropped as i64;
         let pending = self.pending.fetch_add(change, Ordering::AcqRel) + change;
         if pending.abs() < COUNT_STEP && !counted.finished {
             return;

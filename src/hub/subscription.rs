@@ -11,6 +11,7 @@
 //! write. Waiting uses the log's `watch` channel: mark the version seen, look, and only then wait, so an
 //! entry appended between the look and the wait is never missed.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -18,7 +19,8 @@ use tokio::sync::watch;
 
 use super::Stream;
 use super::log::Gone;
-use super::rendition::{Counted, Rendition};
+use super::render::Render;
+use super::rendition::{Counted, ReaderAt, Rendition};
 
 /// Frames taken from a stream in one go.
 #[derive(Clone)]
@@ -94,7 +96,16 @@ impl Drop for Subscription {
 pub struct Subscription {
     stream: Arc<Stream>,
     rendition: Arc<Mutex<Rendition>>,
+    /// The frames before the shared rendition's window, rendered again for this subscriber alone.
+    private: Option<Rendition>,
+    /// Makes the private rendition's renderer.
+    render: Arc<dyn Render>,
+    /// The next frame to take: the same frame in the shared rendition and the private one.
     cursor: usize,
+    /// Where it reads in the shared rendition, which keeps what it may still ask for: the first frame of
+    /// the last batch taken (a transport may still ask that batch for its frames), `usize::MAX` while it
+    /// reads its private rendition.
+    at: ReaderAt,
     changes: watch::Receiver<u64>,
     done: bool,
 }
@@ -109,13 +120,18 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
+    /// A subscription reading from frame `cursor` of `rendition`, or, when `private` is given (the frames
+    /// after where it starts are no longer in the shared one), from frame `cursor` of that first.
     pub(crate) fn new(
         stream: Arc<Stream>,
         rendition: Arc<Mutex<Rendition>>,
+        render: Arc<dyn Render>,
+        private: Option<Rendition>,
         cursor: usize,
         changes: watch::Receiver<u64>,
     ) -> Self {
-        Subscription { stream, rendition, cursor, changes, done: false }
+        let at = super::stream::lock(&rendition).reader(if private.is_some() { usize::MAX } else { cursor });
+        Subscription { stream, rendition, private, render, cursor, at, changes, done: false }
     }
 
     /// The stream subscribed to.
@@ -142,19 +158,56 @@ impl Subscription {
 
     /// What can be taken now without waiting; marks the subscription done at the end.
     fn take(&mut self) -> Option<Batch> {
-        let batch_bytes = self.stream.shared().config.batch_bytes;
         let shared = Arc::clone(&self.rendition);
         let mut rendition = super::stream::lock(&shared);
         let mut counted = Counted::default();
         while self.cursor >= rendition.len() && rendition.catch_up(self.stream.log(), &mut counted) {}
         self.stream.count(counted);
+        if self.cursor < rendition.first_kept() && rendition.gone.is_none() {
+            // Behind the shared window: its own rendition of the log, from the start.
+            self.at.store(usize::MAX, Ordering::Release);
+            drop(rendition);
+            return self.take_private();
+        }
+        self.private = None;
+        self.at.store(self.cursor, Ordering::Release);
+        let bounds = |_: &Rendition, first, count| Bounds::Rendered { rendition: Arc::clone(&shared), first, count };
+        self.take_from(&rendition, bounds)
+    }
+
+    /// What can be taken now from the private rendition, rendering it on as far as needed and dropping
+    /// what was taken.
+    fn take_private(&mut self) -> Option<Batch> {
+        let cursor = self.cursor;
+        let mut private =
+            self.private.take().unwrap_or_else(|| Rendition::private(self.render.renderer(self.stream.info())));
+        // Not counted against the hub: it holds at most a chunk of frames beyond what this reader takes.
+        let mut counted = Counted::default();
+        while cursor >= private.len() && private.catch_up(self.stream.log(), &mut counted) {
+            private.trim_before(cursor);
+        }
+        let lengths = |private: &Rendition, first, count| Bounds::Lengths(private.frame_lengths(first, first + count));
+        let batch = self.take_from(&private, lengths);
+        private.trim_before(self.cursor);
+        self.private = Some(private);
+        batch
+    }
+
+    /// The frames after the cursor in `rendition` (up to the batch limit), moving the cursor past them; the
+    /// notice instead when what comes next is gone; nothing (and done, at the end) when there is nothing.
+    fn take_from(
+        &mut self,
+        rendition: &Rendition,
+        bounds: impl FnOnce(&Rendition, usize, usize) -> Bounds,
+    ) -> Option<Batch> {
+        let batch_bytes = self.stream.shared().config.batch_bytes;
         // Gone matters only to a reader that still needs something: frames dropped before it read them, or
         // entries never rendered. One that read to the end of a finished rendition just ends.
         let unrendered = self.cursor >= rendition.len() && !rendition.finished;
         if let Some(gone) = rendition.gone
             && (rendition.is_forgotten(self.cursor) || unrendered)
         {
-            return Some(self.interrupted(&rendition, gone.kept_after));
+            return Some(self.interrupted(rendition, gone.kept_after));
         }
         let end = rendition.len();
         if self.cursor >= end {
@@ -171,9 +224,7 @@ impl Subscription {
         let (first, count) = (self.cursor, until - self.cursor);
         self.cursor = until;
         let last_sequence = rendition.sequence_before(until);
-        drop(rendition);
-        let bounds = Bounds::Rendered { rendition: shared, first, count };
-        Some(Batch { bytes, last_sequence, lagged: false, bounds })
+        Some(Batch { bytes, last_sequence, lagged: false, bounds: bounds(rendition, first, count) })
     }
 
     /// The last batch of a subscriber whose history is gone.

@@ -19,7 +19,7 @@ use bytes::Bytes;
 
 use crate::adapter::{Adapter, AgentTools, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField};
 use crate::hub::{Entry, Gone, Render, Renderer, StreamInfo};
-use crate::output::ErrorProps;
+use crate::output::{ErrorProps, OutputMessage};
 
 pub use sse::encode as encode_sse;
 
@@ -169,14 +169,27 @@ impl ViewRenderer {
     }
 }
 
+/// What a delta can add to the message it continues: its values (a string's text, anything else as JSON).
+fn delta_bytes(message: &OutputMessage) -> u64 {
+    message
+        .props
+        .values()
+        .map(|value| match value {
+            serde_json::Value::String(text) => text.len() as u64,
+            other => serde_json::to_string(&other).map_or(0, |json| json.len() as u64),
+        })
+        .sum()
+}
+
 impl Renderer for ViewRenderer {
     fn render(&mut self, entry: &Entry, out: &mut Vec<Bytes>) {
         match entry {
             Entry::Message { message, bytes } => {
                 self.adapter.push(message, &mut self.frames);
                 if self.stateful {
-                    // An upper bound: its reducer holds at most every message it was given.
-                    self.held += bytes;
+                    // An upper bound: its reducer holds at most every message it was given, and a delta adds
+                    // at most its values to the message it continues.
+                    self.held += if message.delta { delta_bytes(message).min(*bytes) } else { *bytes };
                 }
                 self.encode(out);
             }
