@@ -80,6 +80,10 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     /// Drops the history (the stream was evicted): later reads are [`Gone`].
     fn forget(&self);
 
+    /// The stream has ended and nobody reads it now: a log that can read its entries back from elsewhere
+    /// (a store) drops them from memory. A log in memory keeps them.
+    fn release(&self) {}
+
     /// Bytes of the entries it holds in memory (their size as JSON): what a stream counts for its log once
     /// it has ended. A log that reads its old entries back from elsewhere (a store) holds only the hot part.
     fn memory_bytes(&self) -> u64;

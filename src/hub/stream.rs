@@ -990,7 +990,9 @@ impl Stream {
         let mut renditions = lock(&self.renditions);
         // Held only here: no subscriber reads it, and a later one renders the log again.
         renditions.retain(|(_, rendition)| Arc::strong_count(rendition) > 1);
-        if !renditions.is_empty() {
+        if renditions.is_empty() {
+            self.log.release();
+        } else {
             // A subscriber still reads one: look again at the next sweep.
             self.warm.store(true, Ordering::Release);
         }
@@ -1027,6 +1029,9 @@ impl Stream {
             return;
         };
         renditions.swap_remove(at);
+        if renditions.is_empty() {
+            self.log.release();
+        }
         drop(renditions);
         let mut producer = self.lock();
         producer.readers = producer.readers.saturating_sub(1);

@@ -11,7 +11,9 @@
 //! Entries are appended to memory (so a reader that keeps up reads them from there, as from a log in memory)
 //! and handed to the writer. Once the writer has committed them, memory keeps only the hot part: the last
 //! [`HOT`] entries of an open stream (trimmed in steps of as many, so trimming costs nothing per append), and
-//! nothing of an ended one but its outcome. A reader behind that reads from the store ([`Reader`]), in the
+//! nothing of an ended one but its outcome once its readers are done with it (`release`: when its last
+//! subscriber leaves, or at the hub's next sweep), so the readers that were following it live read its last
+//! entries from memory, not back from disk. A reader behind that reads from the store ([`Reader`]), in the
 //! same chunks and order, and is never cut off while the store keeps the entries it needs. Entries a failed
 //! write left off the disk stay in memory until a later write takes them.
 //!
@@ -79,9 +81,8 @@ impl Committed {
         if ended {
             self.ended.store(true, Ordering::Release);
         }
-        if ended {
-            self.memory.trim(u64::MAX);
-        } else if self.memory.len() as u64 >= 2 * HOT {
+        // An ended stream's last entries stay until its readers are done with them (`release`).
+        if self.memory.len() as u64 >= 2 * HOT {
             self.memory.trim(self.sequence.load(Ordering::Acquire).saturating_sub(HOT));
         }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
@@ -192,6 +193,12 @@ impl Log for StoreLog {
         self.forgotten.store(true, Ordering::Release);
         self.committed.memory.forget();
         self.committed.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn release(&self) {
+        if self.committed.ended.load(Ordering::Acquire) && self.keeps() {
+            self.committed.memory.trim(u64::MAX);
+        }
     }
 
     fn memory_bytes(&self) -> u64 {
