@@ -10,7 +10,8 @@
 //!
 //! Entries are appended to memory (so a reader that keeps up reads them from there, as from a log in memory)
 //! and handed to the writer. Once the writer has committed them, memory keeps only the hot part: the last
-//! [`HOT`] entries of an open stream (trimmed in steps of as many, so trimming costs nothing per append), and
+//! [`HOT`] entries of an open stream (trimmed by the appender, in steps of as many, so trimming costs nothing
+//! per append and frees memory on the thread that made it), and
 //! nothing of an ended one but its outcome once its readers are done with it (`release`: when its last
 //! subscriber leaves, or at the hub's next sweep), so the readers that were following it live read its last
 //! entries from memory, not back from disk. A reader behind that reads from the store ([`Reader`]), in the
@@ -39,8 +40,7 @@ use crate::output::Outcome;
 /// Committed entries an open stream keeps in memory (at least; at most twice as many).
 pub(crate) const HOT: u64 = 1024;
 
-/// How far the writer has committed a stream, and its entries in memory; shared by the log and the writer,
-/// which trims the memory as it commits.
+/// How far the writer has committed a stream, and its entries in memory; shared by the log and the writer.
 #[derive(Debug)]
 pub(crate) struct Committed {
     sequence: AtomicU64,
@@ -72,18 +72,13 @@ impl Committed {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// The writer committed up to `sequence` (and the end, when `ended`): readers may read it, and memory
-    /// gives back what is no longer hot.
+    /// The writer committed up to `sequence` (and the end, when `ended`): readers may read it.
     pub(crate) fn advance(&self, sequence: u64, ended: bool) {
         // Written at last (a failed batch, once the disk is back): everything up to here is kept.
         self.failed.store(false, Ordering::Release);
         self.sequence.fetch_max(sequence, Ordering::AcqRel);
         if ended {
             self.ended.store(true, Ordering::Release);
-        }
-        // An ended stream's last entries stay until its readers are done with them (`release`).
-        if self.memory.len() as u64 >= 2 * HOT {
-            self.memory.trim(self.sequence.load(Ordering::Acquire).saturating_sub(HOT));
         }
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -123,7 +118,14 @@ impl StoreLog {
 impl Log for StoreLog {
     fn append(&self, entries: Vec<Entry>) {
         let serialised = Serialised::of(&entries);
-        self.committed.memory.append(entries);
+        let memory = &self.committed.memory;
+        memory.append(entries);
+        // Trimmed here, on the producer's thread, which made what it frees (not on the one writer thread):
+        // down to the last `HOT` entries, of those committed, once there are twice as many.
+        if memory.len() as u64 >= 2 * HOT {
+            let committed = self.committed.sequence.load(Ordering::Acquire);
+            memory.trim(committed.min(memory.last_sequence().saturating_sub(HOT)));
+        }
         self.writer.send(Command::Append {
             stream: self.stream.clone(),
             entries: serialised,
