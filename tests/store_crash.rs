@@ -837,3 +837,40 @@ async fn a_file_system_that_goes_read_only_under_a_stream_ends_it_with_an_error_
     assert_eq!(kept(&client, &server, &acked, &ended).await["status"], "completed");
     drop(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_that_does_not_wait_for_the_disk_is_kept_like_any_other() {
+    let dir = data_dir("durable-false");
+    let client = reqwest::Client::new();
+    let server = spawn(&dir);
+    let created: Value =
+        client.post(server.url("/v1/streams")).send().await.expect("create").json().await.expect("JSON");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let post = |query: &str, text: &str| {
+        let request = client
+            .post(server.url(&format!("/v1/streams/{id}/messages{query}")))
+            .json(&json!({"type": "text", "props": {"content": text}}));
+        async move { request.send().await.expect("POST") }
+    };
+    let refused = post("?durable=maybe", "refused").await;
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(
+        (body["error"]["code"].clone(), body["error"]["param"].clone()),
+        (json!("invalid_value"), json!("durable"))
+    );
+    assert_eq!(post("?durable=false", "not waited for").await.status(), 200);
+    // One writer commits in order: once this one is acknowledged as kept, so is the one before.
+    assert_eq!(post("", "waited for").await.status(), 200);
+    let mut server = server;
+    server.kill();
+    let server = spawn(&dir);
+    let kept = events(&client, &server, &id, 0).await;
+    let texts: Vec<&String> = kept.values().collect();
+    let position = |text: &str| texts.iter().position(|data| data.contains(&format!("\"content\":\"{text}\"")));
+    let (first, second) = (position("not waited for"), position("waited for"));
+    assert!(first.is_some() && first < second, "{kept:?}");
+    assert!(position("refused").is_none());
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

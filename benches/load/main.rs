@@ -114,6 +114,10 @@ struct Args {
     /// Run agentmux with its store (a fresh data directory per run) instead of `--ephemeral`.
     #[arg(long)]
     store: bool,
+    /// With `--store`: the fan-out producer posts with `?durable=false`, so it is answered once its messages
+    /// are appended rather than committed (subscribers still receive them only once committed).
+    #[arg(long)]
+    no_durable_acks: bool,
     /// Skip the ceiling server.
     #[arg(long)]
     no_ceiling: bool,
@@ -281,6 +285,7 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
         sample_every: args.sample_every,
         drain: Duration::from_secs(if args.quick { 20 } else { 60 }),
         store: args.store,
+        durable_acks: !args.no_durable_acks,
     };
     let selected: Vec<Scenario> = scenarios(&args).into_iter().filter(|s| selected(&args, s)).collect();
     let only_soak = selected.iter().all(|s| matches!(s.kind, Kind::Soak(_)));

@@ -34,6 +34,8 @@ pub(crate) struct Settings {
     pub(crate) drain: Duration,
     /// Run agentmux with its store (a fresh `--data-dir` per run) rather than in memory.
     pub(crate) store: bool,
+    /// The fan-out producer waits for each POST's messages to be kept (committed, with the store).
+    pub(crate) durable_acks: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -257,7 +259,7 @@ pub(crate) async fn create_stream(conn: &mut Conn) -> io::Result<String> {
 }
 
 /// Publishes text deltas to one stream, then ends it.
-async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message: usize) -> Published {
+async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message: usize, durable: bool) -> Published {
     let mut out = Published::default();
     let mut conn = match Conn::open(server, source_ip(0)).await {
         Ok(conn) => conn,
@@ -266,7 +268,7 @@ async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message:
             return out;
         }
     };
-    let path = format!("/v1/streams/{id}/messages");
+    let path = format!("/v1/streams/{id}/messages{}", if durable { "" } else { "?durable=false" });
     let mut body = Vec::new();
     out.first_ns = now_ns();
     let dpm = deltas_per_message.max(1);
@@ -477,8 +479,8 @@ async fn fanout(
         .collect();
     let readers = subscribe_all(server.addr, paths, &ctx, &cancel).await;
     let window = Window::start(server);
-    let (addr, dpm) = (server.addr, settings.deltas_per_message);
-    let published = on_own_thread(move || publish(addr, id, pace, dpm)).await.unwrap_or_default();
+    let (addr, dpm, durable) = (server.addr, settings.deltas_per_message, settings.durable_acks);
+    let published = on_own_thread(move || publish(addr, id, pace, dpm, durable)).await.unwrap_or_default();
     let readers = collect(readers, &cancel, Instant::now() + settings.drain, failed_reader).await;
     window.end(server, result);
     result.extra.insert("publish_posts".into(), published.posts as f64);

@@ -52,9 +52,16 @@ pub(crate) async fn create(
 }
 
 /// `POST /v1/streams/{id}/messages`: `{"sequences": [..]}`.
+/// `POST /v1/streams/{id}/messages?durable=false`: answer once appended, without waiting for the store.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct AppendQuery {
+    durable: Option<bool>,
+}
+
 pub(crate) async fn append(
     State(app): State<App>,
     StreamId(id): StreamId,
+    Params(query): Params<AppendQuery>,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
@@ -66,8 +73,10 @@ pub(crate) async fn append(
         .is_some_and(|t| t.contains("ndjson") || t.contains("jsonl") || t.contains("json-seq"));
     let messages = if ndjson { ndjson_messages(&bytes)? } else { json_messages(&bytes)? };
     let sequences = stream.append_batch(messages)?;
-    // The answer is the acknowledgement: it waits until the messages are kept (committed, with a store).
+    // The answer is the acknowledgement: it waits until the messages are kept (committed, with a store),
+    // unless the producer said it need not (readers still receive them only once they are kept).
     if let Some(&last) = sequences.last()
+        && query.durable.unwrap_or(true)
         && !stream.readable(last).await
     {
         return Err(not_kept(&stream).await);
