@@ -8,6 +8,7 @@
 //! - `writer.rs`: the one thread that writes, in batches (group commit), off every producer's path.
 //! - `log.rs`: [`StoreLog`], a stream's log: its hot part in memory, readable once committed, the rest read
 //!   back from the file; `read.rs`: reading entries back, on read-only connections of their own.
+//! - `checkpoint.rs`: copying the write-ahead log back into the file, beside the writer.
 //! - `schema.rs`: the migrations; `threads.rs`: threads and audit rows.
 //!
 //! # One history per (epoch, sequence)
@@ -36,6 +37,7 @@
 //! A disk that fails is the one case where the writer cannot commit: readers then stop at what is on disk
 //! (see `log.rs`), so that guarantee holds there too.
 
+mod checkpoint;
 mod log;
 mod read;
 mod schema;
@@ -48,6 +50,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+use checkpoint::Checkpointer;
 pub(crate) use log::StoreLog;
 use read::Reader;
 pub(crate) use threads::{StoredThread, ThreadWrite};
@@ -84,6 +87,7 @@ pub struct Store {
     path: PathBuf,
     writer: Writer,
     reader: Arc<Reader>,
+    _checkpointer: Checkpointer,
     threads: Mutex<Vec<StoredThread>>,
 }
 
@@ -143,12 +147,16 @@ impl Store {
             Ok(()) => StoreError::Sqlite { path: path.clone(), error },
         };
         let connection = open_connection(&path, OpenFlags::default()).map_err(sqlite)?;
+        // Checkpoints run beside the writer (`checkpoint.rs`); its own is the bound on the log's length.
+        connection.pragma_update(None, "wal_autocheckpoint", checkpoint::WRITER_PAGES).map_err(sqlite)?;
         schema::migrate(&connection).map_err(sqlite)?;
         let threads = threads::load(&connection).map_err(sqlite)?;
         let writer =
             Writer::start(connection).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
         let reader = Reader::new(&path);
-        Ok(Arc::new(Store { path, writer, reader, threads: Mutex::new(threads) }))
+        let checkpointer =
+            Checkpointer::start(&path).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
+        Ok(Arc::new(Store { path, writer, reader, _checkpointer: checkpointer, threads: Mutex::new(threads) }))
     }
 
     /// The file.
