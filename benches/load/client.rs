@@ -7,7 +7,8 @@
 //! base, written by the producer) is parsed from every `sample_every`-th event only. The chunked transfer
 //! encoding is left in place: a chunk is a batch of whole frames, so its size lines never hold `\n\n`. The
 //! body is over when the server closes after the last chunk (`0\r\n\r\n`): readers send
-//! `Connection: close`.
+//! `Connection: close`. nchan's EventSource is not chunked: its body is over when nginx closes after the
+//! `:410` comment that tells its subscribers the channel was deleted.
 
 use std::cell::RefCell;
 use std::io;
@@ -30,6 +31,7 @@ static EVENT_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\n\
 static STAMP: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"@@"));
 static LAGGED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"lagged\""));
 static HEAD_END: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\r\n\r\n"));
+static CHANNEL_DELETED: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b":410: "));
 
 thread_local! {
     static BUFFER: RefCell<Vec<u8>> = RefCell::new(vec![0; READ_BUFFER]);
@@ -74,12 +76,21 @@ fn parse_head(head: &[u8]) -> io::Result<(u16, Option<usize>)> {
 /// Reads a response head from `stream` into `buffer`; returns the status, the content length and where the
 /// body starts in `buffer`.
 pub(crate) async fn read_head(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> io::Result<(u16, Option<usize>, usize)> {
+    read_head_from(stream, buffer, 0).await
+}
+
+/// The same for a head that starts at `from` in `buffer` (what came before it was read already).
+async fn read_head_from(
+    stream: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+    from: usize,
+) -> io::Result<(u16, Option<usize>, usize)> {
     loop {
-        if let Some(end) = HEAD_END.find(buffer) {
-            let (status, length) = parse_head(&buffer[..end])?;
+        if let Some(end) = buffer.get(from..).and_then(|unread| HEAD_END.find(unread)).map(|end| from + end) {
+            let (status, length) = parse_head(&buffer[from..end])?;
             return Ok((status, length, end + 4));
         }
-        if buffer.len() > 64 << 10 {
+        if buffer.len().saturating_sub(from) > 64 << 10 {
             return Err(io::Error::other("response head over 64 KiB"));
         }
         let mut chunk = [0u8; 4096];
@@ -98,9 +109,24 @@ pub(crate) fn request_head(
     length: usize,
     close: bool,
 ) -> Vec<u8> {
+    request_head_accepting(method, path, content_type, None, length, close)
+}
+
+/// The same with an `Accept` header.
+pub(crate) fn request_head_accepting(
+    method: &str,
+    path: &str,
+    content_type: Option<&str>,
+    accept: Option<&str>,
+    length: usize,
+    close: bool,
+) -> Vec<u8> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {length}\r\n");
     if let Some(content_type) = content_type {
         head.push_str(&format!("Content-Type: {content_type}\r\n"));
+    }
+    if let Some(accept) = accept {
+        head.push_str(&format!("Accept: {accept}\r\n"));
     }
     if close {
         head.push_str("Connection: close\r\n");
@@ -112,7 +138,9 @@ pub(crate) fn request_head(
 /// A keep-alive connection for request/response calls (bodies with a `Content-Length`).
 pub(crate) struct Conn {
     stream: TcpStream,
+    /// What was read; the bytes before `read` belong to responses already returned.
     buffer: Vec<u8>,
+    read: usize,
     out: Vec<u8>,
 }
 
@@ -120,7 +148,7 @@ impl Conn {
     pub(crate) async fn open(server: SocketAddr, source: Ipv4Addr) -> io::Result<Conn> {
         let stream = connect(server, source).await?;
         stream.set_nodelay(true)?;
-        Ok(Conn { stream, buffer: Vec::with_capacity(4096), out: Vec::new() })
+        Ok(Conn { stream, buffer: Vec::with_capacity(4096), read: 0, out: Vec::new() })
     }
 
     /// One request; the status and the body.
@@ -135,8 +163,27 @@ impl Conn {
         self.out.extend_from_slice(&request_head(method, path, content_type, body.len(), false));
         self.out.extend_from_slice(body);
         self.stream.write_all(&self.out).await?;
-        self.buffer.clear();
-        let (status, length, start) = read_head(&mut self.stream, &mut self.buffer).await?;
+        self.response().await
+    }
+
+    /// Requests written back to back in one write (`requests`, `count` of them: HTTP/1.1 pipelining), then
+    /// their responses in order; the status of each.
+    pub(crate) async fn pipelined(&mut self, requests: &[u8], count: usize) -> io::Result<Vec<u16>> {
+        self.stream.write_all(requests).await?;
+        let mut statuses = Vec::with_capacity(count);
+        for _ in 0..count {
+            statuses.push(self.response().await?.0);
+        }
+        Ok(statuses)
+    }
+
+    /// The next response: its status and body. What came after it stays in the buffer for the next one.
+    async fn response(&mut self) -> io::Result<(u16, Vec<u8>)> {
+        if self.read == self.buffer.len() {
+            self.buffer.clear();
+            self.read = 0;
+        }
+        let (status, length, start) = read_head_from(&mut self.stream, &mut self.buffer, self.read).await?;
         let length = match (length, status) {
             (Some(length), _) => length,
             (None, 204 | 304) => 0,
@@ -150,7 +197,8 @@ impl Conn {
             }
             self.buffer.extend_from_slice(&chunk[..n]);
         }
-        Ok((status, self.buffer[start..start + length].to_vec()))
+        self.read = start + length;
+        Ok((status, self.buffer[start..self.read].to_vec()))
     }
 }
 
@@ -179,6 +227,10 @@ pub(crate) struct Sse {
     pub(crate) complete: bool,
     /// Stopped by the harness (a time-bound scenario, or a deadline).
     pub(crate) cancelled: bool,
+    /// The server closed the connection.
+    closed: bool,
+    /// nchan said the channel was deleted (`:410: ...`), how its streams end.
+    channel_deleted: bool,
     pub(crate) error: Option<String>,
     tail: [u8; 8],
     phase: u64,
@@ -227,6 +279,9 @@ impl Sse {
         if LAGGED.find(data).is_some() {
             self.lagged = true;
         }
+        if CHANNEL_DELETED.find(data).is_some() {
+            self.channel_deleted = true;
+        }
         if data.len() >= 8 {
             self.tail.copy_from_slice(&data[data.len() - 8..]);
         } else {
@@ -244,14 +299,16 @@ impl Sse {
             }
             outcome = read_loop(&stream, &mut self, ctx) => outcome,
         };
-        if let Err(e) = outcome {
-            self.error = Some(e.to_string());
+        match outcome {
+            Ok(()) => self.closed = !self.cancelled,
+            Err(e) => self.error = Some(e.to_string()),
         }
-        self.complete = self.tail.ends_with(b"\r\n0\r\n\r\n");
+        self.complete = self.tail.ends_with(b"\r\n0\r\n\r\n") || (self.closed && self.channel_deleted);
         self
     }
 }
 
+/// Reads until the server closes (`Ok`) or the read fails.
 async fn read_loop(stream: &TcpStream, sse: &mut Sse, ctx: &Ctx) -> io::Result<()> {
     loop {
         stream.readable().await?;
@@ -296,7 +353,9 @@ pub(crate) async fn open_sse(
 ) -> io::Result<(TcpStream, Sse)> {
     let mut stream = connect(server, source).await?;
     let content_type = (!body.is_empty()).then_some("application/json");
-    let mut request = request_head(method, path, content_type, body.len(), true);
+    // What a browser's EventSource sends; nchan serves EventSource only to a request that accepts it.
+    let accept = Some("text/event-stream");
+    let mut request = request_head_accepting(method, path, content_type, accept, body.len(), true);
     request.extend_from_slice(body);
     stream.write_all(&request).await?;
     let mut buffer = Vec::with_capacity(4096);

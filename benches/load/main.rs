@@ -1,6 +1,7 @@
-//! The load benchmark: starts `target/release/agentmux` (and a ceiling server) as child processes, drives
-//! them over real loopback connections and prints one table: deliveries per second, publish-to-receive
-//! latency, server CPU and peak RSS, errors and `lagged` subscribers, per scenario (medians of the runs).
+//! The load benchmark: starts `target/release/agentmux` (and a ceiling server, and nginx with nchan) as child
+//! processes, drives them over real loopback connections and prints one table: deliveries per second,
+//! publish-to-receive latency, server CPU and peak RSS, errors and `lagged` subscribers, per scenario (medians
+//! of the runs).
 //!
 //! ```sh
 //! ./bench --quick                  # one short run of every scenario
@@ -20,12 +21,15 @@
 //! - `relay/`: the time agentmux adds to the first token and to each chunk in front of a fast OpenAI-compatible
 //!   upstream, beside LiteLLM's proxy (run only when asked for);
 //! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with;
+//! - `nchan.rs`: nginx with nchan, the third target of the fan-out, latency and idle scenarios (its
+//!   configuration is `benches/nchan/nginx.conf`);
 //! - `procfs.rs`: the child servers and their CPU and memory from `/proc`;
 //! - `hist.rs`: the latency histogram.
 
 mod ceiling;
 mod client;
 mod hist;
+mod nchan;
 mod procfs;
 mod relay;
 mod scenarios;
@@ -108,8 +112,8 @@ struct Args {
     /// Internal: run as the relay's upstream.
     #[arg(long, hide = true)]
     relay_upstream: bool,
-    /// The agentmux binary.
-    #[arg(long, default_value = "target/release/agentmux")]
+    /// The agentmux binary (default: `release/agentmux` in `$CARGO_TARGET_DIR`, else in `target`).
+    #[arg(long, default_value_os_t = default_server())]
     server: PathBuf,
     /// Run agentmux with its store (a fresh data directory per run) instead of `--ephemeral`.
     #[arg(long)]
@@ -121,6 +125,10 @@ struct Args {
     /// Skip the ceiling server.
     #[arg(long)]
     no_ceiling: bool,
+    /// Skip nchan (nginx with the nchan module), which the fan-out, latency and idle scenarios otherwise
+    /// run against too when Debian's `nginx` and `libnginx-mod-nchan` are installed.
+    #[arg(long)]
+    no_nchan: bool,
     /// Messages per POST in the fan-out scenarios.
     #[arg(long, default_value_t = 128)]
     batch: usize,
@@ -141,8 +149,13 @@ struct Args {
     bench: bool,
 }
 
+/// Where `cargo build --release` put agentmux.
+fn default_server() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from).join("release/agentmux")
+}
+
 fn fanout(name: &str, cui: usize, openai: usize, messages: usize) -> Scenario {
-    Scenario { name: name.into(), kind: Kind::Fanout { cui, openai, messages }, ceiling: true }
+    Scenario { name: name.into(), kind: Kind::Fanout { cui, openai, messages }, ceiling: true, nchan: true }
 }
 
 fn relay_settings(args: &Args) -> Relay {
@@ -158,7 +171,7 @@ fn relay_settings(args: &Args) -> Relay {
 /// Every scenario: the relay and the soak (last) only run when asked for by name.
 fn scenarios(args: &Args) -> Vec<Scenario> {
     let mut all = standard(args.quick);
-    all.push(Scenario { name: "relay".into(), kind: Kind::Relay(relay_settings(args)), ceiling: false });
+    all.push(Scenario { name: "relay".into(), kind: Kind::Relay(relay_settings(args)), ceiling: false, nchan: false });
     let soak = Soak {
         duration: args.soak_duration,
         connections: args.soak_connections,
@@ -167,7 +180,7 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         sample: args.soak_sample.max(Duration::from_millis(100)),
         server_args: args.soak_server_arg.clone(),
     };
-    all.push(Scenario { name: "soak".into(), kind: Kind::Soak(soak), ceiling: false });
+    all.push(Scenario { name: "soak".into(), kind: Kind::Soak(soak), ceiling: false, nchan: false });
     all
 }
 
@@ -185,7 +198,13 @@ fn selected(args: &Args, scenario: &Scenario) -> bool {
 }
 
 fn standard(quick: bool) -> Vec<Scenario> {
-    let other = |name: &str, kind| Scenario { name: name.into(), kind, ceiling: false };
+    let other = |name: &str, kind| Scenario { name: name.into(), kind, ceiling: false, nchan: false };
+    let idle = |name: &str, connections, hold| Scenario {
+        name: name.into(),
+        kind: Kind::Idle { connections, hold },
+        ceiling: false,
+        nchan: true,
+    };
     // The same in both modes (under 10 s each): a stream holds at most 100,000 messages, so the fill leaves
     // room for the live producer's 3,000 and the stream's own events.
     let stall = other("stall", Kind::Stall { messages: 96_000, rate: 1000.0, seconds: 3.0, join_after: 1.0 });
@@ -200,9 +219,10 @@ fn standard(quick: bool) -> Vec<Scenario> {
                 name: "latency-500".into(),
                 kind: Kind::Latency { subscribers: 500, rate: 100.0, seconds: 5.0 },
                 ceiling: true,
+                nchan: true,
             },
             other("many-streams-2000", Kind::ManyStreams { streams: 2000, seconds: 3.0 }),
-            other("idle-2000", Kind::Idle { connections: 2000, hold: 1.0 }),
+            idle("idle-2000", 2000, 1.0),
             fanout("openai-mix-1000", 500, 500, 10_000),
             other("chat-200", Kind::Chat { concurrency: 200, requests: 1, words: 2000 }),
             other("chat-retained-600", Kind::Chat { concurrency: 8, requests: 75, words: 2000 }),
@@ -219,9 +239,10 @@ fn standard(quick: bool) -> Vec<Scenario> {
                 name: "latency-1000".into(),
                 kind: Kind::Latency { subscribers: 1000, rate: 100.0, seconds: 10.0 },
                 ceiling: true,
+                nchan: true,
             },
             other("many-streams-10000", Kind::ManyStreams { streams: 10_000, seconds: 10.0 }),
-            other("idle-10000", Kind::Idle { connections: 10_000, hold: 5.0 }),
+            idle("idle-10000", 10_000, 5.0),
             fanout("openai-mix-2000", 1000, 1000, 15_000),
             other("chat-200", Kind::Chat { concurrency: 200, requests: 3, words: 2000 }),
             other("chat-retained-600", Kind::Chat { concurrency: 8, requests: 75, words: 2000 }),
@@ -266,6 +287,9 @@ struct Report<'a> {
     batch: usize,
     deltas_per_message: usize,
     sample_every: u64,
+    /// nchan's versions, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    nchan: Option<String>,
     medians: Vec<RunResult>,
     all_runs: Vec<RunResult>,
     /// The relay's settings, LiteLLM's version and the issue's targets, when it ran.
@@ -278,6 +302,22 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
         eprintln!("load: {} not found: build it with `cargo build --release` (or use ./bench)", args.server.display());
         return ExitCode::FAILURE;
     }
+    let selected: Vec<Scenario> = scenarios(&args).into_iter().filter(|s| selected(&args, s)).collect();
+    // nchan when a scenario runs against it, it is wanted and it works here; else one line why not.
+    let nchan = if args.no_nchan || !selected.iter().any(|s| s.nchan) {
+        None
+    } else {
+        match nchan::Install::find() {
+            Ok(install) => {
+                eprintln!("load: nchan: {}", install.versions);
+                Some(install)
+            }
+            Err(why) => {
+                eprintln!("load: nchan skipped: {why}");
+                None
+            }
+        }
+    };
     let settings = Settings {
         agentmux: args.server.clone(),
         batch: args.batch.max(1),
@@ -286,8 +326,8 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
         drain: Duration::from_secs(if args.quick { 20 } else { 60 }),
         store: args.store,
         durable_acks: !args.no_durable_acks,
+        nchan,
     };
-    let selected: Vec<Scenario> = scenarios(&args).into_iter().filter(|s| selected(&args, s)).collect();
     let only_soak = selected.iter().all(|s| matches!(s.kind, Kind::Soak(_)));
     let runs = args.runs.unwrap_or(if args.quick || only_soak { 1 } else { 3 }).max(1);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -328,12 +368,14 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 continue;
             }
-            let targets: &[Target] = if scenario.ceiling && !args.no_ceiling {
-                &[Target::Agentmux, Target::Ceiling]
-            } else {
-                &[Target::Agentmux]
-            };
-            for &target in targets {
+            let mut targets = vec![Target::Agentmux];
+            if scenario.ceiling && !args.no_ceiling {
+                targets.push(Target::Ceiling);
+            }
+            if scenario.nchan && settings.nchan.is_some() {
+                targets.push(Target::Nchan);
+            }
+            for target in targets {
                 let began = Instant::now();
                 let needed = scenario.connections() as u64 + 64;
                 let result = if nofile < needed {
@@ -371,6 +413,7 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
             batch: settings.batch,
             deltas_per_message: settings.deltas_per_message,
             sample_every: settings.sample_every,
+            nchan: settings.nchan.as_ref().map(|install| install.versions.clone()),
             relay: relay::summary(&relay, &medians),
             medians,
             all_runs: all,
@@ -588,6 +631,7 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
         "msgs",
         "deliv/s",
         "vs ceil",
+        "vs nchan",
         "p50 ms",
         "p99 ms",
         "p99.9 ms",
@@ -599,12 +643,15 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
     ];
     let mut lines: Vec<Vec<String>> = Vec::new();
     for row in rows {
-        let ceiling = rows.iter().find(|r| r.scenario == row.scenario && r.target == "ceiling");
-        let ratio = match (row.target.as_str(), ceiling) {
-            ("agentmux", Some(c)) if c.deliveries_per_s > 0.0 => {
-                format!("{:.2}x", row.deliveries_per_s / c.deliveries_per_s)
+        // agentmux's deliveries per second over another server's in the same scenario.
+        let versus = |other: &str| {
+            let other = rows.iter().find(|r| r.scenario == row.scenario && r.target == other);
+            match (row.target.as_str(), other) {
+                ("agentmux", Some(o)) if o.deliveries_per_s > 0.0 => {
+                    format!("{:.2}x", row.deliveries_per_s / o.deliveries_per_s)
+                }
+                _ => "".into(),
             }
-            _ => "".into(),
         };
         let idle = row.deliveries_per_s == 0.0 && row.deliveries == 0;
         lines.push(vec![
@@ -613,7 +660,8 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
             row.connections.to_string(),
             row.messages.to_string(),
             if idle { "-".into() } else { rate(row.deliveries_per_s) },
-            ratio,
+            versus("ceiling"),
+            versus("nchan"),
             ms(row.p50_ms),
             ms(row.p99_ms),
             ms(row.p999_ms),
@@ -653,7 +701,9 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
     println!(
         "deliv/s: SSE events received per second by all subscribers (pings and the initial stream_start excluded) \
          from the first publish to the last event; vs ceil: agentmux / the minimal hyper server doing the same \
-         transport; latency: publish (stamped in the message) to receipt, sampled; srv CPU: during that window; \
-         srv RSS: the server's VmHWM; cli CPU: the load generator during the window."
+         transport; vs nchan: agentmux / nginx with nchan (2 workers, EventSource; a message per POST, a batch's \
+         POSTs pipelined; the same data: lines); latency: publish (stamped in the message) to receipt, sampled; \
+         srv CPU: during that window (nchan: master and workers); srv RSS: the server's VmHWM (nchan: the sum of \
+         its processes', shared memory counted in each); cli CPU: the load generator during the window."
     );
 }

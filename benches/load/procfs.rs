@@ -91,11 +91,39 @@ pub(crate) fn listen_overflows() -> u64 {
         .unwrap_or(0)
 }
 
+/// The processes whose parent is `pid` (from each `/proc/<pid>/stat`), zombies left out.
+pub(crate) fn children_of(pid: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(candidate) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{candidate}/stat")) else {
+            continue;
+        };
+        // After the parenthesised command name: the state, then the parent's pid.
+        let mut fields = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace();
+        if let (Some(state), Some(parent)) = (fields.next(), fields.next())
+            && parent == pid
+            && state != "Z"
+        {
+            children.push(candidate.to_owned());
+        }
+    }
+    children
+}
+
 /// Which server a run measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
     Agentmux,
     Ceiling,
+    /// nginx with the nchan module (`nchan.rs`), started by `nchan::start`.
+    Nchan,
 }
 
 impl Target {
@@ -103,6 +131,7 @@ impl Target {
         match self {
             Target::Agentmux => "agentmux",
             Target::Ceiling => "ceiling",
+            Target::Nchan => "nchan",
         }
     }
 }
@@ -112,6 +141,9 @@ pub(crate) struct Server {
     child: Child,
     pid: String,
     pub(crate) addr: SocketAddr,
+    /// Its own child processes are part of it (nginx's workers): its CPU and memory are theirs and its own
+    /// summed, and they are stopped with it.
+    with_children: bool,
 }
 
 impl Server {
@@ -133,6 +165,7 @@ impl Server {
         std::fs::create_dir_all(&logs)?;
         let log = File::create(logs.join(format!("{label}-{}.log", target.name())))?;
         let mut command = match target {
+            Target::Nchan => return Err(io::Error::other("nchan is started by nchan::start")),
             Target::Agentmux => {
                 let mut c = Command::new(agentmux);
                 // In memory, as every figure so far (the store has its own comparison); by the environment,
@@ -152,16 +185,25 @@ impl Server {
         let child = command.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log).spawn().map_err(|e| {
             io::Error::new(e.kind(), format!("starting {}: {e} (build it: cargo build --release)", agentmux.display()))
         })?;
-        let server = Server { pid: child.id().to_string(), child, addr };
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut server = Server::adopt(child, addr);
+        server.wait_healthy(target.name(), Duration::from_secs(10)).await?;
+        Ok(server)
+    }
+
+    /// Waits until `GET /healthz` answers 200 (up to `within`); an error if it does not or the server exits.
+    pub(crate) async fn wait_healthy(&mut self, name: &str, within: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + within;
         loop {
-            if let Ok(mut conn) = client::Conn::open(addr, client::source_ip(0)).await
+            if let Ok(mut conn) = client::Conn::open(self.addr, client::source_ip(0)).await
                 && let Ok((200, _)) = conn.request("GET", "/healthz", None, b"").await
             {
-                return Ok(server);
+                return Ok(());
+            }
+            if let Some(status) = self.exited() {
+                return Err(io::Error::other(format!("{name} exited ({status}) before answering /healthz")));
             }
             if Instant::now() > deadline {
-                return Err(io::Error::other(format!("{} did not answer /healthz on {addr}", target.name())));
+                return Err(io::Error::other(format!("{name} did not answer /healthz on {}", self.addr)));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -169,7 +211,21 @@ impl Server {
 
     /// A server started elsewhere, listening on `addr`; killed when dropped like the others.
     pub(crate) fn adopt(child: Child, addr: SocketAddr) -> Server {
-        Server { pid: child.id().to_string(), child, addr }
+        Server { pid: child.id().to_string(), child, addr, with_children: false }
+    }
+
+    /// The same for a server whose child processes are part of it (nginx's master and its workers).
+    pub(crate) fn adopt_with_children(child: Child, addr: SocketAddr) -> Server {
+        Server { pid: child.id().to_string(), child, addr, with_children: true }
+    }
+
+    /// Its pid and, when they count, its children's.
+    fn processes(&self) -> Vec<String> {
+        let mut pids = vec![self.pid.clone()];
+        if self.with_children {
+            pids.extend(children_of(&self.pid));
+        }
+        pids
     }
 
     /// Its process id, for `/proc`.
@@ -182,21 +238,57 @@ impl Server {
         self.child.try_wait().ok().flatten()
     }
 
+    /// Its CPU so far (with its children's, when they count: a worker's while it lives).
     pub(crate) fn cpu_seconds(&self) -> Cpu {
-        cpu_seconds(&self.pid)
+        self.processes()
+            .iter()
+            .map(|pid| cpu_seconds(pid))
+            .fold(Cpu::default(), |sum, cpu| Cpu { user: sum.user + cpu.user, system: sum.system + cpu.system })
     }
 
+    /// Its resident memory (summed with its children's when they count: memory they share, such as nginx's
+    /// shared memory zone, is counted in each).
     pub(crate) fn rss_kib(&self) -> u64 {
-        status_kib(&self.pid, "VmRSS")
+        self.processes().iter().map(|pid| status_kib(pid, "VmRSS")).sum()
     }
 
+    /// Its peak resident memory (`VmHWM`; with children, the sum of each one's peak).
     pub(crate) fn peak_rss_kib(&self) -> u64 {
-        status_kib(&self.pid, "VmHWM")
+        self.processes().iter().map(|pid| status_kib(pid, "VmHWM")).sum()
+    }
+
+    /// Stops a server with children: SIGTERM to the parent, which stops and reaps its children (nginx's
+    /// master does), then SIGKILL to whatever is left after 3 s. nginx's workers outlive a master killed
+    /// outright, so they are never left to that alone. By the `kill` command: this crate has no unsafe code.
+    fn stop_with_children(&mut self) {
+        let children = children_of(&self.pid);
+        let signal = |signal: &str, pids: &[String]| {
+            let _ = Command::new("kill")
+                .arg(signal)
+                .args(pids)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        signal("-TERM", std::slice::from_ref(&self.pid));
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while self.exited().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let left: Vec<String> = children.into_iter().filter(|pid| status_kib(pid, "VmRSS") > 0).collect();
+        if !left.is_empty() {
+            signal("-KILL", &left);
+        }
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.with_children {
+            self.stop_with_children();
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -36,6 +36,8 @@ pub(crate) struct Settings {
     pub(crate) store: bool,
     /// The fan-out producer waits for each POST's messages to be kept (committed, with the store).
     pub(crate) durable_acks: bool,
+    /// nginx with nchan, when it is here and wanted: the third target of the scenarios that name it.
+    pub(crate) nchan: Option<crate::nchan::Install>,
 }
 
 #[derive(Debug, Clone)]
@@ -68,6 +70,8 @@ pub(crate) struct Scenario {
     pub(crate) kind: Kind,
     /// Also run against the ceiling server.
     pub(crate) ceiling: bool,
+    /// Also run against nchan (when it is installed).
+    pub(crate) nchan: bool,
 }
 
 impl Scenario {
@@ -233,10 +237,23 @@ struct Published {
     error: Option<String>,
 }
 
-/// One POST of messages; the error as text when it is not a 200.
+/// A message as nchan's producer publishes it: what [`push_message`] writes with the `metadata` agentmux
+/// and the ceiling stamp on each message (its `sequence`, counting `stream_start` as 1, and the time in
+/// milliseconds), and no newline, so that nchan, which sends each body as it came, sends the same `data:`
+/// line. (nchan turns each line of a body into a `data:` line: a trailing newline would add an empty one.)
+fn push_stamped_message(out: &mut Vec<u8>, message_id: usize, stamp: u64, sequence: usize) {
+    let start = out.len();
+    push_message(out, Some(message_id), stamp);
+    // Drop the newline and the closing brace.
+    out.truncate(out.len().saturating_sub(2).max(start));
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    out.extend_from_slice(format!(r#","metadata":{{"sequence":{sequence},"timestamp":{now_ms}}}}}"#).as_bytes());
+}
+
+/// One POST of messages; the error as text when it is not a 2xx (nchan answers 201 or 202).
 pub(crate) async fn append(conn: &mut Conn, path: &str, content_type: &str, body: &[u8]) -> Result<(), String> {
     match conn.request("POST", path, Some(content_type), body).await {
-        Ok((200, _)) => Ok(()),
+        Ok((200..=299, _)) => Ok(()),
         Ok((status, reply)) => Err(format!("append: {status} {}", String::from_utf8_lossy(&reply))),
         Err(e) => Err(format!("append: {e}")),
     }
@@ -258,8 +275,47 @@ pub(crate) async fn create_stream(conn: &mut Conn) -> io::Result<String> {
     }
 }
 
-/// Publishes text deltas to one stream, then ends it.
-async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message: usize, durable: bool) -> Published {
+/// nchan's form of a batch: one POST per message (the messages `first..first + count`, the `metadata`
+/// added), all written at once, pipelined on the producer's connection; the error as text unless each is
+/// answered 2xx.
+async fn append_pipelined(
+    conn: &mut Conn,
+    path: &str,
+    first: usize,
+    count: usize,
+    deltas_per_message: usize,
+    requests: &mut Vec<u8>,
+) -> Result<(), String> {
+    requests.clear();
+    let mut body = Vec::new();
+    let stamp = now_ns();
+    for i in first..first + count {
+        body.clear();
+        // `stream_start` is sequence 1.
+        push_stamped_message(&mut body, i / deltas_per_message, stamp, i + 2);
+        requests.extend_from_slice(&client::request_head("POST", path, Some("application/json"), body.len(), false));
+        requests.extend_from_slice(&body);
+    }
+    match conn.pipelined(requests, count).await {
+        Ok(statuses) => match statuses.iter().find(|s| !(200..=299).contains(*s)) {
+            None => Ok(()),
+            Some(status) => Err(format!("append: {status}")),
+        },
+        Err(e) => Err(format!("append: {e}")),
+    }
+}
+
+/// Publishes text deltas to one stream, then ends it: to agentmux and the ceiling a batch of NDJSON per
+/// POST and `POST .../end`; to nchan a message per POST (a batch's pipelined) and `DELETE` of the channel,
+/// whose `:410` notice its subscribers count as the ceiling's `stream_end`.
+async fn publish(
+    server: SocketAddr,
+    target: Target,
+    id: String,
+    pace: Pace,
+    deltas_per_message: usize,
+    durable: bool,
+) -> Published {
     let mut out = Published::default();
     let mut conn = match Conn::open(server, source_ip(0)).await {
         Ok(conn) => conn,
@@ -277,10 +333,15 @@ async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message:
             let mut sent = 0;
             while sent < messages {
                 let n = batch.min(messages - sent);
-                body.clear();
-                let stamp = now_ns();
-                (sent..sent + n).for_each(|i| push_message(&mut body, Some(i / dpm), stamp));
-                if let Err(error) = append(&mut conn, &path, "application/x-ndjson", &body).await {
+                let appended = if target == Target::Nchan {
+                    append_pipelined(&mut conn, &path, sent, n, dpm, &mut body).await
+                } else {
+                    body.clear();
+                    let stamp = now_ns();
+                    (sent..sent + n).for_each(|i| push_message(&mut body, Some(i / dpm), stamp));
+                    append(&mut conn, &path, "application/x-ndjson", &body).await
+                };
+                if let Err(error) = appended {
                     out.error = Some(error);
                     break;
                 }
@@ -296,7 +357,11 @@ async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message:
             for i in 0..total {
                 every.tick().await;
                 body.clear();
-                push_message(&mut body, Some(i / dpm), now_ns());
+                if target == Target::Nchan {
+                    push_stamped_message(&mut body, i / dpm, now_ns(), i + 2);
+                } else {
+                    push_message(&mut body, Some(i / dpm), now_ns());
+                }
                 if let Err(error) = append(&mut conn, &path, "application/json", &body).await {
                     out.error = Some(error);
                     break;
@@ -307,7 +372,11 @@ async fn publish(server: SocketAddr, id: String, pace: Pace, deltas_per_message:
         }
     }
     out.last_ns = now_ns();
-    match conn.request("POST", &format!("/v1/streams/{id}/end"), None, b"").await {
+    let end = match target {
+        Target::Nchan => conn.request("DELETE", &path, None, b"").await,
+        Target::Agentmux | Target::Ceiling => conn.request("POST", &format!("/v1/streams/{id}/end"), None, b"").await,
+    };
+    match end {
         Ok((200, _)) => {}
         Ok((status, _)) => out.error = out.error.take().or(Some(format!("end: status {status}"))),
         Err(e) => out.error = out.error.take().or(Some(format!("end: {e}"))),
@@ -423,16 +492,21 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
     if let Some(data) = &data {
         args.extend(["--data-dir".to_owned(), data.path().display().to_string()]);
     }
-    let server = Server::start_with(target, &settings.agentmux, &label, &args).await?;
+    let server = match (target, &settings.nchan) {
+        (Target::Nchan, Some(install)) => crate::nchan::start(install, &label, scenario.connections()).await?,
+        (Target::Nchan, None) => return Err(io::Error::other("nchan is not installed")),
+        _ => Server::start_with(target, &settings.agentmux, &label, &args).await?,
+    };
     let mut result = RunResult::new(scenario, target, run);
     let overflows = procfs::listen_overflows();
     match scenario.kind {
         Kind::Fanout { cui, openai, messages } => {
             let pace = Pace::Burst { messages, batch: settings.batch };
-            fanout(&server, settings, cui, openai, pace, settings.sample_every, &mut result).await?;
+            fanout(&server, target, settings, cui, openai, pace, &mut result).await?;
         }
         Kind::Latency { subscribers, rate, seconds } => {
-            fanout(&server, settings, subscribers, 0, Pace::Steady { rate, seconds }, 1, &mut result).await?;
+            let pace = Pace::Steady { rate, seconds };
+            fanout(&server, target, settings, subscribers, 0, pace, &mut result).await?;
             result.burst_floor(subscribers);
         }
         Kind::ManyStreams { streams, seconds } => {
@@ -456,15 +530,21 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
     Ok(result)
 }
 
+/// One stream, its subscribers, and a producer at `pace`: a burst's latency is sampled (one event in
+/// `settings.sample_every`), a steady producer's every event.
 async fn fanout(
     server: &Server,
+    target: Target,
     settings: &Settings,
     cui: usize,
     openai: usize,
     pace: Pace,
-    sample_every: u64,
     result: &mut RunResult,
 ) -> io::Result<()> {
+    let sample_every = match pace {
+        Pace::Burst { .. } => settings.sample_every,
+        Pace::Steady { .. } => 1,
+    };
     let mut control = Conn::open(server.addr, source_ip(0)).await?;
     let id = create_stream(&mut control).await?;
     let ctx = Arc::new(Ctx { latency: Histogram::default(), sample_every });
@@ -480,7 +560,7 @@ async fn fanout(
     let readers = subscribe_all(server.addr, paths, &ctx, &cancel).await;
     let window = Window::start(server);
     let (addr, dpm, durable) = (server.addr, settings.deltas_per_message, settings.durable_acks);
-    let published = on_own_thread(move || publish(addr, id, pace, dpm, durable)).await.unwrap_or_default();
+    let published = on_own_thread(move || publish(addr, target, id, pace, dpm, durable)).await.unwrap_or_default();
     let readers = collect(readers, &cancel, Instant::now() + settings.drain, failed_reader).await;
     window.end(server, result);
     result.extra.insert("publish_posts".into(), published.posts as f64);
