@@ -20,6 +20,8 @@
 //!   the server's RSS stays flat (run only when asked for, once);
 //! - `relay/`: the time agentmux adds to the first token and to each chunk in front of a fast OpenAI-compatible
 //!   upstream, beside LiteLLM's proxy (run only when asked for);
+//! - `output_server.rs`: agentmux's service with an in-process producer, for the token-streaming scenarios:
+//!   deltas emitted through the `Output` handle instead of posted;
 //! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with;
 //! - `nchan.rs`: nginx with nchan, the third target of the fan-out, latency and idle scenarios (its
 //!   configuration is `benches/nchan/nginx.conf`);
@@ -30,6 +32,7 @@ mod ceiling;
 mod client;
 mod hist;
 mod nchan;
+mod output_server;
 mod procfs;
 mod relay;
 mod scenarios;
@@ -47,7 +50,7 @@ use serde::Serialize;
 
 use procfs::Target;
 use relay::Relay;
-use scenarios::{Kind, RunResult, Scenario, Settings};
+use scenarios::{Kind, RunResult, Scenario, Settings, TokenSource};
 use soak::Soak;
 use ws_idle::WsIdle;
 
@@ -141,6 +144,9 @@ struct Args {
     /// Internal: run as the ceiling server.
     #[arg(long, hide = true)]
     ceiling_server: bool,
+    /// Internal: run as the output server (agentmux with an in-process producer).
+    #[arg(long, hide = true)]
+    output_server: bool,
     /// Internal: the ceiling server's address.
     #[arg(long, hide = true)]
     addr: Option<String>,
@@ -156,6 +162,17 @@ fn default_server() -> PathBuf {
 
 fn fanout(name: &str, cui: usize, openai: usize, messages: usize) -> Scenario {
     Scenario { name: name.into(), kind: Kind::Fanout { cui, openai, messages }, ceiling: true, nchan: true }
+}
+
+/// Token streaming: a delta at a time, posted (against the ceiling and nchan too) or emitted in-process
+/// through `Output` (agentmux alone).
+fn tokens(subscribers: usize, messages: usize, source: TokenSource) -> Scenario {
+    let name = match source {
+        TokenSource::Post => format!("tokens-{subscribers}"),
+        TokenSource::Output => format!("tokens-output-{subscribers}"),
+    };
+    let posted = source == TokenSource::Post;
+    Scenario { name, kind: Kind::Tokens { subscribers, messages, source }, ceiling: posted, nchan: posted }
 }
 
 fn relay_settings(args: &Args) -> Relay {
@@ -224,6 +241,10 @@ fn standard(quick: bool) -> Vec<Scenario> {
             other("many-streams-2000", Kind::ManyStreams { streams: 2000, seconds: 3.0 }),
             idle("idle-2000", 2000, 1.0),
             fanout("openai-mix-1000", 500, 500, 10_000),
+            tokens(100, 20_000, TokenSource::Post),
+            tokens(100, 20_000, TokenSource::Output),
+            tokens(1000, 3000, TokenSource::Post),
+            tokens(1000, 3000, TokenSource::Output),
             other("chat-200", Kind::Chat { concurrency: 200, requests: 1, words: 2000 }),
             other("chat-retained-600", Kind::Chat { concurrency: 8, requests: 75, words: 2000 }),
             stall,
@@ -244,6 +265,10 @@ fn standard(quick: bool) -> Vec<Scenario> {
             other("many-streams-10000", Kind::ManyStreams { streams: 10_000, seconds: 10.0 }),
             idle("idle-10000", 10_000, 5.0),
             fanout("openai-mix-2000", 1000, 1000, 15_000),
+            tokens(100, 50_000, TokenSource::Post),
+            tokens(100, 50_000, TokenSource::Output),
+            tokens(1000, 10_000, TokenSource::Post),
+            tokens(1000, 10_000, TokenSource::Output),
             other("chat-200", Kind::Chat { concurrency: 200, requests: 3, words: 2000 }),
             other("chat-retained-600", Kind::Chat { concurrency: 8, requests: 75, words: 2000 }),
             stall,
@@ -256,6 +281,9 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if args.ceiling_server {
         return ceiling::main(args.addr.as_deref().unwrap_or("127.0.0.1:8090"));
+    }
+    if args.output_server {
+        return output_server::main(args.addr.as_deref().unwrap_or("127.0.0.1:8090"));
     }
     if args.relay_upstream {
         let pace = relay::upstream::Pace { chunks: args.relay_chunks.max(1), interval: args.relay_interval };
@@ -537,9 +565,22 @@ fn ms(value: Option<f64>) -> String {
 }
 
 /// What a row adds beside the common columns.
-fn notes(row: &RunResult) -> String {
+fn notes(row: &RunResult, rows: &[RunResult]) -> String {
     let get = |key: &str| row.extra.get(key).copied();
     let mut parts = Vec::new();
+    if let (Some(per_message), Some(per_delivery)) = (get("server_us_per_message"), get("server_us_per_delivery")) {
+        parts.push(format!("server CPU {per_message:.1} µs per message, {per_delivery:.2} µs per delivery"));
+    }
+    // The in-process producer beside the same load posted.
+    if let Some(subscribers) = row.scenario.strip_prefix("tokens-output-") {
+        let posted = rows.iter().find(|r| r.scenario == format!("tokens-{subscribers}") && r.target == row.target);
+        if let Some(posted) = posted.filter(|p| p.deliveries_per_s > 0.0) {
+            parts.push(format!(
+                "{:.2}x the deliveries/s of a POST per delta",
+                row.deliveries_per_s / posted.deliveries_per_s
+            ));
+        }
+    }
     parts.extend(relay::notes(&row.extra));
     if let Some(rps) = get("requests_per_s") {
         parts.push(format!("{rps:.1} req/s, {} chunks/s; latency = time to first chunk", rate(row.deliveries_per_s)));
@@ -670,7 +711,7 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
             format!("{:.2}", row.client_cpu_s),
             row.errors.to_string(),
             row.lagged.to_string(),
-            notes(row),
+            notes(row, rows),
         ]);
     }
     let widths: Vec<usize> = (0..header.len())
@@ -703,6 +744,7 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
          from the first publish to the last event; vs ceil: agentmux / the minimal hyper server doing the same \
          transport; vs nchan: agentmux / nginx with nchan (2 workers, EventSource; a message per POST, a batch's \
          POSTs pipelined; the same data: lines); latency: publish (stamped in the message) to receipt, sampled; \
+         tokens: a delta per POST, or (tokens-output) emitted inside agentmux through its Output handle; \
          srv CPU: during that window (nchan: master and workers); srv RSS: the server's VmHWM (nchan: the sum of \
          its processes', shared memory counted in each); cli CPU: the load generator during the window."
     );

@@ -46,6 +46,10 @@ pub(crate) enum Kind {
     Fanout { cui: usize, openai: usize, messages: usize },
     /// One stream, `subscribers` CUI subscribers, one message per POST at `rate` per second.
     Latency { subscribers: usize, rate: f64, seconds: f64 },
+    /// Token streaming: one stream, `subscribers` CUI subscribers, `messages` text deltas as fast as the
+    /// server takes them, one at a time: a POST each, or emitted in-process through agentmux's `Output`
+    /// handle (`output_server.rs`).
+    Tokens { subscribers: usize, messages: usize, source: TokenSource },
     /// `streams` streams with one subscriber each, a message per stream per second.
     ManyStreams { streams: usize, seconds: f64 },
     /// `connections` SSE subscribers to one silent stream.
@@ -64,6 +68,15 @@ pub(crate) enum Kind {
     Relay(Relay),
 }
 
+/// Where a token-streaming scenario's deltas come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TokenSource {
+    /// A POST per delta, each sent once the last was answered.
+    Post,
+    /// agentmux's `Output` handle inside the server, a delta per call (agentmux only).
+    Output,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Scenario {
     pub(crate) name: String,
@@ -80,6 +93,7 @@ impl Scenario {
         match self.kind {
             Kind::Fanout { cui, openai, .. } => cui + openai,
             Kind::Latency { subscribers, .. } => subscribers,
+            Kind::Tokens { subscribers, .. } => subscribers,
             Kind::ManyStreams { streams, .. } => streams,
             Kind::Idle { connections, .. } => connections,
             Kind::Chat { concurrency, .. } => concurrency,
@@ -179,6 +193,13 @@ impl RunResult {
         self.extra.insert("server_kernel_us_per_delivery".into(), server * 1e6);
         self.extra.insert("client_kernel_us_per_delivery".into(), client * 1e6);
         self.extra.insert("burst_floor_ms".into(), (server + client) * subscribers as f64 / cores * 1e3);
+    }
+
+    /// The server's CPU per message published and per delivery, in µs: what one token costs.
+    fn per_message_cpu(&mut self) {
+        let us = self.server_cpu_s * 1e6;
+        self.extra.insert("server_us_per_message".into(), us / self.messages.max(1) as f64);
+        self.extra.insert("server_us_per_delivery".into(), us / self.deliveries.max(1) as f64);
     }
 
     fn readers(&mut self, readers: &[Sse], initial_events: u64, time_bound: bool) {
@@ -492,21 +513,38 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
     if let Some(data) = &data {
         args.extend(["--data-dir".to_owned(), data.path().display().to_string()]);
     }
-    let server = match (target, &settings.nchan) {
-        (Target::Nchan, Some(install)) => crate::nchan::start(install, &label, scenario.connections()).await?,
-        (Target::Nchan, None) => return Err(io::Error::other("nchan is not installed")),
+    let mut emitter = None;
+    let server = match (target, &settings.nchan, &scenario.kind) {
+        (Target::Nchan, Some(install), _) => crate::nchan::start(install, &label, scenario.connections()).await?,
+        (Target::Nchan, None, _) => return Err(io::Error::other("nchan is not installed")),
+        (Target::Agentmux, _, Kind::Tokens { source: TokenSource::Output, .. }) => {
+            let (server, control) = crate::output_server::start(&label).await?;
+            emitter = Some(control);
+            server
+        }
+        (Target::Ceiling, _, Kind::Tokens { source: TokenSource::Output, .. }) => {
+            return Err(io::Error::other("only agentmux emits through Output"));
+        }
         _ => Server::start_with(target, &settings.agentmux, &label, &args).await?,
     };
     let mut result = RunResult::new(scenario, target, run);
     let overflows = procfs::listen_overflows();
     match scenario.kind {
         Kind::Fanout { cui, openai, messages } => {
-            let pace = Pace::Burst { messages, batch: settings.batch };
-            fanout(&server, target, settings, cui, openai, pace, &mut result).await?;
+            let producer = Producer::Http { target, pace: Pace::Burst { messages, batch: settings.batch } };
+            fanout(&server, settings, cui, openai, producer, &mut result).await?;
+        }
+        Kind::Tokens { subscribers, messages, .. } => {
+            let producer = match emitter {
+                Some(emitter) => Producer::InProcess { emitter, messages },
+                None => Producer::Http { target, pace: Pace::Burst { messages, batch: 1 } },
+            };
+            fanout(&server, settings, subscribers, 0, producer, &mut result).await?;
+            result.per_message_cpu();
         }
         Kind::Latency { subscribers, rate, seconds } => {
-            let pace = Pace::Steady { rate, seconds };
-            fanout(&server, target, settings, subscribers, 0, pace, &mut result).await?;
+            let producer = Producer::Http { target, pace: Pace::Steady { rate, seconds } };
+            fanout(&server, settings, subscribers, 0, producer, &mut result).await?;
             result.burst_floor(subscribers);
         }
         Kind::ManyStreams { streams, seconds } => {
@@ -530,20 +568,27 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
     Ok(result)
 }
 
-/// One stream, its subscribers, and a producer at `pace`: a burst's latency is sampled (one event in
+/// Who publishes a fan-out's messages.
+enum Producer {
+    /// The load generator, over HTTP, to `target`.
+    Http { target: Target, pace: Pace },
+    /// The output server itself, through agentmux's `Output` handle, as fast as it can.
+    InProcess { emitter: crate::output_server::Emitter, messages: usize },
+}
+
+/// One stream, its subscribers, and a producer: a burst's latency is sampled (one event in
 /// `settings.sample_every`), a steady producer's every event.
 async fn fanout(
     server: &Server,
-    target: Target,
     settings: &Settings,
     cui: usize,
     openai: usize,
-    pace: Pace,
+    producer: Producer,
     result: &mut RunResult,
 ) -> io::Result<()> {
-    let sample_every = match pace {
-        Pace::Burst { .. } => settings.sample_every,
-        Pace::Steady { .. } => 1,
+    let sample_every = match producer {
+        Producer::Http { pace: Pace::Steady { .. }, .. } => 1,
+        _ => settings.sample_every,
     };
     let mut control = Conn::open(server.addr, source_ip(0)).await?;
     let id = create_stream(&mut control).await?;
@@ -560,7 +605,21 @@ async fn fanout(
     let readers = subscribe_all(server.addr, paths, &ctx, &cancel).await;
     let window = Window::start(server);
     let (addr, dpm, durable) = (server.addr, settings.deltas_per_message, settings.durable_acks);
-    let published = on_own_thread(move || publish(addr, target, id, pace, dpm, durable)).await.unwrap_or_default();
+    let published = match producer {
+        Producer::Http { target, pace } => {
+            on_own_thread(move || publish(addr, target, id, pace, dpm, durable)).await.unwrap_or_default()
+        }
+        Producer::InProcess { emitter, messages } => match emitter.emit(&id, messages, dpm).await {
+            Ok(emitted) => Published {
+                messages: emitted.messages,
+                posts: 0,
+                first_ns: emitted.first_ns,
+                last_ns: emitted.last_ns,
+                error: None,
+            },
+            Err(error) => Published { error: Some(error), ..Published::default() },
+        },
+    };
     let readers = collect(readers, &cancel, Instant::now() + settings.drain, failed_reader).await;
     window.end(server, result);
     result.extra.insert("publish_posts".into(), published.posts as f64);
