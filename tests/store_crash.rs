@@ -613,6 +613,19 @@ async fn kept(client: &reqwest::Client, server: &ServerProcess, acked: &Acked, i
     end["props"]["data"].clone()
 }
 
+/// Two streams with four acknowledged batches each, the first of them ended: its id, and the open one's.
+async fn ended_and_open(client: &reqwest::Client, server: &ServerProcess, acked: &mut Acked) -> (String, String) {
+    let (ended, open) = (create(client, server).await, create(client, server).await);
+    for n in 0..4 {
+        for id in [&ended, &open] {
+            append(client, server, acked, id, batch(id, n)).await.expect("acknowledged");
+        }
+    }
+    let response = client.post(server.url(&format!("/v1/streams/{ended}/end"))).send().await.expect("end");
+    assert_eq!(response.status(), 200);
+    (ended, open)
+}
+
 /// Fills the file system of `dir` with a file, but for `margin` bytes: the file and its size.
 fn fill(dir: &std::path::Path, margin: u64) -> (PathBuf, u64) {
     use std::io::Write;
@@ -654,16 +667,9 @@ async fn a_full_disk_is_503_store_unavailable_and_loses_nothing_acknowledged() {
     let client = patient_client();
     let mut acked = Acked::new();
     let server = spawn(&dir);
-    let (ended, idle) = (create(&client, &server).await, create(&client, &server).await);
-    let (first, second) = (create(&client, &server).await, create(&client, &server).await);
     // Before the disk is full: a stream that ended, one left open and idle.
-    for n in 0..4 {
-        for id in [&ended, &idle] {
-            append(&client, &server, &mut acked, id, batch(id, n)).await.expect("acknowledged");
-        }
-    }
-    let response = client.post(server.url(&format!("/v1/streams/{ended}/end"))).send().await.expect("end");
-    assert_eq!(response.status(), 200);
+    let (ended, idle) = ended_and_open(&client, &server, &mut acked).await;
+    let (first, second) = (create(&client, &server).await, create(&client, &server).await);
     // A file beside the store fills the disk but for a margin; two producers write until they are refused.
     let (filler, filled) = fill(&disk.dir, MARGIN);
     let started = std::time::Instant::now();
@@ -777,14 +783,7 @@ async fn a_file_system_that_goes_read_only_under_a_stream_ends_it_with_an_error_
     let client = patient_client();
     let mut acked = Acked::new();
     let server = spawn(&dir);
-    let (ended, written) = (create(&client, &server).await, create(&client, &server).await);
-    for n in 0..4 {
-        for id in [&ended, &written] {
-            append(&client, &server, &mut acked, id, batch(id, n)).await.expect("acknowledged");
-        }
-    }
-    let response = client.post(server.url(&format!("/v1/streams/{ended}/end"))).send().await.expect("end");
-    assert_eq!(response.status(), 200);
+    let (ended, written) = ended_and_open(&client, &server, &mut acked).await;
     // A commit is a write to the WAL, without an fsync (`synchronous = NORMAL`): what the kernel has not written
     // back when the file system goes read-only is lost with it, as in an OS crash. Written back first, so the test
     // shows what the service does.

@@ -60,6 +60,13 @@ fn fresh_dir(label: &str) -> io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// nginx with the run's directory as its prefix, `conf` as its configuration and its error log there.
+fn nginx_command(nginx: &Path, dir: &Path, conf: &Path) -> Command {
+    let mut command = Command::new(nginx);
+    command.arg("-p").arg(dir).arg("-c").arg(conf).arg("-e").arg(dir.join("error.log")).stdin(Stdio::null());
+    command
+}
+
 /// The last line nginx wrote, for an error message.
 fn last_line(text: &[u8]) -> String {
     String::from_utf8_lossy(text).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned()
@@ -81,17 +88,7 @@ impl Install {
             .map_err(|e| format!("a free port: {e}"))?
             .port();
         std::fs::write(&conf, config(&module, &dir, port, 64)).map_err(|e| format!("{}: {e}", conf.display()))?;
-        let test = Command::new(&nginx)
-            .arg("-t")
-            .arg("-p")
-            .arg(&dir)
-            .arg("-c")
-            .arg(&conf)
-            .arg("-e")
-            .arg(dir.join("error.log"))
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("{NGINX} -t: {e}"))?;
+        let test = nginx_command(&nginx, &dir, &conf).arg("-t").output().map_err(|e| format!("{NGINX} -t: {e}"))?;
         if !test.status.success() {
             return Err(format!("{NGINX} -t rejects benches/nchan/nginx.conf: {}", last_line(&test.stderr)));
         }
@@ -122,14 +119,7 @@ pub(crate) async fn start(install: &Install, label: &str, connections: usize) ->
     let logs = PathBuf::from("target/bench/logs");
     std::fs::create_dir_all(&logs)?;
     let log = File::create(logs.join(format!("{label}-nchan.log")))?;
-    let child = Command::new(&install.nginx)
-        .arg("-p")
-        .arg(&dir)
-        .arg("-c")
-        .arg(&conf)
-        .arg("-e")
-        .arg(dir.join("error.log"))
-        .stdin(Stdio::null())
+    let child = nginx_command(&install.nginx, &dir, &conf)
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
