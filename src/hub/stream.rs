@@ -360,11 +360,15 @@ impl Stream {
         let mut changes = self.log.changes();
         loop {
             changes.borrow_and_update();
-            if self.end_unkept() || !self.log.keeps() {
+            if !self.log.keeps() {
+                self.end_unkept();
                 return false;
             }
-            if self.log.last_sequence() >= sequence || self.log.is_ended() || changes.changed().await.is_err() {
-                return !self.end_unkept() && self.log.keeps();
+            if self.log.last_sequence() >= sequence || self.log.is_ended() {
+                return true;
+            }
+            if changes.changed().await.is_err() {
+                return self.log.keeps();
             }
         }
     }

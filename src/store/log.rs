@@ -151,7 +151,7 @@ impl Log for StoreLog {
         let start = into.len();
         let mut after = after;
         // Memory first; what it no longer holds comes from the store, up to where memory starts (which the
-        // writer may move on meanwhile: then memory is asked again, and the store again).
+        // appender may move on meanwhile: then memory is asked again, and the store again).
         while left > 0 {
             let Err(trimmed) = self.committed.memory.read(after, left, into) else { break };
             let read = self.reader.read(&self.stream, after, trimmed.kept_after, left, into).unwrap_or_else(|error| {
