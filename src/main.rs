@@ -24,6 +24,11 @@ use agentmux::thread::ThreadConfig;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
+/// jemalloc rather than the system's allocator: it keeps no header beside a block, so the untouched part of a
+/// connection's idle buffers costs no memory; see `BENCHMARKS.md` (session 7).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(name = "agentmux", version, about = "Carries the output of LLM agents to every client that watches it")]
 #[command(args_conflicts_with_subcommands = true)]
@@ -192,7 +197,10 @@ fn run_serve(serve: Serve) -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The I/O driver is polled every 16 task polls rather than tokio's 61: a busy worker delivering a round of
+    // messages then notices a producer's next POST after a sixth of the round, so a producer streaming tokens
+    // one per POST is answered sooner and readers take more of them per write (`BENCHMARKS.md`, session 7).
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().event_interval(16).build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("starting the runtime: {e}")),
     };
