@@ -197,10 +197,7 @@ fn run_serve(serve: Serve) -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    // The I/O driver is polled every 16 task polls rather than tokio's 61: a busy worker delivering a round of
-    // messages then notices a producer's next POST after a sixth of the round, so a producer streaming tokens
-    // one per POST is answered sooner and readers take more of them per write (`BENCHMARKS.md`, session 7).
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().event_interval(16).build() {
+    let runtime = match agentmux::http::runtime() {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("starting the runtime: {e}")),
     };

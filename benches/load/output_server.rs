@@ -113,7 +113,8 @@ pub(crate) fn main(addr: &str) -> ExitCode {
         }
     };
     let open_files = rlimit::increase_nofile_limit(u64::MAX).unwrap_or(1024);
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The service's own runtime (its allocator is the load generator's: the system's).
+    let runtime = match agentmux::http::runtime() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("output server: {e}");

@@ -36,7 +36,7 @@ use axum::routing::{get, post};
 use tracing::Instrument;
 
 pub use error::{HttpError, Room};
-pub use server::serve;
+pub use server::{runtime, serve};
 
 use crate::agent::Agents;
 use crate::hub::Hub;

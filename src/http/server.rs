@@ -72,6 +72,19 @@ const OVERFLOW_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the hub is swept (idle streams ended, expired ones evicted), at most.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
+/// The runtime the service runs on: tokio's multi-threaded one, with its I/O driver polled every 16 task polls
+/// rather than 61. A worker busy with a round of deliveries then notices a producer's next request after a
+/// sixth of the round, so a producer streaming tokens one per POST is answered sooner and readers take more
+/// of them per write (`BENCHMARKS.md`, session 7).
+///
+/// ```no_run
+/// let runtime = agentmux::http::runtime().expect("a runtime");
+/// runtime.block_on(async { /* agentmux::http::serve(...) */ });
+/// ```
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().event_interval(16).build()
+}
+
 /// Serves `app` on `listener` until `shutdown` completes, then shuts down as the module doc says.
 pub async fn serve(
     listener: TcpListener,
