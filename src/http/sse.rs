@@ -1,10 +1,11 @@
 //! Server-sent event responses from a [`Subscription`]: one body chunk per batch, `: ping` in silences.
 //!
 //! Each batch the hub hands out (every frame a subscriber is behind, up to the batch limit) becomes one body
-//! chunk, so hyper sends it in one write. After `keep_alive` without a batch (zero: never) a `: ping` comment goes out,
-//! which every SSE client and OpenAI SDK ignores. The body ends when the subscription does: after
-//! `data: [DONE]` for OpenAI, after `stream_end` or a `lagged` notice for CUI. `Cache-Control: no-cache` and
-//! `X-Accel-Buffering: no` keep proxies from holding the events back.
+//! chunk, so hyper sends it in one write. A subscriber that keeps up with a fast producer gathers for a moment
+//! after each write ([`GATHER`]), so messages that come that fast share a write. After `keep_alive` without a batch (zero:
+//! never) a `: ping` comment goes out, which every SSE client and OpenAI SDK ignores. The body ends when the
+//! subscription does: after `data: [DONE]` for OpenAI, after `stream_end` or a `lagged` notice for CUI.
+//! `Cache-Control: no-cache` and `X-Accel-Buffering: no` keep proxies from holding the events back.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -53,7 +54,7 @@ pub(crate) fn response(
 ) -> Response {
     // A zero keep-alive turns pings off.
     let pings = (!keep_alive.is_zero()).then(|| Pings::new(keep_alive));
-    let relay = Relay { subscription, on_disconnect, pings };
+    let relay = Relay { subscription, on_disconnect, pings, wrote: None, gather: false };
     let body = futures::stream::unfold(relay, |mut relay| async move {
         match relay.next().await {
             Some(chunk) => Some((Ok::<_, Infallible>(chunk), relay)),
@@ -74,30 +75,67 @@ pub(crate) fn response(
     response
 }
 
-/// What a response body holds: the subscription, the disconnect action, the ping timer.
+/// What a response body holds: the subscription, the disconnect action, the ping timer, and when it last
+/// wrote everything there was.
 struct Relay {
     subscription: Subscription,
     on_disconnect: OnDisconnect,
     pings: Option<Pings>,
+    /// When the last batch went out.
+    wrote: Option<Instant>,
+    /// Gather before the next batch: the last one took everything there was, and came soon after the one
+    /// before it.
+    gather: bool,
 }
 
 impl Relay {
     /// The next chunk: a batch, or a ping after a silence; `None` when the subscription ended.
+    ///
+    /// A reader that keeps up with a fast producer gathers: when its last batch took everything there was
+    /// and came less than [`BUSY`] after the one before, it takes the next one no sooner than [`GATHER`]
+    /// after the last, so messages that come that fast (tokens posted one at a time to many readers) share a
+    /// write instead of costing one write per message per reader, which is where the kernel's time goes.
+    /// A message after a pause, a reader catching up, and a reader whose turns are already further apart
+    /// (many readers share the cores, so each already takes several messages a turn) are never held.
     async fn next(&mut self) -> Option<Bytes> {
+        if self.gather
+            && let Some(wrote) = self.wrote
+            && Instant::now() < wrote + GATHER
+        {
+            tokio::time::sleep_until(wrote + GATHER).await;
+        }
         let Some(pings) = self.pings.as_mut() else {
-            return self.subscription.next().await.map(|batch| batch.bytes);
+            let batch = self.subscription.next().await;
+            self.wrote_at(Instant::now());
+            return batch.map(|batch| batch.bytes);
         };
         // `Subscription::next` only waits on a watch channel, so dropping it when a ping wins loses nothing.
         tokio::select! {
             biased;
             batch = self.subscription.next() => {
-                pings.sent();
+                let now = pings.sent();
+                self.wrote_at(now);
                 batch.map(|batch| batch.bytes)
             }
             () = pings.due() => Some(PING),
         }
     }
+
+    /// A batch went out at `now`.
+    fn wrote_at(&mut self, now: Instant) {
+        let soon = self.wrote.is_some_and(|before| now < before + BUSY);
+        self.gather = soon && self.subscription.is_live();
+        self.wrote = Some(now);
+    }
 }
+
+/// Batches this close together mark a reader that keeps up with a fast producer; see [`Relay::next`].
+const BUSY: Duration = Duration::from_micros(1500);
+
+/// How long a reader that keeps up gathers messages before its next write; see [`Relay::next`]. (The
+/// runtime's timer rounds a deadline up to its next millisecond tick, so a hold lasts up to about a
+/// millisecond; at 300 µs it shortened token streaming's publish-to-receive as well, `BENCHMARKS.md`.)
+const GATHER: Duration = Duration::from_micros(300);
 
 /// The keep-alive timer: one timer per subscriber, moved only when it fires.
 ///
@@ -116,8 +154,10 @@ impl Pings {
         Pings { timer: Box::pin(tokio::time::sleep_until(now + period)), period, last_sent: now }
     }
 
-    fn sent(&mut self) {
+    /// A chunk went out now; returns when.
+    fn sent(&mut self) -> Instant {
         self.last_sent = Instant::now();
+        self.last_sent
     }
 
     /// Completes when a period has passed without a chunk; the ping then counts as one.

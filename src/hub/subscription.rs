@@ -108,6 +108,8 @@ pub struct Subscription {
     at: ReaderAt,
     changes: watch::Receiver<u64>,
     done: bool,
+    /// The last batch took everything the stream had.
+    live: bool,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -131,7 +133,7 @@ impl Subscription {
         changes: watch::Receiver<u64>,
     ) -> Self {
         let at = super::stream::lock(&rendition).reader(if private.is_some() { usize::MAX } else { cursor });
-        Subscription { stream, rendition, private, render, cursor, at, changes, done: false }
+        Subscription { stream, rendition, private, render, cursor, at, changes, done: false, live: false }
     }
 
     /// The stream subscribed to.
@@ -167,12 +169,21 @@ impl Subscription {
             // Behind the shared window: its own rendition of the log, from the start.
             self.at.store(usize::MAX, Ordering::Release);
             drop(rendition);
+            self.live = false;
             return self.take_private();
         }
         self.private = None;
         self.at.store(self.cursor, Ordering::Release);
         let bounds = |_: &Rendition, first, count| Bounds::Rendered { rendition: Arc::clone(&shared), first, count };
-        self.take_from(&rendition, bounds)
+        let batch = self.take_from(&rendition, bounds);
+        self.live = self.cursor >= rendition.len() && rendition.rendered() >= self.stream.log().last_sequence();
+        batch
+    }
+
+    /// True when the last batch taken held everything the stream had: the reader keeps up with the producer
+    /// rather than catches up (a transport may then gather what comes next for a moment, see `http/sse.rs`).
+    pub(crate) fn is_live(&self) -> bool {
+        self.live
     }
 
     /// What can be taken now from the private rendition, rendering it on as far as needed and dropping
@@ -240,5 +251,40 @@ impl Subscription {
         futures::stream::unfold(self, |mut subscription| async move {
             subscription.next().await.map(|batch| (batch, subscription))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::agent::Output;
+    use crate::hub::{Hub, HubConfig};
+    use crate::render::Format;
+
+    /// A subscriber is live once a batch took everything the stream had, not while it works through a
+    /// backlog (batches of one frame here) and not before it has taken anything.
+    #[tokio::test]
+    async fn a_subscriber_is_live_only_once_it_has_taken_everything_there_was() {
+        let hub = Hub::new(HubConfig { batch_bytes: 1, ..HubConfig::default() });
+        let stream = hub.create("test").expect("a stream");
+        let output = Output::new(Arc::clone(&stream));
+        let mut text = output.stream_text();
+        for i in 0..5 {
+            text.append(format!("delta {i}")).expect("append");
+        }
+        let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
+        assert!(!subscription.is_live(), "nothing taken yet");
+        let mut batches = 0;
+        while !subscription.is_live() {
+            let batch = subscription.next().await.expect("a batch");
+            assert_eq!(batch.frames().len(), 1, "one frame per batch at this batch limit");
+            batches += 1;
+            assert!(batches <= 7, "live after the stream_start, the message_start and five deltas");
+        }
+        assert_eq!(batches, 7);
+        text.append("one more").expect("append");
+        assert!(subscription.next().await.is_some());
+        assert!(subscription.is_live(), "took the one new frame: live again");
     }
 }
