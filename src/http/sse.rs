@@ -102,7 +102,8 @@ impl Relay {
             && let Some(wrote) = self.wrote
             && Instant::now() < wrote + GATHER
         {
-            tokio::time::sleep_until(wrote + GATHER).await;
+            // Boxed: held in the body's state only while it waits, so an idle reader does not carry a timer.
+            Box::pin(tokio::time::sleep_until(wrote + GATHER)).await;
         }
         let Some(pings) = self.pings.as_mut() else {
             let batch = self.subscription.next().await;
