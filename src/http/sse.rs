@@ -2,9 +2,9 @@
 //!
 //! Each batch the hub hands out (every frame a subscriber is behind, up to the batch limit) becomes one body
 //! chunk, so hyper sends it in one write. A subscriber that keeps up with a fast producer gathers for a moment
-//! after each write ([`GATHER`]), so messages that come that fast share a write. After `keep_alive` without a batch (zero:
-//! never) a `: ping` comment goes out, which every SSE client and OpenAI SDK ignores. The body ends when the
-//! subscription does: after `data: [DONE]` for OpenAI, after `stream_end` or a `lagged` notice for CUI.
+//! after each write ([`GATHER`]), so messages that come that fast share a write. After `keep_alive` without a
+//! batch (zero: never) a `: ping` comment goes out, which every SSE client and OpenAI SDK ignores. The body ends
+//! when the subscription does: after `data: [DONE]` for OpenAI, after `stream_end` or a `lagged` notice for CUI.
 //! `Cache-Control: no-cache` and `X-Accel-Buffering: no` keep proxies from holding the events back.
 
 use std::convert::Infallible;
@@ -75,8 +75,8 @@ pub(crate) fn response(
     response
 }
 
-/// What a response body holds: the subscription, the disconnect action, the ping timer, and when it last
-/// wrote everything there was.
+/// What a response body holds: the subscription, the disconnect action, the ping timer, and whether to
+/// gather before the next batch.
 struct Relay {
     subscription: Subscription,
     on_disconnect: OnDisconnect,
@@ -105,25 +105,25 @@ impl Relay {
             // Boxed: held in the body's state only while it waits, so an idle reader does not carry a timer.
             Box::pin(tokio::time::sleep_until(wrote + GATHER)).await;
         }
-        let Some(pings) = self.pings.as_mut() else {
-            let batch = self.subscription.next().await;
-            self.wrote_at(Instant::now());
-            return batch.map(|batch| batch.bytes);
+        let batch = match self.pings.as_mut() {
+            None => self.subscription.next().await,
+            // `Subscription::next` only waits on a watch channel, so dropping it when a ping wins loses nothing.
+            Some(pings) => tokio::select! {
+                biased;
+                batch = self.subscription.next() => batch,
+                () = pings.due() => return Some(PING),
+            },
         };
-        // `Subscription::next` only waits on a watch channel, so dropping it when a ping wins loses nothing.
-        tokio::select! {
-            biased;
-            batch = self.subscription.next() => {
-                let now = pings.sent();
-                self.wrote_at(now);
-                batch.map(|batch| batch.bytes)
-            }
-            () = pings.due() => Some(PING),
-        }
+        self.wrote();
+        batch.map(|batch| batch.bytes)
     }
 
-    /// A batch went out at `now`.
-    fn wrote_at(&mut self, now: Instant) {
+    /// A batch goes out now.
+    fn wrote(&mut self) {
+        let now = Instant::now();
+        if let Some(pings) = self.pings.as_mut() {
+            pings.sent(now);
+        }
         let soon = self.wrote.is_some_and(|before| now < before + BUSY);
         self.gather = soon && self.subscription.is_live();
         self.wrote = Some(now);
@@ -155,10 +155,9 @@ impl Pings {
         Pings { timer: Box::pin(tokio::time::sleep_until(now + period)), period, last_sent: now }
     }
 
-    /// A chunk went out now; returns when.
-    fn sent(&mut self) -> Instant {
-        self.last_sent = Instant::now();
-        self.last_sent
+    /// A chunk went out at `now`.
+    fn sent(&mut self, now: Instant) {
+        self.last_sent = now;
     }
 
     /// Completes when a period has passed without a chunk; the ping then counts as one.
