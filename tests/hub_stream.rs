@@ -121,6 +121,33 @@ fn a_batch_is_all_or_nothing() {
     );
 }
 
+/// A refused batch takes back what it opened and counted: the message it continued ends with the chunks
+/// accepted, and the message and block it would have opened are not open.
+#[test]
+fn a_refused_batch_leaves_what_is_open_as_it_was() {
+    let hub = hub(Limits::default());
+    let stream = hub.create("m").expect("create");
+    let delta =
+        |text: &str, id: &str| OutputMessage::text(text).with_message_id(id).as_delta(DeltaAction::Append, None);
+    stream.append_batch(vec![delta("a", "t"), delta("b", "t")]).expect("two chunks");
+    let refused = vec![
+        delta("c", "t"),
+        delta("d", "t"),
+        delta("new", "n").with_block_id("b1"),
+        OutputMessage::text("e").with_message_id("t").as_delta(DeltaAction::Merge, None),
+    ];
+    assert_eq!(stream.append_batch(refused).expect_err("the merge conflicts").index, 3);
+    stream.append(delta("f", "t")).expect("a third chunk");
+    stream.end(Outcome::completed());
+    let log = stream.history();
+    assert_eq!(
+        events(&log),
+        ["stream_start", "message_start", "text", "text", "text", "message_end", "stream_end"],
+        "nothing the refused batch opened is closed"
+    );
+    assert_eq!(log[5].props["data"]["chunk_count"], json!(3));
+}
+
 #[test]
 fn limits_are_typed_errors() {
     let hub = hub(Limits { message_bytes: 200, messages_per_stream: 4, streams: 2, ..Limits::default() });

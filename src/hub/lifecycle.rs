@@ -17,6 +17,7 @@
 //! ([`widest_outcome`]): any finish reason and usage, and an error of up to [`END_ERROR_BYTES`] of message and
 //! code.
 
+use indexmap::IndexMap;
 use serde_json::{Map, Value, json};
 
 use super::stream::Status;
@@ -92,11 +93,26 @@ pub(crate) struct Closing {
     pub(crate) widest: OutputMessage,
 }
 
-/// What is open in a stream.
+/// What is open in a stream, by id, in the order it opened (a stream may hold thousands of open messages:
+/// a delta finds its own without a scan).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Lifecycle {
-    messages: Vec<OpenMessage>,
-    blocks: Vec<OpenBlock>,
+    messages: IndexMap<String, OpenMessage>,
+    blocks: IndexMap<String, OpenBlock>,
+}
+
+/// One change [`Lifecycle::before`] made, so a refused batch can be taken back ([`Lifecycle::rollback`])
+/// without a copy of everything open.
+#[derive(Debug)]
+pub(crate) enum Opened {
+    /// The open message at this index counted one more chunk.
+    Chunk(usize),
+    /// A message opened (the last one).
+    Message,
+    /// The open block at this index counted one more message.
+    BlockMessage(usize),
+    /// A block opened (the last one).
+    Block,
 }
 
 /// An `event` message with the given name and data.
@@ -114,36 +130,44 @@ pub(crate) fn object(value: Value) -> Map<String, Value> {
 
 impl Lifecycle {
     /// The events that go before `message` (stamped with its ids), which is `new` when it starts a message,
-    /// each with the widest event that will close what it opens.
-    pub(crate) fn before(&mut self, message: &OutputMessage, new: bool, now_ms: u64) -> Vec<Opening> {
+    /// each with the widest event that will close what it opens. What it changes is recorded in `undo`.
+    pub(crate) fn before(
+        &mut self,
+        message: &OutputMessage,
+        new: bool,
+        now_ms: u64,
+        undo: &mut Vec<Opened>,
+    ) -> Vec<Opening> {
         let mut events = Vec::new();
         if let (Some(block), true) = (&message.block_id, new) {
-            match self.blocks.iter_mut().find(|b| &b.id == block) {
-                Some(open) => open.messages += 1,
-                None => {
-                    let mut start = event("block_start", object(json!({ "block_id": block })));
-                    start.block_id = Some(block.clone());
-                    start.thread_id.clone_from(&message.thread_id);
-                    let open = OpenBlock {
-                        id: block.clone(),
-                        thread_id: message.thread_id.clone(),
-                        messages: 1,
-                        started_ms: now_ms,
-                    };
-                    events.push(Opening { event: start, widest_end: open.end_event(u64::MAX, u64::MAX) });
-                    self.blocks.push(open);
-                }
+            if let Some((index, _, open)) = self.blocks.get_full_mut(block.as_str()) {
+                open.messages += 1;
+                undo.push(Opened::BlockMessage(index));
+            } else {
+                let mut start = event("block_start", object(json!({ "block_id": block })));
+                start.block_id = Some(block.clone());
+                start.thread_id.clone_from(&message.thread_id);
+                let open = OpenBlock {
+                    id: block.clone(),
+                    thread_id: message.thread_id.clone(),
+                    messages: 1,
+                    started_ms: now_ms,
+                };
+                events.push(Opening { event: start, widest_end: open.end_event(u64::MAX, u64::MAX) });
+                self.blocks.insert(block.clone(), open);
+                undo.push(Opened::Block);
             }
         }
-        let id = message.message_id.clone().unwrap_or_default();
-        if let Some(open) = self.messages.iter_mut().find(|m| m.id == id) {
+        let id = message.message_id.as_deref().unwrap_or_default();
+        if let Some((index, _, open)) = self.messages.get_full_mut(id) {
             open.chunks += 1;
+            undo.push(Opened::Chunk(index));
         } else if message.delta && new {
             let mut start = event("message_start", object(json!({ "message_id": id, "type": message.kind })));
             start.block_id.clone_from(&message.block_id);
             start.thread_id.clone_from(&message.thread_id);
             let open = OpenMessage {
-                id,
+                id: id.to_owned(),
                 block_id: message.block_id.clone(),
                 thread_id: message.thread_id.clone(),
                 kind: message.kind.clone(),
@@ -151,28 +175,52 @@ impl Lifecycle {
                 started_ms: now_ms,
             };
             events.push(Opening { event: start, widest_end: open.end_event(u64::MAX, u64::MAX) });
-            self.messages.push(open);
+            self.messages.insert(id.to_owned(), open);
+            undo.push(Opened::Message);
         }
         events
     }
 
+    /// Takes back what [`Lifecycle::before`] recorded in `undo`, newest first.
+    pub(crate) fn rollback(&mut self, undo: Vec<Opened>) {
+        for step in undo.into_iter().rev() {
+            match step {
+                Opened::Chunk(index) => {
+                    if let Some((_, open)) = self.messages.get_index_mut(index) {
+                        open.chunks -= 1;
+                    }
+                }
+                Opened::Message => {
+                    self.messages.pop();
+                }
+                Opened::BlockMessage(index) => {
+                    if let Some((_, open)) = self.blocks.get_index_mut(index) {
+                        open.messages -= 1;
+                    }
+                }
+                Opened::Block => {
+                    self.blocks.pop();
+                }
+            }
+        }
+    }
+
     /// `message_end` for an open message, if it is open.
     pub(crate) fn end_message(&mut self, id: &str, now_ms: u64) -> Option<Closing> {
-        let index = self.messages.iter().position(|m| m.id == id)?;
-        let open = self.messages.remove(index);
+        let open = self.messages.shift_remove(id)?;
         let event = open.end_event(open.chunks, now_ms.saturating_sub(open.started_ms));
         Some(Closing { event, widest: open.end_event(u64::MAX, u64::MAX) })
     }
 
     /// `block_end` for an open block, after `message_end` for its open messages.
     pub(crate) fn end_block(&mut self, id: &str, now_ms: u64) -> Vec<Closing> {
-        let Some(index) = self.blocks.iter().position(|b| b.id == id) else {
+        if !self.blocks.contains_key(id) {
             return Vec::new();
-        };
+        }
         let in_block: Vec<String> =
-            self.messages.iter().filter(|m| m.block_id.as_deref() == Some(id)).map(|m| m.id.clone()).collect();
+            self.messages.values().filter(|m| m.block_id.as_deref() == Some(id)).map(|m| m.id.clone()).collect();
         let mut events: Vec<Closing> = in_block.iter().filter_map(|m| self.end_message(m, now_ms)).collect();
-        let open = self.blocks.remove(index);
+        let Some(open) = self.blocks.shift_remove(id) else { return events };
         let event = open.end_event(open.messages, now_ms.saturating_sub(open.started_ms));
         events.push(Closing { event, widest: open.end_event(u64::MAX, u64::MAX) });
         events
@@ -180,13 +228,14 @@ impl Lifecycle {
 
     /// Ends everything still open: messages outside blocks, then blocks from the newest.
     pub(crate) fn end_all(&mut self, now_ms: u64) -> Vec<Closing> {
-        let loose: Vec<String> = self.messages.iter().filter(|m| m.block_id.is_none()).map(|m| m.id.clone()).collect();
+        let loose: Vec<String> =
+            self.messages.values().filter(|m| m.block_id.is_none()).map(|m| m.id.clone()).collect();
         let mut events: Vec<Closing> = loose.iter().filter_map(|m| self.end_message(m, now_ms)).collect();
-        while let Some(block) = self.blocks.last().map(|b| b.id.clone()) {
+        while let Some(block) = self.blocks.last().map(|(id, _)| id.clone()) {
             events.extend(self.end_block(&block, now_ms));
         }
         // Messages naming a block that never opened (impossible through `before`) end last.
-        let rest: Vec<String> = self.messages.iter().map(|m| m.id.clone()).collect();
+        let rest: Vec<String> = self.messages.keys().cloned().collect();
         events.extend(rest.iter().filter_map(|m| self.end_message(m, now_ms)));
         events
     }

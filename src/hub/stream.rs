@@ -5,8 +5,8 @@
 //! through the delta reducer, adds the lifecycle events that go before it, counts it against the limits,
 //! and hands the stamped entries to the log. A batch is all or nothing, however it is refused (a message
 //! that fails validation, a delta the reducer refuses, a limit): the reducer is rolled back through its
-//! undo journal, the lifecycle restored and every byte counted for the batch given back, so the stream is
-//! exactly as before and a retry meets the same stream.
+//! undo journal, the lifecycle through its own (what it opened and counted), and every byte counted for the
+//! batch given back, so the stream is exactly as before and a retry meets the same stream.
 //!
 //! Readers never touch the producer's state: renditions, subscriptions and the snapshot read the log
 //! (`log.rs`), each behind its own mutex (`rendition.rs`), so a producer never waits for a reader, and a
@@ -63,7 +63,7 @@ use serde::Serialize;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::lifecycle::{self, Closing, Lifecycle, Opening, event, object};
+use super::lifecycle::{self, Closing, Lifecycle, Opened, Opening, event, object};
 use super::log::{Entry, Gone, Log};
 use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
@@ -559,11 +559,10 @@ impl Stream {
         if producer.end.is_some() {
             return Err(BatchError { index: 0, error: AppendError::Ended });
         }
-        let lifecycle = producer.lifecycle.clone();
         let mut staged = Staged::default();
         if let Err(error) = self.stage(&mut producer, messages, &mut staged) {
             producer.reducer.rollback(staged.undo);
-            producer.lifecycle = lifecycle;
+            producer.lifecycle.rollback(staged.opened);
             self.release(staged.reserved);
             return Err(error);
         }
@@ -612,7 +611,9 @@ impl Stream {
             }
             // The events this message opens with, and the room for the events that will close what they open.
             let (mut events_bytes, mut closing_bytes, mut closings) = (0, 0, 0);
-            for Opening { mut event, widest_end } in producer.lifecycle.before(&message, new, now_ms) {
+            for Opening { mut event, widest_end } in
+                producer.lifecycle.before(&message, new, now_ms, &mut staged.opened)
+            {
                 event.message_id = Some(self.new_id("m"));
                 stamp(&mut event, producer.last + staged.entries.len() as u64 + 1, now_ms, None);
                 // A lifecycle event starts a new message: the reducer cannot refuse it.
@@ -1090,6 +1091,8 @@ struct Staged {
     /// Bytes counted against the hub for them.
     reserved: u64,
     undo: Vec<Undo>,
+    /// What the lifecycle opened or counted for them.
+    opened: Vec<Opened>,
 }
 
 pub(crate) fn stamp(message: &mut OutputMessage, sequence: u64, now_ms: u64, trace_id: Option<String>) {
