@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
-use agentmux::http::{App, Settings};
+use agentmux::http::{App, Settings, check_key};
 use agentmux::hub::{Hub, HubConfig, Limits, Storage};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
 use agentmux::store::Store;
@@ -174,6 +174,34 @@ struct Serve {
     /// How long one tool the service runs may take.
     #[arg(long, env = "AGENTMUX_TOOL_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
     tool_timeout: Duration,
+    /// An API key callers must send (`Authorization: Bearer <key>`); repeat it for several. With none, the
+    /// service serves loopback only. The variable takes several, comma-separated.
+    #[arg(long = "api-key", env = "AGENTMUX_API_KEYS", value_delimiter = ',', hide_env_values = true)]
+    api_keys: Vec<String>,
+    /// A file of API keys, one per line (blank lines and lines starting with `#` are skipped).
+    #[arg(long, env = "AGENTMUX_API_KEYS_FILE")]
+    api_keys_file: Option<std::path::PathBuf>,
+    /// Serve addresses other than loopback without API keys: anyone who reaches the service may then do
+    /// anything with it.
+    #[arg(long, env = "AGENTMUX_INSECURE_NO_AUTH")]
+    insecure_no_auth: bool,
+}
+
+/// The keys from `--api-key` and `--api-keys-file`, each checked.
+fn api_keys(serve: &Serve) -> Result<Vec<String>, String> {
+    let mut keys: Vec<String> = serve.api_keys.iter().map(|k| k.trim().to_owned()).collect();
+    if let Some(path) = &serve.api_keys_file {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("reading the keys file {}: {e}", path.display()))?;
+        keys.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned));
+        if keys.is_empty() {
+            return Err(format!("the keys file {} holds no key", path.display()));
+        }
+    }
+    for (index, key) in keys.iter().enumerate() {
+        check_key(key).map_err(|e| format!("API key {}: {e}", index + 1))?;
+    }
+    Ok(keys)
 }
 
 fn main() -> ExitCode {
@@ -201,8 +229,25 @@ fn run_serve(serve: Serve) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("starting the runtime: {e}")),
     };
+    let api_keys = match api_keys(&serve) {
+        Ok(keys) => keys,
+        Err(e) => return fail(&e),
+    };
     let open_files = raise_open_file_limit();
     runtime.block_on(async move {
+        // Checked before binding: without keys, nothing but loopback is ever listened on.
+        let loopback = match tokio::net::lookup_host(&serve.addr).await {
+            Ok(mut addresses) => addresses.all(|a| a.ip().is_loopback()),
+            Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
+        };
+        if api_keys.is_empty() && !loopback && !serve.insecure_no_auth {
+            return fail(&format!(
+                "{} is not a loopback address and no API key is set: anyone who reaches it could read, write \
+                 and end every stream. Add --api-key <key> (or --api-keys-file), or --insecure-no-auth to serve \
+                 it open anyway",
+                serve.addr
+            ));
+        }
         let listener = match listen(&serve.addr).await {
             Ok(listener) => listener,
             Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
@@ -255,6 +300,7 @@ fn run_serve(serve: Serve) -> ExitCode {
             shutdown_drain: serve.shutdown_drain,
             default_model: serve.default_model.clone(),
             threads: ThreadConfig { ttl: serve.thread_ttl, max_threads: serve.max_threads, ..ThreadConfig::default() },
+            api_keys,
         };
         let mut agents = Agents::builtin();
         if let Some(url) = &serve.upstream_url {
@@ -295,6 +341,15 @@ fn run_serve(serve: Serve) -> ExitCode {
             max_connections,
             "agentmux listening"
         );
+        if !app.credentials.keyed() {
+            if loopback {
+                tracing::info!(
+                    "no API key: serving loopback only, open to any local caller (add --api-key <key> to require one)"
+                );
+            } else {
+                tracing::warn!("no API key and --insecure-no-auth: anyone who reaches this address may do anything");
+            }
+        }
         match agentmux::http::serve(listener, app, shutdown_signal()).await {
             Ok(()) => {
                 tracing::info!("stopped");

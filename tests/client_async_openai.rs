@@ -712,9 +712,10 @@ async fn every_replay_reads_as_its_golden_files() {
 async fn status_after_dropping(server: &TestServer, client: &Client<OpenAIConfig>) -> agentmux::hub::Status {
     let mut stream = client.chat().create_stream(request("demo", "hi", true, false)).await.expect("stream");
     let first = stream.next().await.expect("a first chunk").expect("a chunk");
+    // The completion id names the stream's epoch, never its id. The run lasts two seconds: still open here.
+    let epoch = first.id.strip_prefix("chatcmpl-").expect("chatcmpl- and the stream's epoch");
+    let run = server.hub.open_streams().into_iter().find(|s| s.epoch() == epoch).expect("the run's stream, open");
     drop(stream);
-    let id = first.id.strip_prefix("chatcmpl-").expect("chatcmpl- and the stream id");
-    let run = server.hub.get(id).expect("the run's stream");
     tokio::time::timeout(std::time::Duration::from_secs(5), async {
         while run.status() == agentmux::hub::Status::Open {
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;

@@ -218,3 +218,45 @@ async fn official_openai_python_client() {
     }
     eprintln!("venv setup {setup:.1?}, script {script_time:.1?}");
 }
+
+/// The official client against a server with API keys (`tests/python/openai_keys.py`): with the key it
+/// streams a chat and lists the models; with a wrong key, or none, it raises `AuthenticationError` (401).
+#[tokio::test(flavor = "multi_thread")]
+async fn official_openai_python_client_with_api_keys() {
+    let python =
+        tokio::task::spawn_blocking(ensure_venv).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let key = "sk-python-test";
+    let settings = agentmux::http::Settings { api_keys: vec![key.into()], ..agentmux::http::Settings::default() };
+    let server =
+        TestServer::with(agentmux::hub::HubConfig::default(), settings, agentmux::agent::Agents::builtin()).await;
+    let base_url = server.url("/v1");
+    let script = manifest_dir().join("tests").join("python").join("openai_keys.py");
+    let output = tokio::task::spawn_blocking(move || {
+        run(
+            Command::new(&python)
+                .arg(&script)
+                .arg(&base_url)
+                .arg(key)
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("NO_PROXY", "127.0.0.1,localhost")
+                .env_remove("OPENAI_BASE_URL")
+                .env_remove("OPENAI_API_KEY"),
+            SCRIPT_TIMEOUT,
+        )
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let output = expect_success("tests/python/openai_keys.py", output);
+    server.stop().await.expect("server stops");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let cases: BTreeMap<String, serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .map(|value| (value["case"].as_str().unwrap_or_default().to_owned(), value))
+        .collect();
+    assert!(cases["with_key"]["models"].as_array().is_some_and(|m| !m.is_empty()), "{stdout}");
+    assert_eq!(cases["wrong_key"]["status_code"], 401, "{stdout}");
+    assert_eq!(cases["wrong_key"]["code"], "invalid_api_key", "{stdout}");
+    assert_eq!(cases["no_key"]["status_code"], 401, "{stdout}");
+    assert_eq!(cases["no_key"]["code"], "missing_credentials", "no Authorization reached the server: {stdout}");
+}

@@ -916,8 +916,10 @@ async fn stream_endpoints_append_end_and_refuse() {
     assert_eq!(status, 201, "{created}");
     let mut keys: Vec<&str> = created.as_object().expect("object").keys().map(String::as_str).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["epoch", "id"]);
+    assert_eq!(keys, ["epoch", "id", "read_token", "write_token"]);
     let id = created["id"].as_str().expect("id").to_owned();
+    assert!(created["read_token"].as_str().is_some_and(|t| t.starts_with("amr.")), "{created}");
+    assert!(created["write_token"].as_str().is_some_and(|t| t.starts_with("amw.")), "{created}");
     assert!(id.len() >= 22 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'), "{id}");
     let messages_url = server.url(&format!("/v1/streams/{id}/messages"));
 

@@ -18,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::auth::Access;
 use super::extract::{Client, Params};
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body, format};
@@ -136,6 +137,7 @@ pub(crate) async fn completions(
     if streaming {
         let subscription = stream.subscribe(format, 0)?;
         let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect);
+        hand_read_token(&mut response, &app, &stream);
         name_thread(&mut response, thread.as_deref());
         return Ok(response);
     }
@@ -150,8 +152,18 @@ pub(crate) async fn completions(
     if let Ok(id) = HeaderValue::from_str(stream.id()) {
         response.headers_mut().insert("x-agentmux-stream-id", id);
     }
+    hand_read_token(&mut response, &app, &stream);
     name_thread(&mut response, thread.as_deref());
     Ok(response)
+}
+
+/// The run's read token in `x-agentmux-read-token`, beside its id: the caller may hand it to anyone who
+/// should watch the run. Never its write token: the caller did not create the stream, the service did.
+fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
+    let token = app.credentials.token(stream.id(), Access::Read, 0);
+    if let Ok(token) = HeaderValue::from_str(&token) {
+        response.headers_mut().insert("x-agentmux-read-token", token);
+    }
 }
 
 /// Names the thread in the response, as the request did.

@@ -11,8 +11,10 @@
 //! - `chat.rs`: `POST /v1/chat/completions`;
 //! - `streams.rs`: the stream endpoints and `GET /v1/models`;
 //! - `threads.rs`: the thread endpoints (`/v1/threads`, their audit log and replay);
+//! - `auth.rs`: API keys and stream tokens (who may do what);
 //! - `sse.rs` and `ws.rs`: the SSE and WebSocket transports, both writing a batch of frames at a time.
 
+mod auth;
 mod body;
 mod chat;
 mod edge;
@@ -35,6 +37,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use tracing::Instrument;
 
+pub use auth::{Access, Credentials, KeyError, check_key};
 pub use error::{HttpError, Room};
 pub use server::{runtime, serve};
 
@@ -67,6 +70,8 @@ pub struct Settings {
     pub default_model: String,
     /// The limits of server-side threads.
     pub threads: ThreadConfig,
+    /// The API keys (none: no credential is needed; see `auth.rs`).
+    pub api_keys: Vec<String>,
 }
 
 impl Default for Settings {
@@ -81,6 +86,7 @@ impl Default for Settings {
             shutdown_drain: Duration::from_secs(5),
             default_model: "demo".into(),
             threads: ThreadConfig::default(),
+            api_keys: Vec::new(),
         }
     }
 }
@@ -96,6 +102,8 @@ pub struct App {
     pub threads: Threads,
     /// Transport settings.
     pub settings: Settings,
+    /// The keys and the secret stream tokens are signed with.
+    pub credentials: Arc<Credentials>,
     /// Where the service is in its shutdown.
     lifetime: Lifetime,
 }
@@ -109,8 +117,11 @@ impl App {
     /// An app whose threads `store` keeps (the hub should keep its streams there too: see
     /// [`crate::store::Store`]).
     pub fn with_store(hub: Hub, agents: Arc<Agents>, settings: Settings, store: Option<Arc<Store>>) -> Self {
+        // Tokens outlive a restart with the store's secret; without a store, they last as long as the process.
+        let secret = store.as_ref().map_or_else(crate::store::random_secret, |s| s.secret());
+        let credentials = Arc::new(Credentials::new(&settings.api_keys, secret));
         let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store);
-        App { hub, agents, threads, settings, lifetime: Lifetime::default() }
+        App { hub, agents, threads, settings, credentials, lifetime: Lifetime::default() }
     }
 
     /// 503 `shutting_down` once the service is stopping: for what would start new work.
@@ -146,6 +157,7 @@ pub fn router(app: App) -> Router {
                 "not_found",
             )
         })
+        .route_layer(middleware::from_fn_with_state(app.clone(), auth::guard))
         .layer(middleware::from_fn_with_state(app.settings.body_limit, edge::guard))
         .layer(middleware::from_fn(trace))
         .with_state(app)

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::auth::Access;
 use super::extract::{Client, Params, StreamId};
 use super::format::FormatFields;
 use super::sse::{self, OnDisconnect};
@@ -33,9 +34,12 @@ pub(crate) fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
 #[derive(Debug, Deserialize, Default)]
 struct CreateBody {
     model: Option<String>,
+    /// Seconds the stream's tokens are good for (none: as long as the stream).
+    token_ttl: Option<u64>,
 }
 
-/// `POST /v1/streams`: `201 {"id", "epoch"}`.
+/// `POST /v1/streams`: `201 {"id", "epoch", "read_token", "write_token"}` (and `token_expires_at`, Unix
+/// seconds, when the body asked for a `token_ttl`).
 pub(crate) async fn create(
     State(app): State<App>,
     Client(client): Client,
@@ -48,7 +52,18 @@ pub(crate) async fn create(
     let stream = app.hub.create_for(client.as_deref(), create.model.as_deref().unwrap_or("agentmux"))?;
     super::record_stream(stream.id());
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
-    Ok((StatusCode::CREATED, Json(json!({ "id": stream.id(), "epoch": stream.epoch() }))).into_response())
+    let expires = create.token_ttl.map_or(0, |ttl| super::auth::now_s().saturating_add(ttl.max(1)));
+    let token = |access| app.credentials.token(stream.id(), access, expires);
+    let mut answer = json!({
+        "id": stream.id(),
+        "epoch": stream.epoch(),
+        "read_token": token(Access::Read),
+        "write_token": token(Access::Write),
+    });
+    if expires != 0 {
+        answer["token_expires_at"] = json!(expires);
+    }
+    Ok((StatusCode::CREATED, Json(answer)).into_response())
 }
 
 /// `POST /v1/streams/{id}/messages`: `{"sequences": [..]}`.

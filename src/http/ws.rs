@@ -12,6 +12,10 @@
 //! text that is not UTF-8, 1002 for a broken frame; the reason is written for the client. On shutdown a
 //! connection sends what its streams still owe (their `done` included) and closes with 1001.
 //!
+//! With API keys configured, a connection may do what the credential it opened with grants (`auth.rs`): a
+//! key, everything; a stream token, that stream only, and `publish` and `cancel` only with its write token.
+//! Any other op gets the error reply `permission_denied` and the connection stays open.
+//!
 //! A connection's subscriptions are cursors into their streams' shared renditions, polled together by the
 //! connection's one task: it takes a batch only when the socket has taken the last one, so a connection
 //! has at most one batch (up to the hub's batch limit) in flight, however many streams it watches and
@@ -22,6 +26,7 @@
 
 use std::pin::Pin;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade, close_code};
 use axum::http::HeaderMap;
@@ -32,6 +37,7 @@ use serde_json::{Value, json};
 use tokio_stream::StreamMap;
 use tracing::Instrument;
 
+use super::auth::{Access, Grant};
 use super::extract::{Params, StreamId, Upgrade};
 use super::format::FormatFields;
 use super::streams::{SubscribeQuery, find};
@@ -46,6 +52,7 @@ type Feed = Pin<Box<dyn futures::Stream<Item = Option<Batch>> + Send>>;
 /// `GET /v1/streams/{id}/ws`.
 pub(crate) async fn one(
     State(app): State<App>,
+    Extension(grant): Extension<Grant>,
     StreamId(id): StreamId,
     Params(query): Params<SubscribeQuery>,
     headers: HeaderMap,
@@ -59,15 +66,20 @@ pub(crate) async fn one(
     let id = stream.id().to_owned();
     let sockets = app.lifetime.sockets.clone();
     Ok(limits(upgrade, &app).on_upgrade(move |socket| {
-        sockets.track_future(connection(app, socket, Some((id, subscription))).instrument(span))
+        sockets.track_future(connection(app, grant, socket, Some((id, subscription))).instrument(span))
     }))
 }
 
 /// `GET /v1/ws`.
-pub(crate) async fn many(State(app): State<App>, Upgrade(upgrade): Upgrade) -> Response {
+pub(crate) async fn many(
+    State(app): State<App>,
+    Extension(grant): Extension<Grant>,
+    Upgrade(upgrade): Upgrade,
+) -> Response {
     let span = tracing::info_span!("ws", stream = "*");
     let sockets = app.lifetime.sockets.clone();
-    limits(upgrade, &app).on_upgrade(move |socket| sockets.track_future(connection(app, socket, None).instrument(span)))
+    limits(upgrade, &app)
+        .on_upgrade(move |socket| sockets.track_future(connection(app, grant, socket, None).instrument(span)))
 }
 
 /// Bytes the WebSocket writer gathers before it writes: small messages still go out many to a write, and
@@ -110,7 +122,7 @@ fn feed(subscription: Subscription) -> Feed {
     Box::pin(subscription.into_stream().map(Some).chain(futures::stream::once(async { None })))
 }
 
-async fn connection(app: App, socket: WebSocket, initial: Option<(String, Subscription)>) {
+async fn connection(app: App, grant: Grant, socket: WebSocket, initial: Option<(String, Subscription)>) {
     let lifetime = app.lifetime.clone();
     let single = initial.as_ref().map(|(id, _)| id.clone());
     let (mut sink, mut source) = socket.split();
@@ -134,7 +146,7 @@ async fn connection(app: App, socket: WebSocket, initial: Option<(String, Subscr
                 Some(Err(error)) => break read_failed(&error),
                 Some(Ok(Message::Close(_))) => break None,
                 Some(Ok(Message::Text(text))) => {
-                    let reply = handle(&app, text.as_str(), &mut feeds);
+                    let reply = handle(&app, &grant, text.as_str(), &mut feeds);
                     if send(&mut sink, vec![reply]).await.is_err() {
                         break None;
                     }
@@ -221,8 +233,8 @@ async fn send(
     sink.flush().await
 }
 
-/// Handles one client frame; returns the reply.
-fn handle(app: &App, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message {
+/// Handles one client frame, as far as the connection's credential allows; returns the reply.
+fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message {
     let op: Op = match serde_json::from_str(text) {
         Ok(op) => op,
         Err(error) => {
@@ -230,7 +242,12 @@ fn handle(app: &App, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message
             return error_message(None, &format!("frame not understood: {error}"), code);
         }
     };
+    let (stream, needed) = match &op {
+        Op::Subscribe { stream, .. } | Op::Unsubscribe { stream } => (stream, Access::Read),
+        Op::Cancel { stream } | Op::Publish { stream, .. } => (stream, Access::Write),
+    };
     let result = match op {
+        _ if !grant.allows(stream, needed) => Err(Grant::refusal()),
         Op::Subscribe { stream, from, format } => (|| {
             let found = find_op(app, &stream)?;
             if feeds.contains_key(&stream) {

@@ -84,10 +84,12 @@ impl Format {
     }
 }
 
-/// The completion id, creation time and model OpenAI renderings of a stream carry.
+/// The completion id, creation time and model OpenAI renderings of a stream carry. The id is made from the
+/// stream's epoch, which every reader sees anyway, never from its id: whoever reads a response must not learn
+/// the id, which on a service without keys is the right to write into the run.
 impl From<&StreamInfo> for OpenAiOptions {
     fn from(info: &StreamInfo) -> Self {
-        OpenAiOptions::new(format!("chatcmpl-{}", info.id), info.created_ms / 1000, info.model.clone())
+        OpenAiOptions::new(format!("chatcmpl-{}", info.epoch), info.created_ms / 1000, info.model.clone())
     }
 }
 

@@ -89,6 +89,32 @@ pub struct Store {
     reader: Arc<Reader>,
     _checkpointer: Checkpointer,
     threads: Mutex<Vec<StoredThread>>,
+    /// The key stream tokens are signed with, made on the store's first start.
+    secret: [u8; 32],
+}
+
+/// 32 random bytes: a secret for a service without a store (its tokens end with the process).
+pub fn random_secret() -> [u8; 32] {
+    let mut secret = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
+    secret
+}
+
+/// The secret called `name`, made and kept the first time it is asked for.
+fn secret(connection: &Connection, name: &str) -> rusqlite::Result<[u8; 32]> {
+    let kept: Option<Vec<u8>> = connection
+        .query_row("SELECT value FROM secrets WHERE name = ?1", [name], |r| r.get(0))
+        .map(Some)
+        .or_else(|e| if e == rusqlite::Error::QueryReturnedNoRows { Ok(None) } else { Err(e) })?;
+    if let Some(secret) = kept.and_then(|v| <[u8; 32]>::try_from(v).ok()) {
+        return Ok(secret);
+    }
+    let secret = random_secret();
+    connection.execute(
+        "INSERT OR REPLACE INTO secrets (name, value) VALUES (?1, ?2)",
+        rusqlite::params![name, &secret[..]],
+    )?;
+    Ok(secret)
 }
 
 /// What the store found at start.
@@ -151,12 +177,18 @@ impl Store {
         connection.pragma_update(None, "wal_autocheckpoint", checkpoint::WRITER_PAGES).map_err(sqlite)?;
         schema::migrate(&connection).map_err(sqlite)?;
         let threads = threads::load(&connection).map_err(sqlite)?;
+        let secret = secret(&connection, "tokens").map_err(sqlite)?;
         let writer =
             Writer::start(connection).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
         let reader = Reader::new(&path);
         let checkpointer =
             Checkpointer::start(&path).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
-        Ok(Arc::new(Store { path, writer, reader, _checkpointer: checkpointer, threads: Mutex::new(threads) }))
+        Ok(Arc::new(Store { path, writer, reader, _checkpointer: checkpointer, threads: Mutex::new(threads), secret }))
+    }
+
+    /// The key stream tokens are signed with: the same at every start of this store.
+    pub fn secret(&self) -> [u8; 32] {
+        self.secret
     }
 
     /// The file.

@@ -36,6 +36,11 @@ const MIGRATIONS: &[&str] = &[
         entry TEXT NOT NULL,
         PRIMARY KEY (thread, position)
     ) WITHOUT ROWID;",
+    // 2: the service's secrets (the key stream tokens are signed with), so tokens outlive a restart.
+    "CREATE TABLE secrets (
+        name TEXT PRIMARY KEY,
+        value BLOB NOT NULL
+    ) WITHOUT ROWID;",
 ];
 
 /// Brings the store to the latest version.

@@ -1,0 +1,320 @@
+//! Keys and stream tokens over real sockets (`src/http/auth.rs`): with keys configured, every rule of who may
+//! do what, each refusal in the OpenAI envelope; without keys, tokens issued and accepted and nothing asked
+//! for. The binary itself refuses to serve a non-loopback address without keys unless told
+//! `--insecure-no-auth`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use agentmux::agent::Agents;
+use agentmux::http::Settings;
+use agentmux::hub::HubConfig;
+use common::http::{assert_envelope, header, read_events};
+use common::process::ServerProcess;
+use common::server::TestServer;
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-key";
+
+/// A server with `keys`; streams still open at its stop end at once.
+async fn server(keys: &[&str]) -> TestServer {
+    let settings = Settings {
+        api_keys: keys.iter().map(|k| k.to_string()).collect(),
+        shutdown_grace: Duration::ZERO,
+        ..Settings::default()
+    };
+    TestServer::with(HubConfig::default(), settings, Agents::builtin()).await
+}
+
+async fn keyed() -> TestServer {
+    server(&[KEY, "sk-second"]).await
+}
+
+/// Sends `request` with `credential` as a bearer (none: no `Authorization`); status, JSON body, and the
+/// `www-authenticate` header.
+async fn send(request: reqwest::RequestBuilder, credential: Option<&str>) -> (u16, Value, Option<String>) {
+    let request = match credential {
+        Some(credential) => request.bearer_auth(credential),
+        None => request,
+    };
+    let response = request.send().await.expect("a response");
+    let status = response.status().as_u16();
+    let challenge = response.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let body = response.json().await.unwrap_or(Value::Null);
+    (status, body, challenge)
+}
+
+/// Creates a stream with the key (and a token lifetime, if given): its id and tokens.
+async fn create(client: &reqwest::Client, server: &TestServer, body: Value) -> (String, String, String) {
+    let (status, created, _) = send(client.post(server.url("/v1/streams")).json(&body), Some(KEY)).await;
+    assert_eq!(status, 201, "{created}");
+    let field = |name: &str| created[name].as_str().unwrap_or_else(|| panic!("{name}: {created}")).to_owned();
+    (field("id"), field("read_token"), field("write_token"))
+}
+
+fn append(client: &reqwest::Client, server: &TestServer, id: &str) -> reqwest::RequestBuilder {
+    client
+        .post(server.url(&format!("/v1/streams/{id}/messages")))
+        .json(&json!({"type": "text", "props": {"content": "hi"}}))
+}
+
+#[tokio::test]
+async fn with_keys_every_call_needs_a_key_or_the_right_token() {
+    let server = keyed().await;
+    let client = reqwest::Client::new();
+
+    // No credential, or an unknown key: 401 with the envelope and a Bearer challenge, for every kind of call.
+    for credential in [None, Some("sk-wrong")] {
+        let code = if credential.is_none() { "missing_credentials" } else { "invalid_api_key" };
+        for request in [
+            client.post(server.url("/v1/streams")).json(&json!({})),
+            client.get(server.url("/v1/models")),
+            client
+                .post(server.url("/v1/chat/completions"))
+                .json(&json!({"model": "echo", "messages": [{"role": "user", "content": "x"}]})),
+            client.post(server.url("/v1/threads")).json(&json!({})),
+        ] {
+            let (status, body, challenge) = send(request, credential).await;
+            assert_eq!(status, 401, "{body}");
+            assert_envelope(&body, None, code);
+            assert_eq!(challenge.as_deref(), Some("Bearer"));
+        }
+    }
+    let (status, _, _) = send(client.get(server.url("/healthz")), None).await;
+    assert_eq!(status, 200, "/healthz is open");
+    let (status, _, _) = send(client.get(server.url("/v1/models")), Some("sk-second")).await;
+    assert_eq!(status, 200, "every configured key works");
+
+    let (id, read, write) = create(&client, &server, json!({})).await;
+    let (other, other_read, other_write) = create(&client, &server, json!({})).await;
+
+    // Writing: the write token or a key; a read token is 403, another stream's token is 403.
+    let (status, body, _) = send(append(&client, &server, &id), Some(&read)).await;
+    assert_eq!(status, 403, "{body}");
+    assert_envelope(&body, None, "permission_denied");
+    let (status, body, _) = send(append(&client, &server, &id), Some(&other_write)).await;
+    assert_eq!(status, 403, "{body}");
+    assert_envelope(&body, None, "permission_denied");
+    let (status, body, _) = send(append(&client, &server, &id), None).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, body, _) = send(append(&client, &server, &id), Some(&write)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = send(append(&client, &server, &id), Some(KEY)).await;
+    assert_eq!(status, 200, "{body}");
+    for action in ["end", "cancel"] {
+        let url = server.url(&format!("/v1/streams/{other}/{action}"));
+        let (status, body, _) = send(client.post(&url), Some(&other_read)).await;
+        assert_eq!(status, 403, "{action} with a read token: {body}");
+    }
+    // A forged token: the right form, another signature.
+    let forged = format!("{}{}", &write[..write.len() - 4], if write.ends_with("AAAA") { "BBBB" } else { "AAAA" });
+    let (status, body, _) = send(append(&client, &server, &id), Some(&forged)).await;
+    assert_eq!(status, 401, "{body}");
+    assert_envelope(&body, None, "invalid_token");
+    // A token is no key: it does not create streams.
+    let (status, body, _) = send(client.post(server.url("/v1/streams")).json(&json!({})), Some(&write)).await;
+    assert_eq!(status, 403, "{body}");
+
+    // Reading: the read token as a bearer or as `?token=` (what EventSource can send), or a key.
+    let (status, body, _) = send(client.get(server.url(&format!("/v1/streams/{id}"))), Some(&read)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = send(client.get(server.url(&format!("/v1/streams/{id}"))), Some(&other_read)).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body, _) = send(client.get(server.url(&format!("/v1/streams/{id}/events"))), None).await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _, _) = send(client.post(server.url(&format!("/v1/streams/{id}/end"))), Some(&write)).await;
+    assert_eq!(status, 200);
+    let events_url = server.url(&format!("/v1/streams/{id}/events?token={}", urlencode(&read)));
+    let response = client.get(&events_url).send().await.expect("events");
+    assert_eq!(response.status(), 200);
+    let events = read_events(response).await;
+    assert_eq!(events.iter().filter(|e| e.json()["type"] == "text").count(), 2, "both appends");
+    // `?token=` is for reads only.
+    let url = server.url(&format!("/v1/streams/{other}/messages?token={}", urlencode(&other_write)));
+    let (status, body, _) =
+        send(client.post(&url).json(&json!({"type": "text", "props": {"content": "x"}})), None).await;
+    assert_eq!(status, 401, "{body}");
+    server.stop().await.expect("stops");
+}
+
+#[tokio::test]
+async fn a_token_with_a_lifetime_expires() {
+    let server = keyed().await;
+    let client = reqwest::Client::new();
+    let (status, created, _) =
+        send(client.post(server.url("/v1/streams")).json(&json!({"token_ttl": 1})), Some(KEY)).await;
+    assert_eq!(status, 201, "{created}");
+    assert!(created["token_expires_at"].as_u64().is_some(), "{created}");
+    let (id, write) = (created["id"].as_str().expect("id"), created["write_token"].as_str().expect("token"));
+    let (status, body, _) = send(append(&client, &server, id), Some(write)).await;
+    assert_eq!(status, 200, "good before its expiry: {body}");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (status, body, _) = send(append(&client, &server, id), Some(write)).await;
+    assert_eq!(status, 401, "{body}");
+    assert_envelope(&body, None, "token_expired");
+    server.stop().await.expect("stops");
+}
+
+#[tokio::test]
+async fn a_chat_hands_out_a_read_token_and_never_the_stream_id_in_the_completion() {
+    let server = keyed().await;
+    let client = reqwest::Client::new();
+    let request = json!({"model": "echo", "messages": [{"role": "user", "content": "hello"}], "stream": true});
+    let response =
+        client.post(server.url("/v1/chat/completions")).bearer_auth(KEY).json(&request).send().await.expect("chat");
+    assert_eq!(response.status(), 200);
+    let id = header(&response, "x-agentmux-stream-id").to_owned();
+    let read = header(&response, "x-agentmux-read-token").to_owned();
+    assert!(read.starts_with("amr."), "{read}");
+    let chunks = read_events(response).await;
+    let completion = chunks[0].json()["id"].as_str().expect("a completion id").to_owned();
+    assert!(!completion.contains(&id), "the completion id {completion} hands out the stream id {id}");
+    for chunk in &chunks {
+        assert!(!chunk.data.contains(&id), "a chunk names the stream id: {}", chunk.data);
+    }
+    // The read token watches the run and nothing more.
+    let (status, body, _) = send(client.get(server.url(&format!("/v1/streams/{id}"))), Some(&read)).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body, _) = send(client.post(server.url(&format!("/v1/streams/{id}/cancel"))), Some(&read)).await;
+    assert_eq!(status, 403, "{body}");
+    server.stop().await.expect("stops");
+}
+
+#[tokio::test]
+async fn without_keys_tokens_are_issued_and_nothing_is_asked_for() {
+    let server = server(&[]).await;
+    let client = reqwest::Client::new();
+    let (status, created, _) = send(client.post(server.url("/v1/streams")).json(&json!({})), None).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id");
+    let write = created["write_token"].as_str().expect("a write token, issued anyway");
+    let (status, body, _) = send(append(&client, &server, id), Some(write)).await;
+    assert_eq!(status, 200, "a client written for keys runs unchanged: {body}");
+    let (status, body, _) = send(append(&client, &server, id), None).await;
+    assert_eq!(status, 200, "and the id alone still does: {body}");
+    server.stop().await.expect("stops");
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Sends `op` and reads its reply (the stream's own frames, which carry `seq`, are skipped).
+async fn op(ws: &mut Ws, op: Value) -> Value {
+    use futures::{SinkExt, StreamExt};
+    ws.send(tokio_tungstenite::tungstenite::Message::text(op.to_string())).await.expect("send");
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("a frame in time");
+        if let Some(Ok(tokio_tungstenite::tungstenite::Message::Text(text))) = frame {
+            let value: Value = serde_json::from_str(text.as_str()).expect("JSON");
+            if value.get("seq").is_none() {
+                return value;
+            }
+        }
+    }
+}
+
+/// A WebSocket takes `?token=` (browsers cannot set headers on it) and allows the ops its credential does:
+/// a read token subscribes to its own stream only, and cannot publish or cancel over the socket.
+#[tokio::test]
+async fn a_websocket_does_what_its_token_grants() {
+    let server = keyed().await;
+    let client = reqwest::Client::new();
+    let (id, read, _) = create(&client, &server, json!({})).await;
+    let (other, _, _) = create(&client, &server, json!({})).await;
+    for path in [format!("/v1/streams/{id}/ws"), "/v1/ws".to_owned()] {
+        match tokio_tungstenite::connect_async(format!("ws://{}{path}", server.addr)).await {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => assert_eq!(response.status(), 401),
+            other => panic!("{path} without a credential is refused with 401: {:?}", other.map(|_| ())),
+        }
+    }
+    let token = urlencode(&read);
+    let url = format!("ws://{}/v1/streams/{id}/ws?token={token}", server.addr);
+    let (mut one, _) = tokio_tungstenite::connect_async(url).await.expect("the read token opens it");
+    let text = json!({"type": "text", "props": {"content": "x"}});
+    let reply = op(&mut one, json!({"op": "publish", "stream": id, "message": text})).await;
+    assert_eq!(reply["error"]["code"], "permission_denied", "{reply}");
+    let reply = op(&mut one, json!({"op": "cancel", "stream": id})).await;
+    assert_eq!(reply["error"]["code"], "permission_denied", "{reply}");
+
+    let (mut many, _) =
+        tokio_tungstenite::connect_async(format!("ws://{}/v1/ws?token={token}", server.addr)).await.expect("open");
+    let reply = op(&mut many, json!({"op": "subscribe", "stream": other})).await;
+    assert_eq!(reply["error"]["code"], "permission_denied", "another stream: {reply}");
+    let reply = op(&mut many, json!({"op": "subscribe", "stream": id})).await;
+    assert_eq!(reply["subscribed"], true, "{reply}");
+    server.stop().await.expect("stops");
+}
+
+/// Runs the binary with `args` until it exits (it must, within 20 s): its status and stderr.
+fn run_binary(args: &[&str]) -> (bool, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start agentmux");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        assert!(started.elapsed() < Duration::from_secs(20), "agentmux did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("output");
+    (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+/// Without keys the service listens on loopback only: another address is refused at start, before anything
+/// is bound (so this test binds nothing beyond loopback). Keys and `--insecure-no-auth` are taken.
+#[test]
+fn the_binary_refuses_to_serve_beyond_loopback_without_keys() {
+    let (ok, stderr) = run_binary(&["serve", "--ephemeral", "--addr", "0.0.0.0:0"]);
+    assert!(!ok, "refused: {stderr}");
+    assert!(stderr.contains("--api-key") && stderr.contains("--insecure-no-auth"), "{stderr}");
+    assert!(!stderr.contains("agentmux listening"), "{stderr}");
+    let (ok, stderr) = run_binary(&["serve", "--ephemeral", "--api-key", "amr.looks-like-a-token"]);
+    assert!(!ok && stderr.contains("stream tokens"), "{stderr}");
+
+    let server = ServerProcess::spawn(&["--insecure-no-auth"]);
+    assert!(!server.log.lock().expect("log").contains("--insecure-no-auth"), "on loopback, nothing to warn of");
+    drop(server);
+    let server = ServerProcess::spawn(&["--api-key", KEY]);
+    let mut tcp = std::net::TcpStream::connect(&server.addr).expect("connect");
+    tcp.write_all(b"GET /v1/models HTTP/1.1\r\nhost: agentmux\r\nconnection: close\r\n\r\n").expect("send");
+    let mut reply = String::new();
+    tcp.read_to_string(&mut reply).expect("read");
+    assert!(reply.starts_with("HTTP/1.1 401"), "the key is asked for: {reply}");
+}
+
+fn urlencode(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+/// The store keeps the secret tokens are signed with: a token issued before a restart still works after it.
+#[tokio::test]
+async fn tokens_outlive_a_restart_with_the_store() {
+    let dir = std::env::temp_dir().join(format!("agentmux-auth-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let data_dir = dir.to_str().expect("a UTF-8 path").to_owned();
+    let args = ["--data-dir", data_dir.as_str(), "--api-key", KEY];
+    let client = reqwest::Client::new();
+    let mut first = ServerProcess::spawn(&args);
+    let created: Value = client
+        .post(first.url("/v1/streams"))
+        .bearer_auth(KEY)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("JSON");
+    let (id, read) = (created["id"].as_str().expect("id"), created["read_token"].as_str().expect("token"));
+    let ended = client.post(first.url(&format!("/v1/streams/{id}/end"))).bearer_auth(KEY).send().await.expect("end");
+    assert_eq!(ended.status(), 200);
+    first.kill();
+    let second = ServerProcess::spawn(&args);
+    let status = client.get(second.url(&format!("/v1/streams/{id}"))).bearer_auth(read).send().await.expect("get");
+    assert_eq!(status.status(), 200, "the read token from before the restart");
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
+}
