@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
-use agentmux::http::{App, Settings, check_key};
+use agentmux::http::{App, Origins, Settings, check_key};
 use agentmux::hub::{Hub, HubConfig, Limits, Storage};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
 use agentmux::store::Store;
@@ -185,6 +185,10 @@ struct Serve {
     /// anything with it.
     #[arg(long, env = "AGENTMUX_INSECURE_NO_AUTH")]
     insecure_no_auth: bool,
+    /// An origin whose pages may call the service from a browser (`https://app.example.com`); repeat it for
+    /// several, or `*` to let any page read (not write). The variable takes several, comma-separated.
+    #[arg(long = "cors-origin", env = "AGENTMUX_CORS_ORIGINS", value_delimiter = ',')]
+    cors_origins: Vec<String>,
 }
 
 /// The keys from `--api-key` and `--api-keys-file`, each checked.
@@ -231,6 +235,10 @@ fn run_serve(serve: Serve) -> ExitCode {
     };
     let api_keys = match api_keys(&serve) {
         Ok(keys) => keys,
+        Err(e) => return fail(&e),
+    };
+    let cors_origins = match Origins::new(&serve.cors_origins) {
+        Ok(origins) => origins,
         Err(e) => return fail(&e),
     };
     let open_files = raise_open_file_limit();
@@ -301,6 +309,7 @@ fn run_serve(serve: Serve) -> ExitCode {
             default_model: serve.default_model.clone(),
             threads: ThreadConfig { ttl: serve.thread_ttl, max_threads: serve.max_threads, ..ThreadConfig::default() },
             api_keys,
+            cors_origins,
         };
         let mut agents = Agents::builtin();
         if let Some(url) = &serve.upstream_url {

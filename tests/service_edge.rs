@@ -616,7 +616,8 @@ async fn every_malformed_query_path_method_and_upgrade_gets_the_envelope() {
         None,
         "body_too_large",
     ));
-    let mut broken_chunks = raw_head("POST", b"/v1/streams", &[("transfer-encoding", b"chunked")]);
+    let mut broken_chunks =
+        raw_head("POST", b"/v1/streams", &[("transfer-encoding", b"chunked"), ("content-type", b"application/json")]);
     broken_chunks.extend_from_slice(b"zz\r\n");
     rows.push(row(
         "POST /v1/streams with a chunk size that is not hex",
@@ -625,7 +626,8 @@ async fn every_malformed_query_path_method_and_upgrade_gets_the_envelope() {
         None,
         "bad_body",
     ));
-    let mut stalled = raw_head("POST", b"/v1/streams", &[("content-length", b"10")]);
+    let mut stalled =
+        raw_head("POST", b"/v1/streams", &[("content-length", b"10"), ("content-type", b"application/json")]);
     stalled.extend_from_slice(b"{}");
     let mut slow = row(
         "POST /v1/streams declaring 10 bytes and sending 2 (body timeout 1 s)",

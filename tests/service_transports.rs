@@ -431,7 +431,9 @@ async fn a_subscriber_resumes_without_gap_or_duplicate() {
     // Reconnect as EventSource does.
     let response = client.get(&events_url).header("last-event-id", last_seen.to_string()).send().await.expect("resume");
     assert_sse_headers(&response);
+    // An EventSource reader's stream opens with the reconnection hint, each connection's.
     let rest = read_body(response).await;
+    let rest = rest.strip_prefix(b"retry: 2000\n\n".as_slice()).expect("the retry hint first").to_vec();
     let (resumed, _) = parse_sse(&rest);
     assert_eq!(resumed.first().and_then(|e| e.id), Some(last_seen + 1), "no gap and no duplicate");
     let mut joined: Vec<Sse> = seen.clone();
@@ -449,8 +451,9 @@ async fn a_subscriber_resumes_without_gap_or_duplicate() {
     let response = client.get(format!("{events_url}?from={from}")).send().await.expect("from");
     assert_sse_headers(&response);
     let tail = read_body(response).await;
-    let expected: Vec<u8> = all[from as usize..].iter().flat_map(|e| e.raw.clone()).collect();
-    assert_eq!(tail, expected, "from={from} gives the events after {from}");
+    let expected: Vec<u8> =
+        b"retry: 2000\n\n".iter().copied().chain(all[from as usize..].iter().flat_map(|e| e.raw.clone())).collect();
+    assert_eq!(tail, expected, "from={from} gives the hint, then the events after {from}");
 
     // Resuming at the end of an ended stream: 204, so EventSource stops reconnecting.
     let response = client.get(format!("{events_url}?from={last}")).send().await.expect("from last");

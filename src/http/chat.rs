@@ -136,7 +136,7 @@ pub(crate) async fn completions(
     }
     if streaming {
         let subscription = stream.subscribe(format, 0)?;
-        let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect);
+        let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false);
         hand_read_token(&mut response, &app, &stream);
         name_thread(&mut response, thread.as_deref());
         return Ok(response);

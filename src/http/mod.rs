@@ -12,10 +12,12 @@
 //! - `streams.rs`: the stream endpoints and `GET /v1/models`;
 //! - `threads.rs`: the thread endpoints (`/v1/threads`, their audit log and replay);
 //! - `auth.rs`: API keys and stream tokens (who may do what);
+//! - `browser.rs`: CORS, and what a page from another origin may not do;
 //! - `sse.rs` and `ws.rs`: the SSE and WebSocket transports, both writing a batch of frames at a time.
 
 mod auth;
 mod body;
+mod browser;
 mod chat;
 mod edge;
 mod error;
@@ -38,6 +40,7 @@ use axum::routing::{get, post};
 use tracing::Instrument;
 
 pub use auth::{Access, Credentials, KeyError, check_key};
+pub use browser::Origins;
 pub use error::{HttpError, Room};
 pub use server::{runtime, serve};
 
@@ -72,6 +75,8 @@ pub struct Settings {
     pub threads: ThreadConfig,
     /// The API keys (none: no credential is needed; see `auth.rs`).
     pub api_keys: Vec<String>,
+    /// The origins whose pages may use the service from a browser (see `browser.rs`).
+    pub cors_origins: Origins,
 }
 
 impl Default for Settings {
@@ -87,6 +92,7 @@ impl Default for Settings {
             default_model: "demo".into(),
             threads: ThreadConfig::default(),
             api_keys: Vec::new(),
+            cors_origins: Origins::default(),
         }
     }
 }
@@ -158,8 +164,10 @@ pub fn router(app: App) -> Router {
             )
         })
         .route_layer(middleware::from_fn_with_state(app.clone(), auth::guard))
+        .layer(middleware::from_fn_with_state(app.settings.cors_origins.clone(), browser::guard))
         .layer(middleware::from_fn_with_state(app.settings.body_limit, edge::guard))
         .layer(middleware::from_fn(trace))
+        .layer(tower::util::option_layer(app.settings.cors_origins.cors()))
         .with_state(app)
 }
 

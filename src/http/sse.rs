@@ -45,16 +45,18 @@ impl Drop for OnDisconnect {
     }
 }
 
-/// An SSE response that relays `subscription`, with `stream_id` in `x-agentmux-stream-id`.
+/// An SSE response that relays `subscription`, with `stream_id` in `x-agentmux-stream-id`; `retry` starts it
+/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `decisions.md`).
 pub(crate) fn response(
     subscription: Subscription,
     stream_id: &str,
     keep_alive: Duration,
     on_disconnect: OnDisconnect,
+    retry: bool,
 ) -> Response {
     // A zero keep-alive turns pings off.
     let pings = (!keep_alive.is_zero()).then(|| Pings::new(keep_alive));
-    let relay = Relay { subscription, on_disconnect, pings, wrote: None, gather: false };
+    let relay = Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry };
     let body = futures::stream::unfold(relay, |mut relay| async move {
         match relay.next().await {
             Some(chunk) => Some((Ok::<_, Infallible>(chunk), relay)),
@@ -86,7 +88,13 @@ struct Relay {
     /// Gather before the next batch: the last one took everything there was, and came soon after the one
     /// before it.
     gather: bool,
+    /// The reconnection hint is still to be sent, first.
+    retry: bool,
 }
+
+/// How long an `EventSource` waits before it reconnects after the connection drops: a block with only a
+/// `retry:` field, which sets it and dispatches no event.
+const RETRY: Bytes = Bytes::from_static(b"retry: 2000\n\n");
 
 impl Relay {
     /// The next chunk: a batch, or a ping after a silence; `None` when the subscription ended.
@@ -98,6 +106,9 @@ impl Relay {
     /// A message after a pause, a reader catching up, and a reader whose turns are already further apart
     /// (many readers share the cores, so each already takes several messages a turn) are never held.
     async fn next(&mut self) -> Option<Bytes> {
+        if std::mem::take(&mut self.retry) {
+            return Some(RETRY);
+        }
         if self.gather
             && let Some(wrote) = self.wrote
             && Instant::now() < wrote + GATHER

@@ -248,7 +248,9 @@ pub(crate) async fn events(
         }
         error
     })?;
-    Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none()))
+    // EventSource reads CUI events: they alone carry the reconnection hint.
+    let retry = matches!(format, Format::Cui);
+    Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none(), retry))
 }
 
 /// `GET /v1/models`: the agents, in OpenAI's list format.

@@ -27,7 +27,8 @@ impl Sse {
 }
 
 /// The complete events at the start of `bytes` (comment-only events such as `: ping` skipped), and how many
-/// bytes they took. Only `id:`, `data:` and comment lines are allowed, one `data:` line per event.
+/// bytes they took. Only `id:`, `data:`, `retry:` (alone, the reconnection hint) and comment lines are
+/// allowed, one `data:` line per event.
 pub(crate) fn parse_sse(bytes: &[u8]) -> (Vec<Sse>, usize) {
     let mut events = Vec::new();
     let mut start = 0;
@@ -43,7 +44,8 @@ pub(crate) fn parse_sse(bytes: &[u8]) -> (Vec<Sse>, usize) {
                 assert!(data.is_none(), "one data line per event: {text}");
                 data = Some(value.to_owned());
             } else {
-                assert!(line.is_empty() || line.starts_with(':'), "only id, data and comment lines: {text:?}");
+                let hint = line.strip_prefix("retry: ").is_some_and(|ms| ms.parse::<u64>().is_ok());
+                assert!(line.is_empty() || line.starts_with(':') || hint, "only id, data and comment lines: {text:?}");
             }
         }
         if let Some(data) = data {

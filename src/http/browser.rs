@@ -1,0 +1,179 @@
+//! What a browser may do: CORS for the origins an operator lists, and nothing for a page on any other.
+//!
+//! A web page can make a browser send requests anywhere, a local agentmux included, and some of them (a
+//! `POST` with a `text/plain` body, a WebSocket) go out without asking the server first. So, for every
+//! request, keys or not:
+//!
+//! - a request that changes something (any method but `GET`, `HEAD` and `OPTIONS`) or opens a WebSocket, sent
+//!   by a page (it has an `Origin`) from an origin that is neither listed with `--cors-origin` nor the
+//!   service's own, is refused with 403 `origin_not_allowed` before anything happens;
+//! - a request body must say it is JSON (`application/json`, or any `+json` type), or NDJSON where the
+//!   endpoint takes it (appending messages): anything else is 415 `unsupported_media_type`. A page can send
+//!   such a type only after a CORS preflight, which names its origin.
+//!
+//! Listed origins get CORS (tower-http's layer): preflights answered, any request header allowed,
+//! `Authorization` and `Last-Event-ID` included, and the headers a client needs exposed (the stream id, the
+//! read token, the thread id, `Retry-After`). `--cors-origin '*'` lets any page read (`GET`: events,
+//! snapshots) but not write: its preflights for anything else get no CORS headers, and the guard above
+//! refuses what a page sends without one. Clients that are not browsers send no `Origin` and meet only the
+//! media-type rule.
+
+use axum::extract::{Request, State};
+use axum::http::header::{CONTENT_TYPE, HOST, ORIGIN};
+use axum::http::request::Parts;
+use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, CorsLayer, ExposeHeaders};
+
+use super::HttpError;
+
+/// The origins `--cors-origin` lists: exact origins (`https://app.example.com`), or `*` for reads from any.
+#[derive(Debug, Clone, Default)]
+pub struct Origins {
+    exact: Vec<HeaderValue>,
+    any_reads: bool,
+}
+
+impl Origins {
+    /// From the flag's values: each an exact origin (scheme, host and port, no path), or `*`.
+    pub fn new(origins: &[String]) -> Result<Origins, String> {
+        let mut parsed = Origins::default();
+        for origin in origins {
+            let origin = origin.trim().trim_end_matches('/');
+            if origin == "*" {
+                parsed.any_reads = true;
+                continue;
+            }
+            let valid = url::Url::parse(origin).ok().is_some_and(|u| {
+                matches!(u.scheme(), "http" | "https") && u.host().is_some() && u.path() == "/" && u.query().is_none()
+            });
+            let value = HeaderValue::from_str(origin).ok().filter(|_| valid);
+            parsed.exact.push(value.ok_or_else(|| {
+                format!("--cors-origin {origin:?} is not an origin (scheme://host[:port], no path) nor `*`")
+            })?);
+        }
+        Ok(parsed)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && !self.any_reads
+    }
+
+    fn listed(&self, origin: &HeaderValue) -> bool {
+        self.exact.iter().any(|o| o == origin)
+    }
+
+    /// The CORS layer for these origins; none when no origin is listed (then no CORS header is sent).
+    pub(crate) fn cors(&self) -> Option<CorsLayer> {
+        if self.is_empty() {
+            return None;
+        }
+        let origins = self.clone();
+        let allow = AllowOrigin::predicate(move |origin: &HeaderValue, parts: &Parts| {
+            origins.listed(origin) || (origins.any_reads && reads(parts))
+        });
+        let exposed = ["x-agentmux-stream-id", "x-agentmux-read-token", "x-agentmux-thread-id", "retry-after"];
+        Some(
+            CorsLayer::new()
+                .allow_origin(allow)
+                .allow_methods(AllowMethods::list([Method::GET, Method::POST, Method::DELETE]))
+                .allow_headers(AllowHeaders::mirror_request())
+                .expose_headers(ExposeHeaders::list(exposed.map(HeaderName::from_static)))
+                .max_age(std::time::Duration::from_secs(600)),
+        )
+    }
+}
+
+/// Whether a request (or the one a preflight asks about) only reads.
+fn reads(parts: &Parts) -> bool {
+    let method = if parts.method == Method::OPTIONS {
+        parts.headers.get("access-control-request-method").and_then(|m| Method::from_bytes(m.as_bytes()).ok())
+    } else {
+        Some(parts.method.clone())
+    };
+    matches!(method, Some(Method::GET | Method::HEAD))
+}
+
+/// The middleware: refuses what a page from another origin may not do, and bodies that are not JSON.
+pub(crate) async fn guard(State(origins): State<Origins>, request: Request, next: Next) -> Response {
+    if let Err(error) = check(&origins, &request) {
+        return error.into_response();
+    }
+    next.run(request).await
+}
+
+fn check(origins: &Origins, request: &Request) -> Result<(), HttpError> {
+    let headers = request.headers();
+    let upgrade = headers.get("upgrade").is_some_and(|u| u.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    let changes = !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS) || upgrade;
+    if let Some(origin) = headers.get(ORIGIN)
+        && changes
+        && !origins.listed(origin)
+        && !same_origin(origin, headers.get(HOST))
+    {
+        return Err(HttpError::new(
+            StatusCode::FORBIDDEN,
+            "permission_error",
+            "a page from this origin may not do this: list it with --cors-origin",
+            None,
+            "origin_not_allowed",
+        ));
+    }
+    if has_body(request) {
+        let media = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let essence = media.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        let ndjson = request.uri().path().ends_with("/messages")
+            && matches!(essence.as_str(), "application/x-ndjson" | "application/jsonl" | "application/json-seq");
+        if essence != "application/json" && !essence.ends_with("+json") && !ndjson {
+            let shown = if media.is_empty() { "none".to_owned() } else { format!("{media:?}") };
+            return Err(HttpError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "invalid_request_error",
+                format!("the body's content-type is {shown}: send `content-type: application/json`"),
+                None,
+                "unsupported_media_type",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a request carries a body: a non-zero `Content-Length`, or a chunked one.
+fn has_body(request: &Request) -> bool {
+    let headers = request.headers();
+    let length = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    length.is_some_and(|n| n > 0) || headers.contains_key("transfer-encoding")
+}
+
+/// A page served by this service itself: its origin's host and port are the request's `Host`.
+fn same_origin(origin: &HeaderValue, host: Option<&HeaderValue>) -> bool {
+    let (Some(origin), Some(host)) = (origin.to_str().ok(), host.and_then(|h| h.to_str().ok())) else {
+        return false;
+    };
+    origin.split_once("://").is_some_and(|(_, authority)| authority.eq_ignore_ascii_case(host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_are_exact_or_a_star() {
+        let origins = Origins::new(&["https://app.example.com/".into(), "*".into()]).expect("valid");
+        assert!(origins.listed(&HeaderValue::from_static("https://app.example.com")));
+        assert!(!origins.listed(&HeaderValue::from_static("https://evil.example.com")));
+        assert!(origins.any_reads);
+        for bad in ["app.example.com", "https://app.example.com/path", "ftp://x", ""] {
+            assert!(Origins::new(&[bad.into()]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_service_s_own_pages_are_same_origin() {
+        let host = HeaderValue::from_static("127.0.0.1:8080");
+        assert!(same_origin(&HeaderValue::from_static("http://127.0.0.1:8080"), Some(&host)));
+        assert!(!same_origin(&HeaderValue::from_static("http://127.0.0.1:9999"), Some(&host)));
+        assert!(!same_origin(&HeaderValue::from_static("null"), Some(&host)));
+    }
+}

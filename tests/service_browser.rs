@@ -1,0 +1,180 @@
+//! What browsers may do, over real sockets (`src/http/browser.rs`), sending the headers a browser sends: a
+//! page from an origin not listed cannot change anything or open a WebSocket; a body that is not JSON is 415
+//! (a page could send it without a preflight); listed origins get CORS, preflights included; `*` lets any
+//! page read but not write; the reconnection hint goes on CUI event streams only.
+
+mod common;
+
+use std::time::Duration;
+
+use agentmux::agent::Agents;
+use agentmux::http::{Origins, Settings};
+use agentmux::hub::HubConfig;
+use common::http::{assert_envelope, read_body};
+use common::server::TestServer;
+use serde_json::{Value, json};
+
+const APP: &str = "https://app.example.com";
+const EVIL: &str = "https://evil.example.net";
+
+async fn server(origins: &[&str]) -> TestServer {
+    let origins: Vec<String> = origins.iter().map(|o| o.to_string()).collect();
+    let settings = Settings {
+        cors_origins: Origins::new(&origins).expect("valid origins"),
+        shutdown_grace: Duration::ZERO,
+        ..Settings::default()
+    };
+    TestServer::with(HubConfig::default(), settings, Agents::builtin()).await
+}
+
+fn chat_body() -> Value {
+    json!({"model": "echo", "messages": [{"role": "user", "content": "hi"}]})
+}
+
+async fn status_and_json(response: reqwest::Response) -> (u16, Value) {
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_page_from_another_origin_cannot_start_runs_or_write() {
+    let server = server(&[]).await;
+    let client = reqwest::Client::new();
+    // What a page can send without a preflight: a text/plain body, from its own origin.
+    let response = client
+        .post(server.url("/v1/chat/completions"))
+        .header("origin", EVIL)
+        .header("content-type", "text/plain")
+        .body(chat_body().to_string())
+        .send()
+        .await
+        .expect("send");
+    let (status, body) = status_and_json(response).await;
+    assert_eq!(status, 403, "{body}");
+    assert_envelope(&body, None, "origin_not_allowed");
+    assert!(server.hub.is_empty(), "no run started");
+    // The same body without an Origin (not a browser) still needs to say it is JSON.
+    let response = client
+        .post(server.url("/v1/chat/completions"))
+        .header("content-type", "text/plain")
+        .body(chat_body().to_string())
+        .send()
+        .await
+        .expect("send");
+    let (status, body) = status_and_json(response).await;
+    assert_eq!(status, 415, "{body}");
+    assert_envelope(&body, None, "unsupported_media_type");
+    for form in ["application/x-www-form-urlencoded", "multipart/form-data; boundary=x"] {
+        let response =
+            client.post(server.url("/v1/streams")).header("content-type", form).body("{}").send().await.expect("send");
+        assert_eq!(response.status(), 415, "{form}");
+    }
+    // JSON, NDJSON where the endpoint takes it, and an empty body are fine.
+    let response = client.post(server.url("/v1/chat/completions")).json(&chat_body()).send().await.expect("send");
+    assert_eq!(response.status(), 200);
+    let (status, created) = status_and_json(client.post(server.url("/v1/streams")).send().await.expect("send")).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("id");
+    let ndjson = client
+        .post(server.url(&format!("/v1/streams/{id}/messages")))
+        .header("content-type", "application/x-ndjson; charset=utf-8")
+        .body("{\"type\":\"text\",\"props\":{\"content\":\"a\"}}\n")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(ndjson.status(), 200);
+    // Ending a stream from another origin, even without a body, is refused; reading is not.
+    let end = server.url(&format!("/v1/streams/{id}/end"));
+    let response = client.post(&end).header("origin", EVIL).send().await.expect("send");
+    assert_eq!(response.status(), 403);
+    let response = client.get(server.url(&format!("/v1/streams/{id}"))).header("origin", EVIL).send().await;
+    assert_eq!(response.expect("send").status(), 200, "reads are not refused (CORS decides who sees them)");
+    // A page the service serves itself is same-origin.
+    let own = format!("http://{}", server.addr);
+    let response = client.post(&end).header("origin", &own).send().await.expect("send");
+    assert_eq!(response.status(), 200);
+    server.stop().await.expect("stops");
+}
+
+#[tokio::test]
+async fn a_websocket_from_an_origin_not_allowed_is_refused() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let server = server(&[APP, "*"]).await;
+    for (origin, allowed) in [(EVIL, false), (APP, true)] {
+        let mut request = format!("ws://{}/v1/ws", server.addr).into_client_request().expect("request");
+        request.headers_mut().insert("origin", origin.parse().expect("header"));
+        match tokio_tungstenite::connect_async(request).await {
+            Ok(_) => assert!(allowed, "{origin} may not open a WebSocket, `*` notwithstanding"),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert!(!allowed, "{origin}: {}", response.status());
+                assert_eq!(response.status(), 403);
+            }
+            Err(other) => panic!("{origin}: {other}"),
+        }
+    }
+    server.stop().await.expect("stops");
+}
+
+#[tokio::test]
+async fn listed_origins_get_cors_and_a_star_reads_only() {
+    let server = server(&[APP, "*"]).await;
+    let client = reqwest::Client::new();
+    // The preflight of a chat a page sends with a key.
+    let preflight = client
+        .request(reqwest::Method::OPTIONS, server.url("/v1/chat/completions"))
+        .header("origin", APP)
+        .header("access-control-request-method", "POST")
+        .header("access-control-request-headers", "authorization, content-type, x-stainless-os")
+        .send()
+        .await
+        .expect("preflight");
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    let header = |r: &reqwest::Response, name: &str| {
+        r.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_ascii_lowercase()
+    };
+    assert_eq!(header(&preflight, "access-control-allow-origin"), APP);
+    assert!(header(&preflight, "access-control-allow-methods").contains("post"));
+    assert!(header(&preflight, "access-control-allow-headers").contains("authorization"));
+    // The chat itself: its stream id and read token are readable by the page.
+    let response = client
+        .post(server.url("/v1/chat/completions"))
+        .header("origin", APP)
+        .json(&json!({"model": "echo", "messages": [{"role": "user", "content": "hi"}], "stream": true}))
+        .send()
+        .await
+        .expect("chat");
+    assert_eq!(response.status(), 200);
+    assert_eq!(header(&response, "access-control-allow-origin"), APP);
+    let exposed = header(&response, "access-control-expose-headers");
+    assert!(exposed.contains("x-agentmux-stream-id") && exposed.contains("x-agentmux-read-token"), "{exposed}");
+    let id = header(&response, "x-agentmux-stream-id");
+    let chat = read_body(response).await;
+    assert!(!chat.starts_with(b"retry:"), "an OpenAI stream carries only what OpenAI sends");
+
+    // `*`: any page reads, with the reconnection hint on CUI events only.
+    let events = client.get(server.url(&format!("/v1/streams/{id}/events"))).header("origin", EVIL).send().await;
+    let events = events.expect("events");
+    assert_eq!(header(&events, "access-control-allow-origin"), EVIL);
+    assert!(read_body(events).await.starts_with(b"retry: 2000\n\n"));
+    let openai = client.get(server.url(&format!("/v1/streams/{id}/events?format=openai"))).send().await;
+    assert!(!read_body(openai.expect("events")).await.starts_with(b"retry:"));
+    // ... but its preflight for a write gets no CORS, and the write itself is refused.
+    let preflight = client
+        .request(reqwest::Method::OPTIONS, server.url("/v1/streams"))
+        .header("origin", EVIL)
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .expect("preflight");
+    assert_eq!(header(&preflight, "access-control-allow-origin"), "");
+    let write = client.post(server.url("/v1/streams")).header("origin", EVIL).send().await.expect("write");
+    assert_eq!(write.status(), 403);
+    server.stop().await.expect("stops");
+}
+
+#[test]
+fn origins_that_are_not_origins_are_refused() {
+    for bad in ["app.example.com", "https://app.example.com/path", "javascript:alert(1)"] {
+        assert!(Origins::new(&[bad.to_owned()]).is_err(), "{bad}");
+    }
+}
