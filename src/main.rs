@@ -189,6 +189,18 @@ struct Serve {
     /// several, or `*` to let any page read (not write). The variable takes several, comma-separated.
     #[arg(long = "cors-origin", env = "AGENTMUX_CORS_ORIGINS", value_delimiter = ',')]
     cors_origins: Vec<String>,
+    /// How log lines look: `text` for people, `json` (one object per line) for collectors.
+    #[arg(long, env = "AGENTMUX_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// How log lines look.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with the request's span fields.
+    Json,
 }
 
 /// The keys from `--api-key` and `--api-keys-file`, each checked.
@@ -224,11 +236,13 @@ fn run_serve(serve: Serve) -> ExitCode {
     if let Err(error) = check_name("--default-model", &serve.default_model) {
         return fail(&error.to_string());
     }
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match serve.log_format {
+        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),
+    }
     let runtime = match agentmux::http::runtime() {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("starting the runtime: {e}")),

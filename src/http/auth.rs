@@ -7,7 +7,8 @@
 //!
 //! - reading a stream (its status, its events, its WebSocket) with its **read token** (or its write token);
 //! - appending to, ending or cancelling a stream with its **write token**;
-//! - `/healthz`, which says only that the process answers.
+//! - `/healthz`, `/readyz` and `/v1/version`, which say only that the process answers, takes work, and
+//!   which version it is (`/metrics` needs a key: a scraper sends it as a bearer).
 //!
 //! A credential comes as `Authorization: Bearer <key or token>`, or for reads as `?token=` (a browser's
 //! `EventSource` cannot set headers). A token is told from a key by its form: `amr.` (read) or `amw.`
@@ -221,7 +222,7 @@ enum Needs {
 
 fn needs(route: &str) -> Needs {
     match route {
-        "/healthz" => Needs::Nothing,
+        "/healthz" | "/readyz" | "/v1/version" => Needs::Nothing,
         "/v1/streams/{id}" | "/v1/streams/{id}/events" | "/v1/streams/{id}/ws" => Needs::Stream(Access::Read),
         "/v1/streams/{id}/messages" | "/v1/streams/{id}/end" | "/v1/streams/{id}/cancel" => {
             Needs::Stream(Access::Write)

@@ -118,6 +118,8 @@ pub(crate) async fn completions(
     let thread = thread_of(&headers, &request)?;
     let stream = start(&app, client.as_deref(), thread.as_deref(), request).await?;
     super::record_stream(stream.id());
+    app.metrics.stream_created();
+    app.metrics.run(&model, Arc::clone(&stream));
     tracing::info!(model, streaming, thread, "chat completion started");
     let on_disconnect = if cancel_on_disconnect {
         let stream = Arc::clone(&stream);
@@ -136,7 +138,9 @@ pub(crate) async fn completions(
     }
     if streaming {
         let subscription = stream.subscribe(format, 0)?;
-        let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false);
+        let counted = app.metrics.subscriber(format.name(), "sse");
+        let keep_alive = app.settings.keep_alive;
+        let mut response = sse::response(subscription, stream.id(), keep_alive, on_disconnect, false, counted);
         hand_read_token(&mut response, &app, &stream);
         name_thread(&mut response, thread.as_deref());
         return Ok(response);

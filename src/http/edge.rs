@@ -99,6 +99,9 @@ async fn envelope(response: Response) -> Response {
         parts.headers.insert(name, value.clone());
     }
     parts.headers.remove(header::CONTENT_LENGTH);
+    if let Some(code) = shaped_parts.extensions.get::<super::error::ErrorCode>() {
+        parts.extensions.insert(code.clone());
+    }
     Response::from_parts(parts, Body::new(shaped_body))
 }
 

@@ -149,9 +149,16 @@ impl HttpError {
     }
 }
 
+/// The error code of an error response, kept in its extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct ErrorCode(pub(crate) String);
+
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
+        let code = ErrorCode(self.error.code.clone().unwrap_or_default());
         let mut response = (self.status, [("content-type", "application/json")], self.error.to_json()).into_response();
+        // For the access log and the refusal counter: why, without parsing the body.
+        response.extensions_mut().insert(code);
         if !self.retry {
             response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
         }

@@ -23,6 +23,7 @@ mod edge;
 mod error;
 mod extract;
 mod format;
+mod metrics;
 mod server;
 mod sse;
 mod streams;
@@ -33,8 +34,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
+use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{get, post};
 use tracing::Instrument;
@@ -42,6 +44,7 @@ use tracing::Instrument;
 pub use auth::{Access, Credentials, KeyError, check_key};
 pub use browser::Origins;
 pub use error::{HttpError, Room};
+pub use metrics::Metrics;
 pub use server::{runtime, serve};
 
 use crate::agent::Agents;
@@ -110,6 +113,10 @@ pub struct App {
     pub settings: Settings,
     /// The keys and the secret stream tokens are signed with.
     pub credentials: Arc<Credentials>,
+    /// What `GET /metrics` shows.
+    pub metrics: Metrics,
+    /// The store, if streams and threads are kept in one.
+    store: Option<Arc<Store>>,
     /// Where the service is in its shutdown.
     lifetime: Lifetime,
 }
@@ -126,8 +133,9 @@ impl App {
         // Tokens outlive a restart with the store's secret; without a store, they last as long as the process.
         let secret = store.as_ref().map_or_else(crate::store::random_secret, |s| s.secret());
         let credentials = Arc::new(Credentials::new(&settings.api_keys, secret));
-        let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store);
-        App { hub, agents, threads, settings, credentials, lifetime: Lifetime::default() }
+        let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store.clone());
+        let metrics = Metrics::new();
+        App { hub, agents, threads, settings, credentials, metrics, store, lifetime: Lifetime::default() }
     }
 
     /// 503 `shutting_down` once the service is stopping: for what would start new work.
@@ -140,6 +148,9 @@ impl App {
 pub fn router(app: App) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(scrape))
+        .route("/v1/version", get(version))
         .route("/v1/models", get(streams::models))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/streams", post(streams::create))
@@ -166,7 +177,7 @@ pub fn router(app: App) -> Router {
         .route_layer(middleware::from_fn_with_state(app.clone(), auth::guard))
         .layer(middleware::from_fn_with_state(app.settings.cors_origins.clone(), browser::guard))
         .layer(middleware::from_fn_with_state(app.settings.body_limit, edge::guard))
-        .layer(middleware::from_fn(trace))
+        .layer(middleware::from_fn_with_state(app.metrics.clone(), trace))
         .layer(tower::util::option_layer(app.settings.cors_origins.cors()))
         .with_state(app)
 }
@@ -176,19 +187,56 @@ pub(crate) fn record_stream(id: &str) {
     tracing::Span::current().record("stream", id);
 }
 
-/// A span per request, with its method and path, and the stream once a handler knows it.
-async fn trace(request: Request, next: Next) -> Response {
-    let span = tracing::info_span!(
-        "request",
-        method = %request.method(),
-        path = %request.uri().path(),
-        stream = tracing::field::Empty
-    );
+/// A span per request, with its method and path, and the stream once a handler knows it; then the access log
+/// line (method, route template, status, duration, the stream: never a query, so never a token) and the
+/// request counted. A 4xx's reason is logged at debug, a 5xx's at error.
+async fn trace(State(metrics): State<Metrics>, request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let route = request.extensions().get::<MatchedPath>().map_or("(none)", |p| p.as_str()).to_owned();
+    let span = tracing::info_span!("request", %method, route, stream = tracing::field::Empty);
+    let started = std::time::Instant::now();
     async move {
         let response = next.run(request).await;
-        tracing::debug!(status = response.status().as_u16(), "response");
+        let status = response.status().as_u16();
+        let code = response.extensions().get::<error::ErrorCode>().map(|c| c.0.as_str());
+        let duration_ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(status, duration_ms, "access");
+        match code {
+            Some(code) if status >= 500 => tracing::error!(status, code, "request failed"),
+            Some(code) => tracing::debug!(status, code, "request refused"),
+            None => {}
+        }
+        metrics.request(&route, method.as_str(), status, code);
         response
     }
     .instrument(span)
     .await
+}
+
+/// `GET /readyz`: 200 while the service takes new work, 503 `shutting_down` once it stops (a load balancer
+/// then sends new clients elsewhere), 503 `store_failing` while the store cannot write.
+async fn ready(State(app): State<App>) -> Result<&'static str, HttpError> {
+    app.refuse_new_work()?;
+    if app.store.as_ref().is_some_and(|store| store.failing()) {
+        return Err(HttpError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the store cannot write",
+            None,
+            "store_failing",
+        ));
+    }
+    Ok("ready")
+}
+
+/// `GET /metrics`: the Prometheus text exposition (see `metrics.rs`).
+async fn scrape(State(app): State<App>) -> Response {
+    let text = app.metrics.render(&app.hub);
+    ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
+        .into_response()
+}
+
+/// `GET /v1/version`: `{"name", "version"}`.
+async fn version() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({ "name": env!("CARGO_PKG_NAME"), "version": env!("CARGO_PKG_VERSION") }))
 }

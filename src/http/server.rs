@@ -95,6 +95,7 @@ pub async fn serve(
     let settings = app.settings.clone();
     let lifetime = app.lifetime.clone();
     let sweeper = tokio::spawn(sweep(hub.clone(), app.threads.clone()));
+    let metrics = app.metrics.clone();
     let router = router(app);
     let http = connection_builder();
     let connections = TaskTracker::new();
@@ -135,7 +136,9 @@ pub async fn serve(
             continue;
         };
         let service = with_peer(router.clone(), peer);
-        let connection = http.serve_connection(TokioIo::new(Held { tcp, _permit: permit }), service).with_upgrades();
+        let connection = http
+            .serve_connection(TokioIo::new(Held { tcp, _permit: permit, _open: metrics.connection() }), service)
+            .with_upgrades();
         let lifetime = lifetime.clone();
         connections.spawn(async move {
             let mut connection = std::pin::pin!(connection);
@@ -264,6 +267,8 @@ async fn end_open_streams(hub: &Hub, grace: Duration) {
 struct Held {
     tcp: TcpStream,
     _permit: OwnedSemaphorePermit,
+    /// Counted as open in the metrics.
+    _open: super::metrics::Open,
 }
 
 impl AsyncRead for Held {

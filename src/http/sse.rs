@@ -16,6 +16,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use tokio::time::{Instant, Sleep};
 
+use super::metrics::Counted;
 use crate::hub::Subscription;
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
@@ -46,20 +47,25 @@ impl Drop for OnDisconnect {
 }
 
 /// An SSE response that relays `subscription`, with `stream_id` in `x-agentmux-stream-id`; `retry` starts it
-/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `decisions.md`).
+/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `decisions.md`); `counted` is
+/// the subscriber in the metrics, for as long as the response lives.
 pub(crate) fn response(
     subscription: Subscription,
     stream_id: &str,
     keep_alive: Duration,
     on_disconnect: OnDisconnect,
     retry: bool,
+    counted: Counted,
 ) -> Response {
     // A zero keep-alive turns pings off.
     let pings = (!keep_alive.is_zero()).then(|| Pings::new(keep_alive));
-    let relay = Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry };
+    let relay = Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry, counted };
     let body = futures::stream::unfold(relay, |mut relay| async move {
         match relay.next().await {
-            Some(chunk) => Some((Ok::<_, Infallible>(chunk), relay)),
+            Some(chunk) => {
+                relay.counted.sent(chunk.len());
+                Some((Ok::<_, Infallible>(chunk), relay))
+            }
             None => {
                 relay.on_disconnect.disarm();
                 None
@@ -90,6 +96,8 @@ struct Relay {
     gather: bool,
     /// The reconnection hint is still to be sent, first.
     retry: bool,
+    /// This subscriber in the metrics, while it is connected.
+    counted: Counted,
 }
 
 /// How long an `EventSource` waits before it reconnects after the connection drops: a block with only a

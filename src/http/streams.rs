@@ -51,6 +51,7 @@ pub(crate) async fn create(
         if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
     let stream = app.hub.create_for(client.as_deref(), create.model.as_deref().unwrap_or("agentmux"))?;
     super::record_stream(stream.id());
+    app.metrics.stream_created();
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
     let expires = create.token_ttl.map_or(0, |ttl| super::auth::now_s().saturating_add(ttl.max(1)));
     let token = |access| app.credentials.token(stream.id(), access, expires);
@@ -80,6 +81,7 @@ pub(crate) async fn append(
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
+    let started = std::time::Instant::now();
     let stream = find(&app, &id)?;
     let bytes = body::read(request, &app.settings).await?;
     let ndjson = headers
@@ -96,6 +98,7 @@ pub(crate) async fn append(
     {
         return Err(not_kept(&stream).await);
     }
+    app.metrics.appended(sequences.len(), bytes.len(), started.elapsed().as_secs_f64());
     Ok(Json(json!({ "sequences": sequences })).into_response())
 }
 
@@ -250,7 +253,8 @@ pub(crate) async fn events(
     })?;
     // EventSource reads CUI events: they alone carry the reconnection hint.
     let retry = matches!(format, Format::Cui);
-    Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none(), retry))
+    let counted = app.metrics.subscriber(format.name(), "sse");
+    Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none(), retry, counted))
 }
 
 /// `GET /v1/models`: the agents, in OpenAI's list format.

@@ -40,6 +40,7 @@ use tracing::Instrument;
 use super::auth::{Access, Grant};
 use super::extract::{Params, StreamId, Upgrade};
 use super::format::FormatFields;
+use super::metrics::Counted;
 use super::streams::{SubscribeQuery, find};
 use super::{App, HttpError};
 use crate::hub::{Batch, Subscription};
@@ -62,11 +63,12 @@ pub(crate) async fn one(
     let format = query.format()?;
     let from = query.from(&headers)?;
     let subscription = stream.subscribe(View::new(format, Encoding::WebSocket), from)?;
+    let counted = app.metrics.subscriber(format.name(), "websocket");
     let span = tracing::info_span!("ws", stream = stream.id());
     let id = stream.id().to_owned();
     let sockets = app.lifetime.sockets.clone();
     Ok(limits(upgrade, &app).on_upgrade(move |socket| {
-        sockets.track_future(connection(app, grant, socket, Some((id, subscription))).instrument(span))
+        sockets.track_future(connection(app, grant, socket, Some((id, subscription, counted))).instrument(span))
     }))
 }
 
@@ -117,18 +119,22 @@ enum Op {
     },
 }
 
-/// A subscription as the connection polls it.
-fn feed(subscription: Subscription) -> Feed {
-    Box::pin(subscription.into_stream().map(Some).chain(futures::stream::once(async { None })))
+/// A subscription as the connection polls it, counted in the metrics while it is polled.
+fn feed(subscription: Subscription, counted: Counted) -> Feed {
+    let batches = subscription.into_stream().map(move |batch| {
+        counted.sent(batch.bytes.len());
+        Some(batch)
+    });
+    Box::pin(batches.chain(futures::stream::once(async { None })))
 }
 
-async fn connection(app: App, grant: Grant, socket: WebSocket, initial: Option<(String, Subscription)>) {
+async fn connection(app: App, grant: Grant, socket: WebSocket, initial: Option<(String, Subscription, Counted)>) {
     let lifetime = app.lifetime.clone();
-    let single = initial.as_ref().map(|(id, _)| id.clone());
+    let single = initial.as_ref().map(|(id, ..)| id.clone());
     let (mut sink, mut source) = socket.split();
     let mut feeds: StreamMap<String, Feed> = StreamMap::new();
-    if let Some((id, subscription)) = initial {
-        feeds.insert(id, feed(subscription));
+    if let Some((id, subscription, counted)) = initial {
+        feeds.insert(id, feed(subscription, counted));
     }
     let mut lagged = false;
     // Once the service closes, client frames are no longer read: what the streams still owe goes out, then
@@ -259,7 +265,8 @@ fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<String, Fe
             }
             let format: Format = format.format()?;
             let subscription = found.subscribe(View::new(format, Encoding::WebSocket), from.unwrap_or(0))?;
-            feeds.insert(stream.clone(), feed(subscription));
+            let counted = app.metrics.subscriber(format.name(), "websocket");
+            feeds.insert(stream.clone(), feed(subscription, counted));
             Ok(json!({ "stream": stream, "subscribed": true }))
         })(),
         Op::Unsubscribe { stream } => match feeds.remove(&stream) {
@@ -278,6 +285,7 @@ fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<String, Fe
         Op::Publish { stream, message } => find_op(app, &stream).and_then(|found| {
             let message = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"))?;
             let sequence = found.append(message).map_err(|e| HttpError::from(e).within("message"))?;
+            app.metrics.published();
             Ok(json!({ "stream": stream, "published": sequence }))
         }),
     };

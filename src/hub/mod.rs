@@ -504,6 +504,18 @@ impl Hub {
         self.streams().get(id).cloned()
     }
 
+    /// How many streams it holds with each status (every status, zero included).
+    pub fn count_by_status(&self) -> [(Status, usize); 4] {
+        let mut counts = [(Status::Open, 0), (Status::Completed, 0), (Status::Cancelled, 0), (Status::Error, 0)];
+        for stream in self.streams().values() {
+            let status = stream.status();
+            if let Some(count) = counts.iter_mut().find(|(s, _)| *s == status) {
+                count.1 += 1;
+            }
+        }
+        counts
+    }
+
     /// The streams still open.
     pub fn open_streams(&self) -> Vec<Arc<Stream>> {
         self.streams().values().filter(|s| s.status() == Status::Open).cloned().collect()

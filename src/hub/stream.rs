@@ -159,6 +159,16 @@ pub enum Status {
 }
 
 impl Status {
+    /// Its name, as JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Open => "open",
+            Status::Completed => "completed",
+            Status::Cancelled => "cancelled",
+            Status::Error => "error",
+        }
+    }
+
     /// The status of a stream that ended with `outcome`, or is open (`None`).
     pub fn of(outcome: Option<&Outcome>) -> Status {
         match outcome.map(|o| o.status) {

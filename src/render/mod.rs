@@ -42,6 +42,14 @@ pub enum Format {
 }
 
 impl Format {
+    /// Its name: `cui` or `openai` (what `?format=` takes).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Format::Cui => "cui",
+            Format::OpenAi { .. } => "openai",
+        }
+    }
+
     /// OpenAI chunks with the defaults: no usage chunk, reasoning in `reasoning_content`, the agent's own tool
     /// calls as reasoning.
     pub const OPENAI: Format = Format::OpenAi {

@@ -206,6 +206,11 @@ impl Store {
         self.writer.failures()
     }
 
+    /// True while the store cannot write: its last batch failed, and nothing was written since.
+    pub fn failing(&self) -> bool {
+        self.writer.failing()
+    }
+
     /// Gives `hub` back the streams kept from before a restart (the hub must use this store as its
     /// storage): ended streams as they were; streams that were open end now, with the error `interrupted`;
     /// streams whose retention passed are deleted.

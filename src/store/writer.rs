@@ -103,6 +103,8 @@ impl Serialised {
 pub(crate) struct Writer {
     tx: Sender<Command>,
     failures: Arc<AtomicU64>,
+    /// The last write failed (and nothing was written since).
+    failing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Writer {
@@ -110,9 +112,12 @@ impl Writer {
     pub(crate) fn start(connection: Connection) -> std::io::Result<Writer> {
         let (tx, rx) = channel();
         let failures = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&failures);
-        std::thread::Builder::new().name("agentmux-store".into()).spawn(move || run(connection, rx, &counted))?;
-        Ok(Writer { tx, failures })
+        let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (counted, state) = (Arc::clone(&failures), Arc::clone(&failing));
+        std::thread::Builder::new()
+            .name("agentmux-store".into())
+            .spawn(move || run(connection, rx, &counted, &state))?;
+        Ok(Writer { tx, failures, failing })
     }
 
     pub(crate) fn send(&self, command: Command) {
@@ -131,9 +136,19 @@ impl Writer {
     pub(crate) fn failures(&self) -> u64 {
         self.failures.load(Ordering::Relaxed)
     }
+
+    /// True while the writer cannot write: its last batch failed.
+    pub(crate) fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
 }
 
-fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) {
+fn run(
+    mut connection: Connection,
+    rx: Receiver<Command>,
+    failures: &AtomicU64,
+    failing: &std::sync::atomic::AtomicBool,
+) {
     // What a failed write held, written again, first, with the next batch: a stream's rows never have a gap.
     let mut carried: Vec<Command> = Vec::new();
     // Space freed by deletions is given back at most every `COMPACT_EVERY`, and once the writer is idle.
@@ -167,6 +182,7 @@ fn run(mut connection: Connection, rx: Receiver<Command>, failures: &AtomicU64) 
             written = write(&mut connection, &batch);
         }
         let failed = written.is_err();
+        failing.store(failed, Ordering::Relaxed);
         if let Err(error) = written {
             failures.fetch_add(1, Ordering::Relaxed);
             tracing::error!(
