@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
-use agentmux::http::{App, Origins, Settings, check_key};
+use agentmux::http::{App, KeySpec, Origins, Settings, budgets, check_key};
 use agentmux::hub::{Hub, HubConfig, Limits, Storage};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
 use agentmux::store::Store;
@@ -178,7 +178,9 @@ struct Serve {
     /// service serves loopback only. The variable takes several, comma-separated.
     #[arg(long = "api-key", env = "AGENTMUX_API_KEYS", value_delimiter = ',', hide_env_values = true)]
     api_keys: Vec<String>,
-    /// A file of API keys, one per line (blank lines and lines starting with `#` are skipped).
+    /// A file of API keys, one per line: the key, then optionally `name=`, `streams=` (open at once),
+    /// `streams_per_minute=` (created, runs included) and `connections=` (requests in flight); blank lines
+    /// and lines starting with `#` are skipped.
     #[arg(long, env = "AGENTMUX_API_KEYS_FILE")]
     api_keys_file: Option<std::path::PathBuf>,
     /// Serve addresses other than loopback without API keys: anyone who reaches the service may then do
@@ -204,18 +206,31 @@ enum LogFormat {
 }
 
 /// The keys from `--api-key` and `--api-keys-file`, each checked.
-fn api_keys(serve: &Serve) -> Result<Vec<String>, String> {
-    let mut keys: Vec<String> = serve.api_keys.iter().map(|k| k.trim().to_owned()).collect();
+fn api_keys(serve: &Serve) -> Result<Vec<KeySpec>, String> {
+    let mut keys = Vec::new();
+    for (index, key) in serve.api_keys.iter().enumerate() {
+        check_key(key.trim()).map_err(|e| format!("API key {}: {e}", index + 1))?;
+        keys.push(KeySpec::from(key.trim()));
+    }
     if let Some(path) = &serve.api_keys_file {
         let text =
             std::fs::read_to_string(path).map_err(|e| format!("reading the keys file {}: {e}", path.display()))?;
-        keys.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned));
+        for (number, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let spec: KeySpec = line.parse().map_err(|e| format!("{} line {}: {e}", path.display(), number + 1))?;
+            keys.push(spec);
+        }
         if keys.is_empty() {
             return Err(format!("the keys file {} holds no key", path.display()));
         }
     }
-    for (index, key) in keys.iter().enumerate() {
-        check_key(key).map_err(|e| format!("API key {}: {e}", index + 1))?;
+    let mut names: Vec<&str> = keys.iter().map(|k| k.name.as_str()).collect();
+    names.sort_unstable();
+    if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("two API keys are named {}: a name is a key's budget, so names differ", twice[0]));
     }
     Ok(keys)
 }
@@ -274,10 +289,14 @@ fn run_serve(serve: Serve) -> ExitCode {
             Ok(listener) => listener,
             Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
         };
+        let streams_per_client = serve.client_streams.unwrap_or((serve.max_streams / 10).max(1));
+        // A key with a budget of its own in the keys file: the hub counts its streams by its name.
+        let client_budgets = budgets(&api_keys, streams_per_client, serve.client_streams_per_minute);
         let limits = Limits {
             streams: serve.max_streams,
-            streams_per_client: serve.client_streams.unwrap_or((serve.max_streams / 10).max(1)),
+            streams_per_client,
             streams_per_client_per_minute: serve.client_streams_per_minute,
+            client_budgets,
             ..Limits::default()
         };
         let store = if serve.ephemeral {

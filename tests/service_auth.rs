@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use agentmux::agent::Agents;
-use agentmux::http::Settings;
+use agentmux::http::{KeySpec, Settings, budgets};
 use agentmux::hub::HubConfig;
 use common::http::{assert_envelope, header, read_events};
 use common::process::ServerProcess;
@@ -18,14 +18,13 @@ use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-key";
 
-/// A server with `keys`; streams still open at its stop end at once.
+/// A server with `keys` (keys-file lines); streams still open at its stop end at once.
 async fn server(keys: &[&str]) -> TestServer {
-    let settings = Settings {
-        api_keys: keys.iter().map(|k| k.to_string()).collect(),
-        shutdown_grace: Duration::ZERO,
-        ..Settings::default()
-    };
-    TestServer::with(HubConfig::default(), settings, Agents::builtin()).await
+    let keys: Vec<KeySpec> = keys.iter().map(|line| line.parse().expect("a keys-file line")).collect();
+    let mut config = HubConfig::default();
+    config.limits.client_budgets = budgets(&keys, config.limits.streams_per_client, 0);
+    let settings = Settings { api_keys: keys, shutdown_grace: Duration::ZERO, ..Settings::default() };
+    TestServer::with(config, settings, Agents::builtin()).await
 }
 
 async fn keyed() -> TestServer {
@@ -243,6 +242,53 @@ async fn a_websocket_does_what_its_token_grants() {
     assert_eq!(reply["error"]["code"], "permission_denied", "another stream: {reply}");
     let reply = op(&mut many, json!({"op": "subscribe", "stream": id})).await;
     assert_eq!(reply["subscribed"], true, "{reply}");
+    server.stop().await.expect("stops");
+}
+
+/// Each key has its own budget: streams open and requests in flight, as its keys-file line says; past them,
+/// 429 with `retry-after`, and another key is not affected.
+#[tokio::test]
+async fn limits_are_per_key() {
+    let server = server(&["sk-small name=small streams=2 connections=3", KEY]).await;
+    let client = reqwest::Client::new();
+    let create = |key: &'static str| send(client.post(server.url("/v1/streams")).json(&json!({})), Some(key));
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, created, _) = create("sk-small").await;
+        assert_eq!(status, 201, "{created}");
+        ids.push(created["id"].as_str().expect("id").to_owned());
+    }
+    let (status, body, _) = create("sk-small").await;
+    assert_eq!(status, 429, "{body}");
+    assert_envelope(&body, None, "too_many_streams");
+    let (status, body, _) = create(KEY).await;
+    assert_eq!(status, 201, "another key has its own budget: {body}");
+
+    // Requests in flight: two event streams held open, then a third request, is the limit of 3.
+    let watch = |id: &str| client.get(server.url(&format!("/v1/streams/{id}/events"))).bearer_auth("sk-small").send();
+    let first = watch(&ids[0]).await.expect("watch");
+    let second = watch(&ids[1]).await.expect("watch");
+    assert_eq!((first.status(), second.status()), (reqwest::StatusCode::OK, reqwest::StatusCode::OK));
+    let third = watch(&ids[0]).await.expect("watch");
+    assert_eq!(third.status(), 200, "the third of 3");
+    let refused = client.get(server.url("/v1/models")).bearer_auth("sk-small").send().await.expect("models");
+    assert_eq!(refused.status(), 429);
+    assert_eq!(refused.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    let body: Value = refused.json().await.expect("json");
+    assert_envelope(&body, None, "key_connections");
+    let other = client.get(server.url("/v1/models")).bearer_auth(KEY).send().await.expect("models");
+    assert_eq!(other.status(), 200, "the other key is not held up");
+    drop(third);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let again = client.get(server.url("/v1/models")).bearer_auth("sk-small").send().await.expect("models");
+        if again.status() == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "a slot comes back when a stream's reader leaves");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop((first, second));
     server.stop().await.expect("stops");
 }
 

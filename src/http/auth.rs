@@ -23,7 +23,9 @@
 //! token that does not grant this (a read token used to write, another stream's token). Neither names the
 //! credential, and no log line does.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{MatchedPath, Request, State};
@@ -60,10 +62,86 @@ impl Access {
     }
 }
 
+/// One API key and what it may use: a line of a keys file, `<key> [name=N] [streams=N]
+/// [streams_per_minute=N] [connections=N]`, or just the key (`--api-key`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    /// The key itself.
+    pub key: String,
+    /// Its name in logs, metrics and the hub's budgets (default: `key-` and 8 hex digits of its digest).
+    pub name: String,
+    /// Streams it may have open at once (default: the per-client limit).
+    pub streams: Option<usize>,
+    /// Streams (runs included) it may create in a minute (default: the per-client limit).
+    pub streams_per_minute: Option<u32>,
+    /// Requests it may have in flight at once, streaming responses included (default: no limit).
+    pub connections: Option<usize>,
+}
+
+impl From<&str> for KeySpec {
+    fn from(key: &str) -> Self {
+        let hex: String = digest(key)[..4].iter().map(|b| format!("{b:02x}")).collect();
+        KeySpec {
+            key: key.to_owned(),
+            name: format!("key-{hex}"),
+            streams: None,
+            streams_per_minute: None,
+            connections: None,
+        }
+    }
+}
+
+impl std::str::FromStr for KeySpec {
+    type Err = String;
+
+    /// A keys file's line: the key, then `name=`, `streams=`, `streams_per_minute=`, `connections=`.
+    fn from_str(line: &str) -> Result<Self, String> {
+        let mut words = line.split_whitespace();
+        let key = words.next().ok_or("an empty line")?;
+        check_key(key).map_err(|e| e.to_string())?;
+        let mut spec = KeySpec::from(key);
+        for word in words {
+            let (field, value) = word.split_once('=').ok_or_else(|| format!("`{word}` is not field=value"))?;
+            let number = || value.parse::<u64>().map_err(|_| format!("`{word}`: not a whole number"));
+            match field {
+                "name" if !value.is_empty() => spec.name = value.to_owned(),
+                "streams" => spec.streams = Some(number()? as usize),
+                "streams_per_minute" => spec.streams_per_minute = Some(u32::try_from(number()?).unwrap_or(u32::MAX)),
+                "connections" => spec.connections = Some(number()? as usize),
+                _ => return Err(format!("`{word}`: the fields are name, streams, streams_per_minute, connections")),
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// The hub's budgets for the keys that have one of their own (by `key:<name>`, the client the HTTP layer
+/// names a keyed request's streams after); `streams` and `streams_per_minute` fill in what a key leaves out.
+pub fn budgets(keys: &[KeySpec], streams: usize, streams_per_minute: u32) -> HashMap<String, crate::hub::Budget> {
+    keys.iter()
+        .filter(|k| k.streams.is_some() || k.streams_per_minute.is_some())
+        .map(|k| {
+            let budget = crate::hub::Budget {
+                streams: k.streams.unwrap_or(streams),
+                streams_per_minute: k.streams_per_minute.unwrap_or(streams_per_minute),
+            };
+            (format!("key:{}", k.name), budget)
+        })
+        .collect()
+}
+
+/// A configured key as the service holds it: its name, its connection limit and how many it has open.
+#[derive(Debug)]
+pub(crate) struct Key {
+    pub(crate) name: String,
+    connections: Option<usize>,
+    open: AtomicUsize,
+}
+
 /// The service's keys and the secret its tokens are signed with.
 #[derive(Clone)]
 pub struct Credentials {
-    keys: HashSet<[u8; 32]>,
+    keys: HashMap<[u8; 32], Arc<Key>>,
     secret: [u8; 32],
 }
 
@@ -125,8 +203,15 @@ enum Refusal {
 impl Credentials {
     /// `keys` (each as [`check_key`] allows; none: the service is open to whoever reaches it) and the
     /// secret tokens are signed with.
-    pub fn new(keys: &[String], secret: [u8; 32]) -> Credentials {
-        Credentials { keys: keys.iter().map(|k| digest(k.trim())).collect(), secret }
+    pub fn new(keys: &[KeySpec], secret: [u8; 32]) -> Credentials {
+        let keys = keys
+            .iter()
+            .map(|spec| {
+                let key = Key { name: spec.name.clone(), connections: spec.connections, open: AtomicUsize::new(0) };
+                (digest(spec.key.trim()), Arc::new(key))
+            })
+            .collect();
+        Credentials { keys, secret }
     }
 
     /// True when keys are configured, so requests need a credential.
@@ -151,8 +236,8 @@ impl Credentials {
     fn grant(&self, credential: Option<&str>) -> Result<Grant, Refusal> {
         let credential = credential.ok_or(Refusal::Missing)?;
         let Some(access) = token_kind(credential) else {
-            return if self.keys.contains(&digest(credential)) {
-                Ok(Grant::Everything)
+            return if let Some(key) = self.keys.get(&digest(credential)) {
+                Ok(Grant::Key(Arc::clone(key)))
             } else {
                 Err(Refusal::UnknownKey)
             };
@@ -175,7 +260,7 @@ impl Credentials {
         let grant = self.grant(credential)?;
         let allowed = match stream {
             Some((id, access)) => grant.allows(id, access),
-            None => grant == Grant::Everything,
+            None => matches!(grant, Grant::Everything | Grant::Key(_)),
         };
         if allowed { Ok(grant) } else { Err(Refusal::NotGranted) }
     }
@@ -183,19 +268,41 @@ impl Credentials {
 
 /// What a request's credential lets it do; the guard puts it in the request's extensions, for handlers
 /// that act on streams a request names in its body (the WebSocket ops).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Grant {
-    /// A key, or no keys configured.
+    /// No keys configured.
     Everything,
+    /// A key: everything, within the key's budget.
+    Key(Arc<Key>),
     /// A token: `access` to stream `id` (write access reads too).
     Stream { id: String, access: Access },
 }
 
+impl PartialEq for Grant {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Grant::Everything, Grant::Everything) => true,
+            (Grant::Key(a), Grant::Key(b)) => a.name == b.name,
+            (Grant::Stream { id: a, access: x }, Grant::Stream { id: b, access: y }) => a == b && x == y,
+            _ => false,
+        }
+    }
+}
+
 impl Grant {
+    /// The client whose budget this request's streams count against: its key, by name (`None`: the peer's
+    /// address decides, as without keys).
+    pub(crate) fn client(&self) -> Option<String> {
+        match self {
+            Grant::Key(key) => Some(format!("key:{}", key.name)),
+            _ => None,
+        }
+    }
+
     /// Whether this grants `access` to stream `stream`.
     pub(crate) fn allows(&self, stream: &str, access: Access) -> bool {
         match self {
-            Grant::Everything => true,
+            Grant::Everything | Grant::Key(_) => true,
             Grant::Stream { id, access: granted } => id == stream && (*granted == access || *granted == Access::Write),
         }
     }
@@ -265,14 +372,85 @@ pub(crate) async fn guard(State(app): State<App>, mut request: Request, next: Ne
     };
     match checked {
         Ok(grant) => {
+            // A key with a connection limit holds a slot until its response's body is done.
+            let slot = match &grant {
+                Grant::Key(key) => match Slot::take(key) {
+                    Ok(slot) => slot,
+                    Err(limit) => return too_many(&key.name, limit),
+                },
+                _ => None,
+            };
             request.extensions_mut().insert(grant);
-            next.run(request).await
+            let response = next.run(request).await;
+            match slot {
+                Some(slot) => response.map(|body| axum::body::Body::new(Held { body, _slot: slot })),
+                None => response,
+            }
         }
         Err(refusal) => {
             tracing::debug!(route, ?refusal, "refused: credentials");
             refused(refusal)
         }
     }
+}
+
+/// One of a key's connections, given back when dropped.
+#[derive(Debug)]
+struct Slot(Arc<Key>);
+
+impl Slot {
+    /// A slot of `key`'s, if it has a limit (`None`: it has none); `Err(limit)` when all are taken.
+    fn take(key: &Arc<Key>) -> Result<Option<Slot>, usize> {
+        let Some(limit) = key.connections else { return Ok(None) };
+        if key.open.fetch_add(1, Ordering::AcqRel) >= limit {
+            key.open.fetch_sub(1, Ordering::AcqRel);
+            return Err(limit);
+        }
+        Ok(Some(Slot(Arc::clone(key))))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that holds its key's slot until it is done (a stream's events, for as long as they flow).
+struct Held {
+    body: axum::body::Body,
+    _slot: Slot,
+}
+
+impl http_body::Body for Held {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// 429 for a key at its connection limit.
+fn too_many(name: &str, limit: usize) -> Response {
+    tracing::debug!(key = name, limit, "refused: the key's connections");
+    let message =
+        format!("this key has its limit of {limit} requests in flight (streams included); retry when one ends");
+    let mut error = HttpError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message, None, "key_connections");
+    error.retry = true;
+    error.retry_after = Some(std::time::Duration::from_secs(1));
+    error.into_response()
 }
 
 fn refusal_parts(refusal: Refusal) -> (StatusCode, &'static str, &'static str, &'static str) {
@@ -312,7 +490,7 @@ mod tests {
     use super::*;
 
     fn credentials() -> Credentials {
-        Credentials::new(&["sk-one".to_owned()], [7; 32])
+        Credentials::new(&[KeySpec::from("sk-one")], [7; 32])
     }
 
     #[test]
@@ -344,9 +522,24 @@ mod tests {
         assert_eq!(c.check(Some(&expired), Some(("s1", Access::Read))), Err(Refusal::Expired));
         let later = c.token("s1", Access::Read, now_s() + 60);
         assert!(c.check(Some(&later), Some(("s1", Access::Read))).is_ok());
-        assert_eq!(c.check(Some("sk-one"), None), Ok(Grant::Everything));
+        assert_eq!(
+            c.check(Some("sk-one"), None).map(|g| g.client()),
+            Ok(Some(KeySpec::from("sk-one").name).map(|n| format!("key:{n}")))
+        );
         assert_eq!(c.check(Some("sk-two"), None), Err(Refusal::UnknownKey));
         assert_eq!(c.check(None, Some(("s1", Access::Read))), Err(Refusal::Missing));
+    }
+
+    #[test]
+    fn a_keys_file_line_names_a_key_and_its_budget() {
+        let spec: KeySpec = "sk-a name=team-a streams=5 streams_per_minute=60 connections=3".parse().expect("valid");
+        assert_eq!((spec.key.as_str(), spec.name.as_str()), ("sk-a", "team-a"));
+        assert_eq!((spec.streams, spec.streams_per_minute, spec.connections), (Some(5), Some(60), Some(3)));
+        assert!(KeySpec::from("sk-a").name.starts_with("key-"), "a default name that is not the key");
+        assert!(!KeySpec::from("sk-a").name.contains("sk-a"));
+        for bad in ["sk-a streams=x", "sk-a colour=blue", "sk-a streams", "amr.x"] {
+            assert!(bad.parse::<KeySpec>().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -93,9 +93,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
     }
 }
 
-/// The client a request comes from, by whose budget it creates streams: the peer's IP address, or for
-/// IPv6 its /64 network (what one host is usually given, and what one attacker has at the least). A request
-/// that did not come through [`super::serve`] has none.
+/// The client a request comes from, by whose budget it creates streams: with keys configured, the key it
+/// came with (by name: `key:<name>`); otherwise the peer's IP address, or for IPv6 its /64 network (what one
+/// host is usually given, and what one attacker has at the least). A request that did not come through
+/// [`super::serve`] has none.
 #[derive(Debug)]
 pub(crate) struct Client(pub(crate) Option<String>);
 
@@ -103,6 +104,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Client {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(key) = parts.extensions.get::<super::auth::Grant>().and_then(|grant| grant.client()) {
+            return Ok(Client(Some(key)));
+        }
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(peer)| peer.ip());
         Ok(Client(peer.map(|ip| match ip {
             IpAddr::V4(v4) => v4.to_string(),

@@ -41,7 +41,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use tracing::Instrument;
 
-pub use auth::{Access, Credentials, KeyError, check_key};
+pub use auth::{Access, Credentials, KeyError, KeySpec, budgets, check_key};
 pub use browser::Origins;
 pub use error::{HttpError, Room};
 pub use metrics::Metrics;
@@ -77,7 +77,7 @@ pub struct Settings {
     /// The limits of server-side threads.
     pub threads: ThreadConfig,
     /// The API keys (none: no credential is needed; see `auth.rs`).
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<KeySpec>,
     /// The origins whose pages may use the service from a browser (see `browser.rs`).
     pub cors_origins: Origins,
 }

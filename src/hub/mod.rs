@@ -93,6 +93,17 @@ pub struct Limits {
     pub streams_per_client: usize,
     /// Most streams one client may create in a minute (0: no limit, the default).
     pub streams_per_client_per_minute: u32,
+    /// Clients with a budget of their own instead of the two limits above (the service's API keys, by name).
+    pub client_budgets: HashMap<String, Budget>,
+}
+
+/// One client's budget of streams: open at once, and created in a minute (0: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Most streams open at once.
+    pub streams: usize,
+    /// Most streams created in a minute (0: no limit).
+    pub streams_per_minute: u32,
 }
 
 impl Default for Limits {
@@ -105,6 +116,7 @@ impl Default for Limits {
             hub_bytes: 1 << 30,
             streams_per_client: 10_000,
             streams_per_client_per_minute: 0,
+            client_budgets: HashMap::new(),
         }
     }
 }
@@ -291,21 +303,25 @@ impl Shared {
     /// Counts a new stream against `client`'s budget, or says why it does not fit.
     fn admit(&self, client: &str) -> Result<(), HubError> {
         let limits = &self.config.limits;
+        let budget = limits.client_budgets.get(client).copied().unwrap_or(Budget {
+            streams: limits.streams_per_client,
+            streams_per_minute: limits.streams_per_client_per_minute,
+        });
         let mut clients = stream::lock(&self.clients);
         let usage = clients.entry(client.to_owned()).or_default();
-        if usage.open >= limits.streams_per_client {
-            return Err(HubError::ClientStreams { limit: limits.streams_per_client });
+        if usage.open >= budget.streams {
+            return Err(HubError::ClientStreams { limit: budget.streams });
         }
-        if limits.streams_per_client_per_minute > 0 {
+        if budget.streams_per_minute > 0 {
             let now_ms = self.config.clock.now_ms();
             if now_ms.saturating_sub(usage.minute_started_ms) >= MINUTE_MS {
                 usage.minute_started_ms = now_ms;
                 usage.created_this_minute = 0;
             }
-            if usage.created_this_minute >= limits.streams_per_client_per_minute {
+            if usage.created_this_minute >= budget.streams_per_minute {
                 let left = MINUTE_MS.saturating_sub(now_ms.saturating_sub(usage.minute_started_ms));
                 return Err(HubError::ClientRate {
-                    limit: limits.streams_per_client_per_minute,
+                    limit: budget.streams_per_minute,
                     retry_after: Duration::from_millis(left.max(1)),
                 });
             }
