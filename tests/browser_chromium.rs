@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use agentmux::agent::Agents;
 use agentmux::http::{Origins, Settings};
 use agentmux::hub::HubConfig;
+use common::http::create_with_key;
 use common::server::TestServer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -209,16 +210,7 @@ async fn chromium_watches_resumes_fetches_and_is_kept_out_where_it_should_be() {
     };
     let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
     let client = reqwest::Client::new();
-    let created: Value = client
-        .post(server.url("/v1/streams"))
-        .bearer_auth(KEY)
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("json");
+    let created = create_with_key(&client, &server.base, KEY).await;
     let (id, read) =
         (created["id"].as_str().expect("id").to_owned(), created["read_token"].as_str().expect("token").to_owned());
     append(&client, &server, &id, &["one", "two", "three"]).await;

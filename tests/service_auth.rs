@@ -11,7 +11,7 @@ use std::time::Duration;
 use agentmux::agent::Agents;
 use agentmux::http::{KeySpec, Settings, budgets};
 use agentmux::hub::HubConfig;
-use common::http::{assert_envelope, header, read_events};
+use common::http::{assert_envelope, create_with_key, header, read_events};
 use common::process::ServerProcess;
 use common::server::TestServer;
 use serde_json::{Value, json};
@@ -344,16 +344,7 @@ async fn tokens_outlive_a_restart_with_the_store() {
     let args = ["--data-dir", data_dir.as_str(), "--api-key", KEY];
     let client = reqwest::Client::new();
     let mut first = ServerProcess::spawn(&args);
-    let created: Value = client
-        .post(first.url("/v1/streams"))
-        .bearer_auth(KEY)
-        .json(&json!({}))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("JSON");
+    let created = create_with_key(&client, &first.base, KEY).await;
     let (id, read) = (created["id"].as_str().expect("id"), created["read_token"].as_str().expect("token"));
     let ended = client.post(first.url(&format!("/v1/streams/{id}/end"))).bearer_auth(KEY).send().await.expect("end");
     assert_eq!(ended.status(), 200);

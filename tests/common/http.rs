@@ -123,6 +123,14 @@ pub(crate) async fn create_stream(client: &reqwest::Client, server: &TestServer)
     created["id"].as_str().unwrap_or_else(|| panic!("the new stream's id: {created}")).to_owned()
 }
 
+/// `POST <base>/v1/streams` with `key` as a bearer: the answer (`id`, `read_token`, `write_token`, ...).
+pub(crate) async fn create_with_key(client: &reqwest::Client, base: &str, key: &str) -> Value {
+    let response = client.post(format!("{base}/v1/streams")).bearer_auth(key).json(&json!({})).send().await;
+    let response = response.unwrap_or_else(|e| panic!("create a stream: {e}"));
+    assert_eq!(response.status(), 201, "create a stream with a key");
+    response.json().await.unwrap_or_else(|e| panic!("the created stream is JSON: {e}"))
+}
+
 /// `POST /v1/streams/{id}/end` (completed); the last sequence.
 pub(crate) async fn end_stream(client: &reqwest::Client, server: &TestServer, id: &str) -> u64 {
     let (status, ended) = post_empty(client, &server.url(&format!("/v1/streams/{id}/end"))).await;
