@@ -292,6 +292,54 @@ async fn limits_are_per_key() {
     server.stop().await.expect("stops");
 }
 
+/// With keys, a thread belongs to the key that created it (ahead, or on first use by a turn): another key
+/// gets 404 for every thread call, and its turns cannot reach the thread.
+#[tokio::test]
+async fn a_thread_belongs_to_the_key_that_made_it() {
+    let server = server(&[KEY, "sk-other"]).await;
+    let client = reqwest::Client::new();
+    let made = client.post(server.url("/v1/threads")).bearer_auth(KEY).json(&json!({"id": "mine"})).send().await;
+    assert_eq!(made.expect("create").status(), 201);
+    let turn = |key: &'static str, thread: &'static str| {
+        let body = json!({"model": "echo", "messages": [{"role": "user", "content": "hi"}]});
+        let request = client.post(server.url("/v1/chat/completions")).bearer_auth(key);
+        request.header("x-agentmux-thread-id", thread).json(&body).send()
+    };
+    assert_eq!(turn(KEY, "mine").await.expect("turn").status(), 200);
+    assert_eq!(turn(KEY, "made-by-a-turn").await.expect("turn").status(), 200, "created on first use");
+    for thread in ["mine", "made-by-a-turn"] {
+        for (method, path) in [
+            (reqwest::Method::GET, format!("/v1/threads/{thread}")),
+            (reqwest::Method::GET, format!("/v1/threads/{thread}/audit")),
+            (reqwest::Method::DELETE, format!("/v1/threads/{thread}")),
+        ] {
+            let (status, body, _) = send(client.request(method.clone(), server.url(&path)), Some("sk-other")).await;
+            assert_eq!(status, 404, "{method} {path} with another key: {body}");
+            assert_envelope(&body, None, "thread_not_found");
+        }
+        let url = server.url(&format!("/v1/threads/{thread}/replay"));
+        let (status, body, _) = send(client.post(url).json(&json!({"model": "echo"})), Some("sk-other")).await;
+        assert_eq!(status, 404, "{body}");
+        let (status, body, _) = send(client.get(server.url(&format!("/v1/threads/{thread}"))), Some(KEY)).await;
+        assert_eq!(status, 200, "its own key still has it: {body}");
+    }
+    let response = turn("sk-other", "mine").await.expect("turn");
+    assert_eq!(response.status(), 404, "another key's turn does not reach the thread");
+    let audit: Value = client
+        .get(server.url("/v1/threads/mine/audit"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .expect("audit")
+        .json()
+        .await
+        .expect("json");
+    let decisions: Vec<&str> =
+        audit["entries"].as_array().expect("entries").iter().filter_map(|e| e["decision"].as_str()).collect();
+    assert_eq!(decisions, ["user_input", "answer", "run_end"], "its own turn only: {audit}");
+    server.stop().await.expect("stops");
+}
+
 /// Runs the binary with `args` until it exits (it must, within 20 s): its status and stderr.
 fn run_binary(args: &[&str]) -> (bool, String) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
@@ -335,23 +383,32 @@ fn urlencode(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
-/// The store keeps the secret tokens are signed with: a token issued before a restart still works after it.
+/// The store keeps the secret tokens are signed with: a token issued before a restart still works after it;
+/// and a thread's owner: another key still gets 404 for it.
 #[tokio::test]
 async fn tokens_outlive_a_restart_with_the_store() {
     let dir = std::env::temp_dir().join(format!("agentmux-auth-restart-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let data_dir = dir.to_str().expect("a UTF-8 path").to_owned();
-    let args = ["--data-dir", data_dir.as_str(), "--api-key", KEY];
+    let args = ["--data-dir", data_dir.as_str(), "--api-key", KEY, "--api-key", "sk-other"];
     let client = reqwest::Client::new();
     let mut first = ServerProcess::spawn(&args);
     let created = create_with_key(&client, &first.base, KEY).await;
     let (id, read) = (created["id"].as_str().expect("id"), created["read_token"].as_str().expect("token"));
     let ended = client.post(first.url(&format!("/v1/streams/{id}/end"))).bearer_auth(KEY).send().await.expect("end");
     assert_eq!(ended.status(), 200);
+    let thread = client.post(first.url("/v1/threads")).bearer_auth(KEY).json(&json!({"id": "kept"})).send().await;
+    assert_eq!(thread.expect("thread").status(), 201);
+    // Kept once the writer commits: ask until the store has it (a flush is not reachable from outside).
+    tokio::time::sleep(Duration::from_millis(300)).await;
     first.kill();
     let second = ServerProcess::spawn(&args);
     let status = client.get(second.url(&format!("/v1/streams/{id}"))).bearer_auth(read).send().await.expect("get");
     assert_eq!(status.status(), 200, "the read token from before the restart");
+    let mine = client.get(second.url("/v1/threads/kept")).bearer_auth(KEY).send().await.expect("thread");
+    assert_eq!(mine.status(), 200, "the thread came back");
+    let theirs = client.get(second.url("/v1/threads/kept")).bearer_auth("sk-other").send().await.expect("thread");
+    assert_eq!(theirs.status(), 404, "and still belongs to its key");
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }

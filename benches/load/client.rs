@@ -3,8 +3,9 @@
 //!
 //! An SSE reader holds no buffer of its own: it waits until its socket is readable, then reads into its
 //! worker thread's 256 KiB buffer and scans it in place: events are counted by `\n\n`, pings (`: ping`) are
-//! told apart by their last bytes, and the latency stamp (`@@` and 13 digits: nanoseconds since [`now_ns`]'s
-//! base, written by the producer) is parsed from every `sample_every`-th event only. The chunked transfer
+//! told apart by their last bytes and the reconnection hint (`retry: ...`) by its first, and the latency
+//! stamp (`@@` and 13 digits: nanoseconds since [`now_ns`]'s base, written by the producer) is parsed from
+//! every `sample_every`-th event only. The chunked transfer
 //! encoding is left in place: a chunk is a batch of whole frames, so its size lines never hold `\n\n`. The
 //! body is over when the server closes after the last chunk (`0\r\n\r\n`): readers send
 //! `Connection: close`. nchan's EventSource is not chunked: its body is over when nginx closes after the
@@ -255,6 +256,8 @@ impl Sse {
         for end in EVENT_END.find_iter(data) {
             if end >= 6 && &data[end - 6..end] == b": ping" {
                 self.pings += 1;
+            } else if data[start.min(end)..end].starts_with(b"retry:") {
+                // The reconnection hint a CUI event stream opens with: not an event.
             } else {
                 self.events += 1;
                 if ctx.sample_every > 0 {

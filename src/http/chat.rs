@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::auth::Access;
-use super::extract::{Client, Params};
+use super::extract::{Client, KeyName, Params};
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body, format};
 use crate::adapter::{OpenAiCompletion, OpenAiOptions, ReasoningField};
@@ -79,6 +79,7 @@ fn thread_of(headers: &HeaderMap, request: &ChatRequest) -> Result<Option<String
 async fn start(
     app: &App,
     client: Option<&str>,
+    owner: Option<String>,
     thread: Option<&str>,
     request: ChatRequest,
 ) -> Result<Arc<Stream>, HttpError> {
@@ -87,8 +88,8 @@ async fn start(
         let conversation = Conversation::from_request(request)?;
         return Ok(app.agents.start(&app.hub, client, conversation)?);
     };
-    let turn =
-        Turn { thread: thread.to_owned(), model: request.model, input: request.messages, options: request.extra };
+    let (model, input, options) = (request.model, request.messages, request.extra);
+    let turn = Turn { thread: thread.to_owned(), model, input, options, owner };
     Ok(app.threads.run(client, turn).await?)
 }
 
@@ -96,6 +97,7 @@ pub(crate) async fn completions(
     State(app): State<App>,
     Params(query): Params<ChatQuery>,
     Client(client): Client,
+    KeyName(owner): KeyName,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
@@ -116,7 +118,7 @@ pub(crate) async fn completions(
     let format = format::chat(query.accept.as_deref(), &headers, include_usage)?;
     let model = request.model.clone();
     let thread = thread_of(&headers, &request)?;
-    let stream = start(&app, client.as_deref(), thread.as_deref(), request).await?;
+    let stream = start(&app, client.as_deref(), owner, thread.as_deref(), request).await?;
     super::record_stream(stream.id());
     app.metrics.stream_created();
     app.metrics.run(&model, Arc::clone(&stream));

@@ -121,6 +121,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Client {
     }
 }
 
+/// The API key a request came with, by name, when the service has keys: what owns the threads it creates
+/// (see `auth.rs`). `None` without keys, and for a stream token.
+#[derive(Debug)]
+pub(crate) struct KeyName(pub(crate) Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for KeyName {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(KeyName(parts.extensions.get::<super::auth::Grant>().and_then(|grant| grant.client())))
+    }
+}
+
 /// A query string parsed into `T`, with errors that name the parameter.
 #[derive(Debug)]
 pub(crate) struct Params<T>(pub(crate) T);

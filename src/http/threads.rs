@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::extract::{Client, ThreadId};
+use super::extract::{Client, KeyName, ThreadId};
 use super::{App, HttpError, body};
 use crate::conversation::ChatMessage;
 use crate::thread::ThreadError;
@@ -31,34 +31,51 @@ struct CreateBody {
     _metadata: Option<Map<String, Value>>,
 }
 
-pub(crate) async fn create(State(app): State<App>, request: Body) -> Result<Response, HttpError> {
+pub(crate) async fn create(
+    State(app): State<App>,
+    KeyName(owner): KeyName,
+    request: Body,
+) -> Result<Response, HttpError> {
     app.refuse_new_work()?;
     let bytes = body::read(request, &app.settings).await?;
     let create: CreateBody =
         if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
-    let transcript = app.threads.create(create.id.as_deref(), create.messages).map_err(|e| match e {
-        ThreadError::InvalidId => HttpError::from(e).with_param("id"),
-        other => other.into(),
-    })?;
+    let transcript =
+        app.threads.create(create.id.as_deref(), create.messages, owner.as_deref()).map_err(|e| match e {
+            ThreadError::InvalidId => HttpError::from(e).with_param("id"),
+            other => other.into(),
+        })?;
     tracing::info!(thread = transcript.id, "thread created");
     Ok((StatusCode::CREATED, Json(transcript)).into_response())
 }
 
-pub(crate) async fn get(State(app): State<App>, ThreadId(id): ThreadId) -> Result<Response, HttpError> {
-    let transcript = app.threads.get(&id).await.ok_or(ThreadError::NotFound(id))?;
+pub(crate) async fn get(
+    State(app): State<App>,
+    KeyName(owner): KeyName,
+    ThreadId(id): ThreadId,
+) -> Result<Response, HttpError> {
+    let transcript = app.threads.get(&id, owner.as_deref()).await.ok_or(ThreadError::NotFound(id))?;
     Ok(Json(transcript).into_response())
 }
 
-pub(crate) async fn delete(State(app): State<App>, ThreadId(id): ThreadId) -> Result<Response, HttpError> {
-    if !app.threads.delete(&id) {
+pub(crate) async fn delete(
+    State(app): State<App>,
+    KeyName(owner): KeyName,
+    ThreadId(id): ThreadId,
+) -> Result<Response, HttpError> {
+    if !app.threads.delete(&id, owner.as_deref()) {
         return Err(ThreadError::NotFound(id).into());
     }
     Ok(Json(json!({"id": id, "object": "thread.deleted", "deleted": true})).into_response())
 }
 
 /// `GET /v1/threads/{id}/audit`: `{"thread_id", "object": "thread.audit", "entries": [..]}`.
-pub(crate) async fn audit(State(app): State<App>, ThreadId(id): ThreadId) -> Result<Response, HttpError> {
-    let entries = app.threads.audit(&id).await.ok_or_else(|| ThreadError::NotFound(id.clone()))?;
+pub(crate) async fn audit(
+    State(app): State<App>,
+    KeyName(owner): KeyName,
+    ThreadId(id): ThreadId,
+) -> Result<Response, HttpError> {
+    let entries = app.threads.audit(&id, owner.as_deref()).await.ok_or_else(|| ThreadError::NotFound(id.clone()))?;
     Ok(Json(json!({"thread_id": id, "object": "thread.audit", "entries": entries})).into_response())
 }
 
@@ -74,13 +91,15 @@ pub(crate) async fn replay(
     State(app): State<App>,
     ThreadId(id): ThreadId,
     Client(client): Client,
+    KeyName(owner): KeyName,
     request: Body,
 ) -> Result<Response, HttpError> {
     app.refuse_new_work()?;
     let bytes = body::read(request, &app.settings).await?;
     let replay: ReplayBody = body::json(&bytes)?;
     crate::output::check_name("model", &replay.model)?;
-    let started = app.threads.replay(client.as_deref(), &id, &replay.model, replay.upto.as_deref()).await?;
+    let started =
+        app.threads.replay(client.as_deref(), owner.as_deref(), &id, &replay.model, replay.upto.as_deref()).await?;
     super::record_stream(started.stream.id());
     tracing::info!(from = id, thread = started.thread, model = replay.model, "thread replayed");
     let body = json!({

@@ -41,6 +41,8 @@ const MIGRATIONS: &[&str] = &[
         name TEXT PRIMARY KEY,
         value BLOB NOT NULL
     ) WITHOUT ROWID;",
+    // 3: the API key (by name) a thread belongs to, with keys configured.
+    "ALTER TABLE threads ADD COLUMN owner TEXT;",
 ];
 
 /// Brings the store to the latest version.

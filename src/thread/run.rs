@@ -31,6 +31,9 @@ pub struct Turn {
     pub input: Vec<ChatMessage>,
     /// The request's other fields, passed to the agent.
     pub options: Map<String, Value>,
+    /// The API key (by name) the turn comes with, when the service has keys: a thread another key created
+    /// is not found, and a new one belongs to this key.
+    pub owner: Option<String>,
 }
 
 /// What a replay started.
@@ -58,7 +61,7 @@ impl Threads {
         check_id(&turn.thread)?;
         let deadline = tokio::time::Instant::now() + RECORD_WAIT;
         loop {
-            let thread = self.insert(&turn.thread, Vec::new(), false)?;
+            let thread = self.insert(&turn.thread, Vec::new(), false, turn.owner.as_deref())?;
             let recorded = thread.recorded.notified();
             tokio::pin!(recorded);
             recorded.as_mut().enable();
@@ -157,6 +160,7 @@ impl Threads {
     pub async fn replay(
         &self,
         client: Option<&str>,
+        owner: Option<&str>,
         id: &str,
         model: &str,
         upto: Option<&str>,
@@ -164,7 +168,7 @@ impl Threads {
         if !self.inner.agents.contains(model) {
             return Err(StartError::UnknownModel(model.to_owned()).into());
         }
-        let source = self.settled(id).await.ok_or_else(|| ThreadError::NotFound(id.to_owned()))?;
+        let source = self.settled(id, owner).await.ok_or_else(|| ThreadError::NotFound(id.to_owned()))?;
         let copied = {
             let state = source.lock();
             let cut = match upto {
@@ -196,7 +200,7 @@ impl Threads {
         };
         let (entries, upto) = copied;
         let new_id = format!("thread_{}", uuid::Uuid::new_v4().simple());
-        let thread = self.insert(&new_id, entries, true)?;
+        let thread = self.insert(&new_id, entries, true, owner)?;
         let mut state = thread.lock();
         let history: Vec<ChatMessage> = state.history().cloned().collect();
         let started = Conversation::new(model, history)
@@ -211,7 +215,7 @@ impl Threads {
             }
             Err(error) => {
                 drop(state);
-                self.delete(&new_id);
+                self.delete(&new_id, owner);
                 Err(error)
             }
         }

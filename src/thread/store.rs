@@ -49,6 +49,8 @@ impl std::fmt::Debug for Threads {
 /// One thread.
 pub(super) struct Thread {
     pub(super) id: String,
+    /// The API key (by name) that created it, with keys configured: no other key finds it.
+    owner: Option<String>,
     created: SystemTime,
     state: Mutex<State>,
     /// Fires when a run's result has been recorded.
@@ -78,6 +80,11 @@ pub(super) struct Run {
 }
 
 impl Thread {
+    /// Whether a request from `owner` (a key's name, or none without keys) may see it.
+    fn owned_by(&self, owner: Option<&str>) -> bool {
+        self.owner.is_none() || self.owner.as_deref() == owner
+    }
+
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -155,6 +162,7 @@ impl Threads {
         let journaled = entries.len();
         let thread = Arc::new(Thread {
             id: kept.id.clone(),
+            owner: kept.owner,
             created: UNIX_EPOCH + Duration::from_millis(kept.created_ms),
             state: Mutex::new(State {
                 entries,
@@ -187,6 +195,7 @@ impl Threads {
             created_ms: unix_ms(thread.created),
             used_ms: unix_ms(SystemTime::now()),
             pending: serde_json::to_string(&state.pending).unwrap_or_else(|_| "[]".into()),
+            owner: thread.owner.clone(),
         });
     }
 
@@ -195,8 +204,14 @@ impl Threads {
     }
 
     /// Creates a thread, under `id` or a new one, with `messages` (user, system and developer messages
-    /// only: the client cannot write what the model said).
-    pub fn create(&self, id: Option<&str>, messages: Vec<ChatMessage>) -> Result<Transcript, ThreadError> {
+    /// only: the client cannot write what the model said), for `owner` (the key that creates it, when the
+    /// service has keys: no other key will find it).
+    pub fn create(
+        &self,
+        id: Option<&str>,
+        messages: Vec<ChatMessage>,
+        owner: Option<&str>,
+    ) -> Result<Transcript, ThreadError> {
         if !messages.is_empty() {
             validate_user_input(&messages)?;
         }
@@ -214,21 +229,27 @@ impl Threads {
                 AuditEntry::new(None, Some(message), decision, Map::new())
             })
             .collect();
-        let thread = self.insert(&id, entries, true)?;
+        let thread = self.insert(&id, entries, true, owner)?;
         let state = thread.lock();
         Ok(self.transcript(&thread, &state))
     }
 
-    /// Adds a thread with `entries`; an existing one is an error when `exclusive`, and is returned otherwise.
+    /// Adds a thread with `entries` for `owner`; an existing one is an error when `exclusive`, and is
+    /// returned otherwise (not found when another key owns it).
     pub(super) fn insert(
         &self,
         id: &str,
         mut entries: Vec<AuditEntry>,
         exclusive: bool,
+        owner: Option<&str>,
     ) -> Result<Arc<Thread>, ThreadError> {
         let mut map = self.map();
         if let Some(thread) = map.get(id) {
-            return if exclusive { Err(ThreadError::Exists(id.to_owned())) } else { Ok(Arc::clone(thread)) };
+            return match (exclusive, thread.owned_by(owner)) {
+                (true, _) => Err(ThreadError::Exists(id.to_owned())),
+                (false, true) => Ok(Arc::clone(thread)),
+                (false, false) => Err(ThreadError::NotFound(id.to_owned())),
+            };
         }
         let config = &self.inner.config;
         if map.len() >= config.max_threads {
@@ -245,6 +266,7 @@ impl Threads {
         let now = SystemTime::now();
         let thread = Arc::new(Thread {
             id: id.to_owned(),
+            owner: owner.map(str::to_owned),
             created: now,
             state: Mutex::new(State {
                 entries,
@@ -287,8 +309,9 @@ impl Threads {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| Some(held.saturating_sub(bytes)));
     }
 
-    pub(super) fn find(&self, id: &str) -> Option<Arc<Thread>> {
-        self.map().get(id).cloned()
+    /// The thread `id`, if `owner` may see it.
+    pub(super) fn find(&self, id: &str, owner: Option<&str>) -> Option<Arc<Thread>> {
+        self.map().get(id).filter(|thread| thread.owned_by(owner)).cloned()
     }
 
     pub(super) fn transcript(&self, thread: &Thread, state: &State) -> Transcript {
@@ -305,8 +328,8 @@ impl Threads {
 
     /// The thread, once the result of a run that has ended is recorded: a client that read a run's end and
     /// reads the thread at once sees the run in it.
-    pub(super) async fn settled(&self, id: &str) -> Option<Arc<Thread>> {
-        let thread = self.find(id)?;
+    pub(super) async fn settled(&self, id: &str, owner: Option<&str>) -> Option<Arc<Thread>> {
+        let thread = self.find(id, owner)?;
         let deadline = tokio::time::Instant::now() + RECORD_WAIT;
         loop {
             let recorded = thread.recorded.notified();
@@ -320,24 +343,29 @@ impl Threads {
         Some(thread)
     }
 
-    /// The thread's conversation, or `None` when there is no such thread.
-    pub async fn get(&self, id: &str) -> Option<Transcript> {
-        let thread = self.settled(id).await?;
+    /// The thread's conversation, or `None` when there is no such thread (for `owner`).
+    pub async fn get(&self, id: &str, owner: Option<&str>) -> Option<Transcript> {
+        let thread = self.settled(id, owner).await?;
         let state = thread.lock();
         Some(self.transcript(&thread, &state))
     }
 
-    /// The thread's audit log, in order, or `None` when there is no such thread.
-    pub async fn audit(&self, id: &str) -> Option<Vec<AuditEntry>> {
-        let thread = self.settled(id).await?;
+    /// The thread's audit log, in order, or `None` when there is no such thread (for `owner`).
+    pub async fn audit(&self, id: &str, owner: Option<&str>) -> Option<Vec<AuditEntry>> {
+        let thread = self.settled(id, owner).await?;
         let state = thread.lock();
         Some(state.entries.clone())
     }
 
     /// Removes a thread; a run still going on it goes on, and its result is not recorded. False when there
-    /// was no such thread.
-    pub fn delete(&self, id: &str) -> bool {
-        let Some(thread) = self.map().remove(id) else { return false };
+    /// was no such thread (for `owner`).
+    pub fn delete(&self, id: &str, owner: Option<&str>) -> bool {
+        let mut map = self.map();
+        if !map.get(id).is_some_and(|thread| thread.owned_by(owner)) {
+            return false;
+        }
+        let Some(thread) = map.remove(id) else { return false };
+        drop(map);
         self.forget(&thread);
         true
     }
