@@ -243,7 +243,7 @@ impl Sse {
         Sse { error: Some(error), ..Sse::default() }
     }
 
-    /// Counts the events in `data`, the next bytes of the body, read at `now`.
+    /// Counts the events in `data`, the next bytes of the body, read at `now` (see [`is_retry_hint`]).
     fn feed(&mut self, data: &[u8], now: u64, ctx: &Ctx) {
         let Some(&first) = data.first() else { return };
         self.bytes += data.len() as u64;
@@ -256,7 +256,7 @@ impl Sse {
         for end in EVENT_END.find_iter(data) {
             if end >= 6 && &data[end - 6..end] == b": ping" {
                 self.pings += 1;
-            } else if data[start.min(end)..end].starts_with(b"retry:") {
+            } else if is_retry_hint(&data[start.min(end)..end]) {
                 // The reconnection hint a CUI event stream opens with: not an event.
             } else {
                 self.events += 1;
@@ -369,4 +369,9 @@ pub(crate) async fn open_sse(
     let mut sse = Sse::default();
     sse.feed(&buffer[start..], now_ns(), ctx);
     Ok((stream, sse))
+}
+
+/// Whether an SSE block (with the chunk-size line that may precede it) is the `retry:` hint alone.
+fn is_retry_hint(block: &[u8]) -> bool {
+    block.windows(7).any(|w| w == b"retry: ") && !block.windows(5).any(|w| w == b"data:")
 }

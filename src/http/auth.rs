@@ -38,7 +38,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
-use super::{App, HttpError};
+use super::HttpError;
 
 /// The prefixes that make a bearer credential a token rather than a key.
 const READ_PREFIX: &str = "amr";
@@ -341,8 +341,7 @@ fn needs(route: &str) -> Needs {
 
 /// The middleware: lets a request through with what its credential grants (everything when the service has
 /// no keys), or refuses it.
-pub(crate) async fn guard(State(app): State<App>, mut request: Request, next: Next) -> Response {
-    let credentials = &app.credentials;
+pub(crate) async fn guard(State(credentials): State<Arc<Credentials>>, mut request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
     let needs = needs(&route);
     if !credentials.keyed() || needs == Needs::Nothing {

@@ -22,10 +22,13 @@ use crate::hub::{Hub, Status};
 
 type Labels = Vec<(&'static str, String)>;
 
-/// The service's metrics; cheap to clone (every field is shared).
+/// The service's metrics; cheap to clone (one shared pointer: a handler's state is cloned per request).
 #[derive(Debug, Clone)]
-pub struct Metrics {
-    registry: Arc<Registry>,
+pub struct Metrics(Arc<Families>);
+
+#[derive(Debug)]
+struct Families {
+    registry: Registry,
     requests: Family<Labels, Counter>,
     refusals: Family<Labels, Counter>,
     streams: Family<Labels, Gauge>,
@@ -78,8 +81,8 @@ impl Metrics {
         registry.register("runs", "Chat runs started, by model", runs.clone());
         let runs_ended = Family::<Labels, Counter>::default();
         registry.register("runs_ended", "Chat runs ended, by model and status", runs_ended.clone());
-        Metrics {
-            registry: Arc::new(registry),
+        Metrics(Arc::new(Families {
+            registry,
             requests,
             refusals,
             streams,
@@ -92,54 +95,54 @@ impl Metrics {
             append_seconds,
             runs,
             runs_ended,
-        }
+        }))
     }
 
     /// A request answered.
     pub(crate) fn request(&self, route: &str, method: &str, status: u16, code: Option<&str>) {
         let labels = vec![("route", route.to_owned()), ("method", method.to_owned()), ("status", status.to_string())];
-        self.requests.get_or_create(&labels).inc();
+        self.0.requests.get_or_create(&labels).inc();
         if let Some(code) = code {
-            self.refusals.get_or_create(&vec![("status", status.to_string()), ("code", code.to_owned())]).inc();
+            self.0.refusals.get_or_create(&vec![("status", status.to_string()), ("code", code.to_owned())]).inc();
         }
     }
 
     /// A stream created through the service.
     pub(crate) fn stream_created(&self) {
-        self.streams_created.inc();
+        self.0.streams_created.inc();
     }
 
     /// An append: its messages, its body's bytes and how long it took.
     pub(crate) fn appended(&self, messages: usize, bytes: usize, seconds: f64) {
-        self.messages_in.inc_by(messages as u64);
-        self.bytes_in.inc_by(bytes as u64);
-        self.append_seconds.observe(seconds);
+        self.0.messages_in.inc_by(messages as u64);
+        self.0.bytes_in.inc_by(bytes as u64);
+        self.0.append_seconds.observe(seconds);
     }
 
     /// A message a producer published over a WebSocket.
     pub(crate) fn published(&self) {
-        self.messages_in.inc();
+        self.0.messages_in.inc();
     }
 
     /// A subscriber connected; it counts as one until the guard is dropped.
     pub(crate) fn subscriber(&self, format: &str, transport: &'static str) -> Counted {
         let gauge =
-            self.subscribers.get_or_create(&vec![("format", format.to_owned()), ("transport", transport.to_owned())]);
+            self.0.subscribers.get_or_create(&vec![("format", format.to_owned()), ("transport", transport.to_owned())]);
         gauge.inc();
-        let bytes = self.bytes_out.get_or_create(&vec![("transport", transport.to_owned())]).clone();
+        let bytes = self.0.bytes_out.get_or_create(&vec![("transport", transport.to_owned())]).clone();
         Counted { gauge: gauge.clone(), bytes }
     }
 
     /// A connection accepted; it counts as open until the guard is dropped.
     pub(crate) fn connection(&self) -> Open {
-        self.connections.inc();
-        Open(self.connections.clone())
+        self.0.connections.inc();
+        Open(self.0.connections.clone())
     }
 
     /// A chat run started with `model`; `ended` is awaited (on a task of its own) to count how it ended.
     pub(crate) fn run(&self, model: &str, stream: Arc<crate::hub::Stream>) {
-        self.runs.get_or_create(&vec![("model", model.to_owned())]).inc();
-        let (ended, model) = (self.runs_ended.clone(), model.to_owned());
+        self.0.runs.get_or_create(&vec![("model", model.to_owned())]).inc();
+        let (ended, model) = (self.0.runs_ended.clone(), model.to_owned());
         tokio::spawn(async move {
             let outcome = stream.ended().await;
             let status = Status::of(Some(&outcome));
@@ -149,13 +152,13 @@ impl Metrics {
 
     /// The exposition, with what the hub holds read now.
     pub(crate) fn render(&self, hub: &Hub) -> String {
-        self.streams.clear();
+        self.0.streams.clear();
         for (status, count) in hub.count_by_status() {
-            self.streams.get_or_create(&vec![("status", status.as_str().to_owned())]).set(count as i64);
+            self.0.streams.get_or_create(&vec![("status", status.as_str().to_owned())]).set(count as i64);
         }
         let mut text = String::new();
         // Writing to a String cannot fail.
-        let _ = encode(&mut text, &self.registry);
+        let _ = encode(&mut text, &self.0.registry);
         text
     }
 }

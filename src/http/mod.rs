@@ -174,7 +174,7 @@ pub fn router(app: App) -> Router {
                 "not_found",
             )
         })
-        .route_layer(middleware::from_fn_with_state(app.clone(), auth::guard))
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&app.credentials), auth::guard))
         .layer(middleware::from_fn_with_state(app.settings.cors_origins.clone(), browser::guard))
         .layer(middleware::from_fn_with_state(app.settings.body_limit, edge::guard))
         .layer(middleware::from_fn_with_state(app.metrics.clone(), trace))
