@@ -371,7 +371,8 @@ pub(crate) async fn open_sse(
     Ok((stream, sse))
 }
 
-/// Whether an SSE block (with the chunk-size line that may precede it) is the `retry:` hint alone.
+/// Whether an SSE block (with the chunk-size line that may precede it) is the `retry:` hint alone: a short
+/// block, so an event costs one length check.
 fn is_retry_hint(block: &[u8]) -> bool {
-    block.windows(7).any(|w| w == b"retry: ") && !block.windows(5).any(|w| w == b"data:")
+    block.len() <= 32 && block.windows(7).any(|w| w == b"retry: ") && !block.windows(5).any(|w| w == b"data:")
 }
