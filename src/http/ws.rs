@@ -120,7 +120,7 @@ enum Op {
 }
 
 /// A subscription as the connection polls it, counted in the metrics while it is polled.
-fn feed(subscription: Subscription, counted: Counted) -> Feed {
+fn feed(subscription: Subscription, mut counted: Counted) -> Feed {
     let batches = subscription.into_stream().map(move |batch| {
         counted.sent(batch.bytes.len());
         Some(batch)
