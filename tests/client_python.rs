@@ -110,6 +110,29 @@ fn expect_success(what: &str, output: Result<Output, String>) -> Output {
     output
 }
 
+/// Runs `tests/python/<name>` with `args` in the venv, talking to loopback only (no proxy, no OpenAI
+/// settings from the environment); panics with its output unless it succeeds.
+async fn run_script(python: PathBuf, name: &'static str, args: Vec<String>) -> Output {
+    let script = manifest_dir().join("tests").join("python").join(name);
+    let output = tokio::task::spawn_blocking(move || {
+        run(
+            Command::new(&python)
+                .arg(&script)
+                .args(&args)
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("PYTHONUNBUFFERED", "1")
+                .env("NO_PROXY", "127.0.0.1,localhost")
+                .env("no_proxy", "127.0.0.1,localhost")
+                .env_remove("OPENAI_BASE_URL")
+                .env_remove("OPENAI_API_KEY"),
+            SCRIPT_TIMEOUT,
+        )
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    expect_success(&format!("tests/python/{name}"), output)
+}
+
 fn openai_ready(python: &Path) -> bool {
     python.is_file()
         && run(Command::new(python).args(["-c", CHECK_OPENAI]), Duration::from_secs(60))
@@ -163,26 +186,8 @@ async fn official_openai_python_client() {
     let setup = started.elapsed();
 
     let server = TestServer::start().await;
-    let base_url = server.url("/v1");
-    let script = manifest_dir().join("tests").join("python").join("openai_client.py");
     let ran = Instant::now();
-    let output = tokio::task::spawn_blocking(move || {
-        run(
-            Command::new(&python)
-                .arg(&script)
-                .arg(&base_url)
-                .env("PYTHONDONTWRITEBYTECODE", "1")
-                .env("PYTHONUNBUFFERED", "1")
-                .env("NO_PROXY", "127.0.0.1,localhost")
-                .env("no_proxy", "127.0.0.1,localhost")
-                .env_remove("OPENAI_BASE_URL")
-                .env_remove("OPENAI_API_KEY"),
-            SCRIPT_TIMEOUT,
-        )
-    })
-    .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    let output = expect_success("tests/python/openai_client.py", output);
+    let output = run_script(python, "openai_client.py", vec![server.url("/v1")]).await;
     let script_time = ran.elapsed();
     server.stop().await.expect("server stops");
 
@@ -229,24 +234,7 @@ async fn official_openai_python_client_with_api_keys() {
     let settings = agentmux::http::Settings { api_keys: vec![key.into()], ..agentmux::http::Settings::default() };
     let server =
         TestServer::with(agentmux::hub::HubConfig::default(), settings, agentmux::agent::Agents::builtin()).await;
-    let base_url = server.url("/v1");
-    let script = manifest_dir().join("tests").join("python").join("openai_keys.py");
-    let output = tokio::task::spawn_blocking(move || {
-        run(
-            Command::new(&python)
-                .arg(&script)
-                .arg(&base_url)
-                .arg(key)
-                .env("PYTHONDONTWRITEBYTECODE", "1")
-                .env("NO_PROXY", "127.0.0.1,localhost")
-                .env_remove("OPENAI_BASE_URL")
-                .env_remove("OPENAI_API_KEY"),
-            SCRIPT_TIMEOUT,
-        )
-    })
-    .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    let output = expect_success("tests/python/openai_keys.py", output);
+    let output = run_script(python, "openai_keys.py", vec![server.url("/v1"), key.to_owned()]).await;
     server.stop().await.expect("server stops");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let cases: BTreeMap<String, serde_json::Value> = stdout
