@@ -76,8 +76,40 @@ async fn metrics_move_by_what_happened() {
     assert_eq!(moved(r#"agentmux_bytes_out_total{transport="sse"}"#), sent.len() as f64, "every byte it got");
     assert_eq!(moved(r#"agentmux_runs_total{model="echo"}"#), 1.0);
     assert_eq!(moved(r#"agentmux_runs_ended_total{model="echo",status="completed"}"#), 1.0);
+    let delivered = moved("agentmux_publish_to_deliver_seconds_count");
+    assert!(delivered >= 1.0, "the first append is a probe its subscriber counts: {delivered}");
+    let mean = moved("agentmux_publish_to_deliver_seconds_sum") / delivered;
+    assert!((0.0..5.0).contains(&mean), "on loopback, well under seconds: {mean}");
     assert!(after.keys().all(|k| !k.contains(&id)), "no label holds a stream id");
     assert!(after.get("agentmux_connections").is_some_and(|&n| n >= 1.0));
+    server.stop().await.expect("stops");
+}
+
+/// Publish-to-deliver counts messages published while the subscriber was there, not a late joiner's replay
+/// of what came before it: one probe at most per 100 ms, so appends a moment apart give one sample and an
+/// append after a pause another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_to_deliver_counts_what_was_published_to_a_subscriber_not_its_replay() {
+    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let created: Value =
+        client.post(server.url("/v1/streams")).send().await.expect("create").json().await.expect("json");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let messages = server.url(&format!("/v1/streams/{id}/messages"));
+    let text = |content: &str| json!({"type": "text", "props": {"content": content}});
+    for content in ["before", "joined"] {
+        assert_eq!(client.post(&messages).json(&text(content)).send().await.expect("append").status(), 200);
+    }
+    let before = scrape(&client, &server).await;
+    let events = client.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("subscribe");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert_eq!(client.post(&messages).json(&text("after a pause")).send().await.expect("append").status(), 200);
+    assert_eq!(client.post(server.url(&format!("/v1/streams/{id}/end"))).send().await.expect("end").status(), 200);
+    let sent = read_body(events).await;
+    assert!(String::from_utf8_lossy(&sent).contains("after a pause"));
+    let after = scrape(&client, &server).await;
+    assert_eq!(delta(&before, &after, "agentmux_publish_to_deliver_seconds_count"), 1.0);
     server.stop().await.expect("stops");
 }
 

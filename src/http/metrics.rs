@@ -18,7 +18,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::hub::{Hub, Status};
+use crate::hub::{Batch, Hub, Status};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -39,6 +39,7 @@ struct Families {
     bytes_in: Counter,
     bytes_out: Family<Labels, Counter<u64, AtomicU64>>,
     append_seconds: Histogram,
+    deliver_seconds: Histogram,
     runs: Family<Labels, Counter>,
     runs_ended: Family<Labels, Counter>,
 }
@@ -77,6 +78,14 @@ impl Metrics {
             "From an append request's arrival to its answer (its messages kept)",
             append_seconds.clone(),
         );
+        // From 100 µs to about 26 s.
+        let deliver_seconds = Histogram::new(exponential_buckets(0.000_1, 2.0, 19));
+        registry.register(
+            "publish_to_deliver_seconds",
+            "From a message's append to its subscriber's write, sampled (at most ten messages a second per \
+             stream, each counted once by each subscriber that was there when it was published)",
+            deliver_seconds.clone(),
+        );
         let runs = Family::<Labels, Counter>::default();
         registry.register("runs", "Chat runs started, by model", runs.clone());
         let runs_ended = Family::<Labels, Counter>::default();
@@ -93,6 +102,7 @@ impl Metrics {
             bytes_in,
             bytes_out,
             append_seconds,
+            deliver_seconds,
             runs,
             runs_ended,
         }))
@@ -130,7 +140,7 @@ impl Metrics {
             self.0.subscribers.get_or_create(&vec![("format", format.to_owned()), ("transport", transport.to_owned())]);
         gauge.inc();
         let bytes = self.0.bytes_out.get_or_create(&vec![("transport", transport.to_owned())]).clone();
-        Counted { gauge: gauge.clone(), bytes, unflushed: 0 }
+        Counted { gauge: gauge.clone(), bytes, unflushed: 0, deliver_seconds: self.0.deliver_seconds.clone() }
     }
 
     /// A connection accepted; it counts as open until the guard is dropped.
@@ -173,12 +183,21 @@ pub(crate) struct Counted {
     gauge: Gauge,
     bytes: Counter<u64, AtomicU64>,
     unflushed: u64,
+    deliver_seconds: Histogram,
 }
 
 /// Bytes a subscriber sends before they are added to `agentmux_bytes_out_total`.
 const FLUSH_BYTES: u64 = 64 << 10;
 
 impl Counted {
+    /// A batch sent to it: its bytes, and how long its probed message took, when it has one.
+    pub(crate) fn delivered(&mut self, batch: &Batch) {
+        self.sent(batch.len());
+        if let Some(published) = batch.published {
+            self.deliver_seconds.observe(published.elapsed().as_secs_f64());
+        }
+    }
+
     /// Bytes sent to it.
     pub(crate) fn sent(&mut self, bytes: usize) {
         self.unflushed += bytes as u64;

@@ -62,10 +62,7 @@ pub(crate) fn response(
     let relay = Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry, counted };
     let body = futures::stream::unfold(relay, |mut relay| async move {
         match relay.next().await {
-            Some(chunk) => {
-                relay.counted.sent(chunk.len());
-                Some((Ok::<_, Infallible>(chunk), relay))
-            }
+            Some(chunk) => Some((Ok::<_, Infallible>(chunk), relay)),
             None => {
                 relay.on_disconnect.disarm();
                 None
@@ -115,6 +112,7 @@ impl Relay {
     /// (many readers share the cores, so each already takes several messages a turn) are never held.
     async fn next(&mut self) -> Option<Bytes> {
         if std::mem::take(&mut self.retry) {
+            self.counted.sent(RETRY.len());
             return Some(RETRY);
         }
         if self.gather
@@ -130,11 +128,16 @@ impl Relay {
             Some(pings) => tokio::select! {
                 biased;
                 batch = self.subscription.next() => batch,
-                () = pings.due() => return Some(PING),
+                () = pings.due() => {
+                    self.counted.sent(PING.len());
+                    return Some(PING);
+                }
             },
         };
         self.wrote();
-        batch.map(|batch| batch.bytes)
+        let batch = batch?;
+        self.counted.delivered(&batch);
+        Some(batch.bytes)
     }
 
     /// A batch goes out now.

@@ -122,7 +122,7 @@ enum Op {
 /// A subscription as the connection polls it, counted in the metrics while it is polled.
 fn feed(subscription: Subscription, mut counted: Counted) -> Feed {
     let batches = subscription.into_stream().map(move |batch| {
-        counted.sent(batch.bytes.len());
+        counted.delivered(&batch);
         Some(batch)
     });
     Box::pin(batches.chain(futures::stream::once(async { None })))

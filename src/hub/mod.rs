@@ -49,6 +49,7 @@
 mod clock;
 mod lifecycle;
 mod log;
+mod probes;
 mod render;
 mod rendition;
 mod storage;

@@ -65,6 +65,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lifecycle::{self, Closing, Lifecycle, Opened, Opening, event, object};
 use super::log::{Entry, Gone, Log};
+use super::probes::Probes;
 use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
 use super::subscription::Subscription;
@@ -247,6 +248,8 @@ pub struct Stream {
     client: Option<String>,
     /// When its producer last appended (ms by the hub's clock), for the idle timeout.
     active_ms: AtomicU64,
+    /// When a sample of its messages were published, for the publish-to-deliver histogram.
+    probes: Probes,
 }
 
 impl std::fmt::Debug for Stream {
@@ -295,6 +298,7 @@ impl Stream {
             next_id: AtomicU64::new(1),
             client: client.map(str::to_owned),
             active_ms: AtomicU64::new(now_ms),
+            probes: Probes::default(),
         });
         let start = event(
             "stream_start",
@@ -358,6 +362,7 @@ impl Stream {
             next_id: AtomicU64::new(last + 1),
             client: None,
             active_ms: AtomicU64::new(info.created_ms),
+            probes: Probes::default(),
             info,
             shared,
         })
@@ -442,6 +447,11 @@ impl Stream {
 
     fn lock(&self) -> MutexGuard<'_, Producer> {
         lock(&self.producer)
+    }
+
+    /// When a sample of its messages were published.
+    pub(crate) fn probes(&self) -> &Probes {
+        &self.probes
     }
 
     pub(crate) fn shared(&self) -> &Shared {
@@ -585,6 +595,7 @@ impl Stream {
             self.active_ms.store(stamped.unwrap_or_default(), Ordering::Release);
         }
         self.log.append(staged.entries);
+        self.probes.appended(producer.last);
         Ok(staged.sequences)
     }
 

@@ -13,12 +13,14 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::Stream;
 use super::log::Gone;
+use super::probes::Cursor;
 use super::render::Render;
 use super::rendition::{Counted, ReaderAt, Rendition};
 
@@ -31,6 +33,8 @@ pub struct Batch {
     pub last_sequence: u64,
     /// True when this is the notice that the history is gone, which ends the subscription.
     pub lagged: bool,
+    /// When a probed message in it was published (see `probes.rs`): on a sample of batches only.
+    pub(crate) published: Option<Instant>,
     /// Where its frames start and end, asked for only by transports that send frames one by one.
     bounds: Bounds,
 }
@@ -110,6 +114,8 @@ pub struct Subscription {
     done: bool,
     /// The last batch took everything the stream had.
     live: bool,
+    /// Where it is among the stream's probes (see `probes.rs`).
+    probes: Cursor,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -133,7 +139,8 @@ impl Subscription {
         changes: watch::Receiver<u64>,
     ) -> Self {
         let at = super::stream::lock(&rendition).reader(if private.is_some() { usize::MAX } else { cursor });
-        Subscription { stream, rendition, private, render, cursor, at, changes, done: false, live: false }
+        let probes = stream.probes().cursor();
+        Subscription { stream, rendition, private, render, cursor, at, changes, done: false, live: false, probes }
     }
 
     /// The stream subscribed to.
@@ -149,7 +156,10 @@ impl Subscription {
                 return None;
             }
             self.changes.borrow_and_update();
-            if let Some(batch) = self.take() {
+            if let Some(mut batch) = self.take() {
+                if !batch.lagged {
+                    batch.published = self.probes.took(self.stream.probes(), batch.last_sequence);
+                }
                 return Some(batch);
             }
             if self.done || self.changes.changed().await.is_err() {
@@ -235,7 +245,7 @@ impl Subscription {
         let (first, count) = (self.cursor, until - self.cursor);
         self.cursor = until;
         let last_sequence = rendition.sequence_before(until);
-        Some(Batch { bytes, last_sequence, lagged: false, bounds: bounds(rendition, first, count) })
+        Some(Batch { bytes, last_sequence, lagged: false, published: None, bounds: bounds(rendition, first, count) })
     }
 
     /// The last batch of a subscriber whose history is gone.
@@ -243,7 +253,7 @@ impl Subscription {
         self.done = true;
         let resume = rendition.sequence_before(self.cursor);
         let (bytes, lengths) = rendition.interrupt(&Gone { asked: resume, kept_after });
-        Batch { bytes, last_sequence: resume, lagged: true, bounds: Bounds::Lengths(lengths) }
+        Batch { bytes, last_sequence: resume, lagged: true, published: None, bounds: Bounds::Lengths(lengths) }
     }
 
     /// The subscription as a `futures::Stream` of batches.
