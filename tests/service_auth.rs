@@ -85,6 +85,10 @@ async fn with_keys_every_call_needs_a_key_or_the_right_token() {
     assert_eq!(status, 200, "/healthz is open");
     let (status, _, _) = send(client.get(server.url("/v1/models")), Some("sk-second")).await;
     assert_eq!(status, 200, "every configured key works");
+    // `x-api-key`, as Anthropic's clients send a key.
+    let status = |request: reqwest::RequestBuilder| async { request.send().await.expect("a response").status() };
+    assert_eq!(status(client.get(server.url("/v1/models")).header("x-api-key", KEY)).await, 200);
+    assert_eq!(status(client.get(server.url("/v1/models")).header("x-api-key", "sk-wrong")).await, 401);
 
     let (id, read, write) = create(&client, &server, json!({})).await;
     let (other, other_read, other_write) = create(&client, &server, json!({})).await;

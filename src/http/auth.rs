@@ -10,8 +10,8 @@
 //! - `/healthz`, `/readyz` and `/v1/version`, which say only that the process answers, takes work, and
 //!   which version it is (`/metrics` needs a key: a scraper sends it as a bearer).
 //!
-//! A credential comes as `Authorization: Bearer <key or token>`, or for reads as `?token=` (a browser's
-//! `EventSource` cannot set headers). A token is told from a key by its form: `amr.` (read) or `amw.`
+//! A credential comes as `Authorization: Bearer <key or token>` (or `x-api-key: <key or token>`, as
+//! Anthropic's clients send it), or for reads as `?token=` (a browser's `EventSource` cannot set headers). A token is told from a key by its form: `amr.` (read) or `amw.`
 //! (write), the stream's id, its expiry (Unix seconds, 0 for none), and an HMAC-SHA256 of those under the
 //! service's secret (kept in the store, so tokens outlive a restart; a new one per process with
 //! `--ephemeral`). So a token grants one stream, one kind of access, until its expiry; it cannot be guessed,
@@ -354,6 +354,9 @@ pub(crate) async fn guard(State(credentials): State<Arc<Credentials>>, mut reque
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
+    // Anthropic's clients send their key as `x-api-key`.
+    let api_key = request.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+    let bearer = bearer.or(api_key);
     // `?token=` on reads only: a browser's EventSource and WebSocket cannot set headers.
     let reads = matches!(needs, Needs::Stream(Access::Read) | Needs::Any);
     let query_token = reads.then(|| request.uri().query()).flatten().and_then(|q| {
