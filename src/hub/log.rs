@@ -77,6 +77,15 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     /// and only then wait on it, so nothing appended in between is missed.
     fn changes(&self) -> watch::Receiver<u64>;
 
+    /// A receiver that changes whenever [`Log::last_sequence`], [`Log::is_ended`] or [`Log::keeps`] may
+    /// have, for whoever waits for an acknowledgement. A log whose entries become readable later than they
+    /// are appended (a store, at its commit) notifies it just before [`Log::changes`], so a producer waiting
+    /// for the commit is woken ahead of the many readers the same commit wakes, not behind them. By default,
+    /// [`Log::changes`].
+    fn acknowledgements(&self) -> watch::Receiver<u64> {
+        self.changes()
+    }
+
     /// Drops the history (the stream was evicted): later reads are [`Gone`].
     fn forget(&self);
 

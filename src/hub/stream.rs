@@ -372,7 +372,7 @@ impl Stream {
     /// durable store. What an acknowledgement that means "kept" waits for. False when the store could not keep
     /// it (its disk failed): readers have it, a restart would not.
     pub async fn readable(&self, sequence: u64) -> bool {
-        let mut changes = self.log.changes();
+        let mut changes = self.log.acknowledgements();
         loop {
             changes.borrow_and_update();
             if !self.log.keeps() {

@@ -48,6 +48,8 @@ pub(crate) struct Committed {
     /// Set when a write of this stream failed: what readers get from then on is not on disk.
     failed: AtomicBool,
     changes: watch::Sender<u64>,
+    /// Notified just before `changes`: see [`Log::acknowledgements`].
+    acknowledgements: watch::Sender<u64>,
     /// The entries not trimmed yet.
     memory: MemoryLog,
 }
@@ -60,6 +62,7 @@ impl Committed {
             ended: AtomicBool::new(ended),
             failed: AtomicBool::new(false),
             changes: watch::channel(0).0,
+            acknowledgements: watch::channel(0).0,
             memory,
         })
     }
@@ -69,6 +72,13 @@ impl Committed {
     /// find), and whoever waits for an acknowledgement learns it failed.
     pub(crate) fn fail(&self) {
         self.failed.store(true, Ordering::Release);
+        self.notify();
+    }
+
+    /// Wakes whoever waits for an acknowledgement, then the readers: a producer waiting for this commit is
+    /// scheduled ahead of the readers it wakes (a commit to many readers wakes them all at once).
+    fn notify(&self) {
+        self.acknowledgements.send_modify(|n| *n = n.wrapping_add(1));
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
@@ -80,7 +90,7 @@ impl Committed {
         if ended {
             self.ended.store(true, Ordering::Release);
         }
-        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        self.notify();
     }
 }
 
@@ -191,10 +201,14 @@ impl Log for StoreLog {
         self.committed.changes.subscribe()
     }
 
+    fn acknowledgements(&self) -> watch::Receiver<u64> {
+        self.committed.acknowledgements.subscribe()
+    }
+
     fn forget(&self) {
         self.forgotten.store(true, Ordering::Release);
         self.committed.memory.forget();
-        self.committed.changes.send_modify(|n| *n = n.wrapping_add(1));
+        self.committed.notify();
     }
 
     fn release(&self) {
