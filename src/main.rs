@@ -14,7 +14,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
+use agentmux::adapter::{
+    Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField, UiMessageAdapter,
+    UiMessageOptions,
+};
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::http::{App, KeySpec, Origins, Settings, budgets, check_key};
 use agentmux::hub::{Hub, HubConfig, Limits, Storage};
@@ -72,6 +75,8 @@ enum Format {
     Openai,
     /// One non-streaming `chat.completion`.
     OpenaiJson,
+    /// The Vercel AI SDK's UI message stream.
+    UiMessage,
     /// The final state of every message after its deltas, as JSON Lines.
     State,
 }
@@ -524,6 +529,10 @@ fn render_command(
     match format {
         Format::Cui => render(&mut CuiAdapter, &messages, &outcome, &mut out),
         Format::Openai => render(&mut OpenAiAdapter::new(options), &messages, &outcome, &mut out),
+        Format::UiMessage => {
+            let options = UiMessageOptions { message_id: format!("msg-{created}") };
+            render(&mut UiMessageAdapter::new(options), &messages, &outcome, &mut out);
+        }
         Format::OpenaiJson => {
             let mut completion = OpenAiCompletion::new(options);
             messages.iter().for_each(|m| completion.push(m));

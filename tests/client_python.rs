@@ -11,11 +11,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use common::command::{expect_success, run};
 use common::server::TestServer;
 
 /// The pin: 1.97.2 is the first release that does not wrap named SSE events (wire-compat.md §1).
@@ -54,60 +54,6 @@ fn manifest_dir() -> &'static Path {
 
 fn venv_python(venv: &Path) -> PathBuf {
     if cfg!(windows) { venv.join("Scripts").join("python.exe") } else { venv.join("bin").join("python") }
-}
-
-/// Runs `command` to the end with its output captured; kills it after `timeout`. `Err` when it cannot be
-/// started or runs too long.
-fn run(command: &mut Command, timeout: Duration) -> Result<Output, String> {
-    let described = format!("{command:?}");
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {described}: {e}"))?;
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait().map_err(|e| format!("waiting for {described}: {e}"))? {
-            Some(status) => break status,
-            None if started.elapsed() > timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let out = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
-                let err = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
-                return Err(format!(
-                    "{described} ran over {timeout:?} and was killed\n--- stdout\n{out}\n--- stderr\n{err}"
-                ));
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
-    };
-    Ok(Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() })
-}
-
-/// Panics with the command's output when it failed.
-fn expect_success(what: &str, output: Result<Output, String>) -> Output {
-    let output = output.unwrap_or_else(|e| panic!("{what}: {e}"));
-    if !output.status.success() {
-        panic!(
-            "{what} failed ({})\n--- stdout\n{}\n--- stderr\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    output
 }
 
 /// Runs `tests/python/<name>` with `args` in the venv, talking to loopback only (no proxy, no OpenAI

@@ -31,7 +31,7 @@ fn every_case_matches_its_golden_files() {
 #[test]
 fn sse_framing_is_clean() {
     for case in common::cases() {
-        for file in ["cui.sse", "openai.sse", "openai-usage.sse"] {
+        for file in ["cui.sse", "openai.sse", "openai-usage.sse", "ui-message.sse"] {
             let text = String::from_utf8(common::read(&case, file)).expect("utf-8");
             assert!(!text.contains('\r'), "{case}/{file}: CR in an SSE body");
             for event in text.split_terminator("\n\n") {

@@ -10,16 +10,19 @@
 //! - [`CuiAdapter`] (`cui.rs`): the typed messages themselves, one SSE event each, with `id:` lines.
 //! - [`OpenAiAdapter`] (`openai/`): `chat.completion.chunk` deltas, and [`OpenAiCompletion`], the same
 //!   messages aggregated into one non-streaming `chat.completion`.
+//! - [`UiMessageAdapter`] (`ui/`): the Vercel AI SDK's UI message stream, the chunks `useChat` reads.
 
 mod cui;
 mod frame;
 mod openai;
+mod ui;
 
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use cui::CuiAdapter;
 pub use frame::{Frame, Payload};
 pub use openai::{AgentTools, ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
+pub use ui::{UiMessageAdapter, UiMessageOptions};
 
 /// A renderer from messages to frames; see the module doc.
 pub trait Adapter {

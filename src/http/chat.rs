@@ -153,7 +153,8 @@ pub(crate) async fn completions(
     guard.disarm();
     let mut response = match format {
         Format::OpenAi { reasoning, .. } => complete(&stream, &outcome, reasoning),
-        Format::Cui => axum::Json(stream.snapshot()).into_response(),
+        // A chat answers in OpenAI's format or CUI's (`format::chat`); the UI message stream has its own endpoint.
+        Format::Cui | Format::UiMessage => axum::Json(stream.snapshot()).into_response(),
     };
     if let Ok(id) = HeaderValue::from_str(stream.id()) {
         response.headers_mut().insert("x-agentmux-stream-id", id);

@@ -254,7 +254,13 @@ pub(crate) async fn events(
     // EventSource reads CUI events: they alone carry the reconnection hint.
     let retry = matches!(format, Format::Cui);
     let counted = app.metrics.subscriber(format.name(), "sse");
-    Ok(sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none(), retry, counted))
+    let mut response =
+        sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none(), retry, counted);
+    if format == Format::UiMessage {
+        // What the AI SDK's transport checks to know it reads a UI message stream.
+        response.headers_mut().insert("x-vercel-ai-ui-message-stream", axum::http::HeaderValue::from_static("v1"));
+    }
+    Ok(response)
 }
 
 /// `GET /v1/models`: the agents, in OpenAI's list format.

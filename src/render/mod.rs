@@ -17,7 +17,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::adapter::{Adapter, AgentTools, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField};
+use crate::adapter::{
+    Adapter, AgentTools, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField, UiMessageAdapter,
+    UiMessageOptions,
+};
 use crate::hub::{Entry, Gone, Render, Renderer, StreamInfo};
 use crate::output::{ErrorProps, OutputMessage};
 
@@ -39,14 +42,17 @@ pub enum Format {
         /// How the agent's own tool calls appear.
         agent_tools: AgentTools,
     },
+    /// The Vercel AI SDK's UI message stream.
+    UiMessage,
 }
 
 impl Format {
-    /// Its name: `cui` or `openai` (what `?format=` takes).
+    /// Its name: `cui`, `openai` or `ui-message` (what `?format=` takes).
     pub fn name(&self) -> &'static str {
         match self {
             Format::Cui => "cui",
             Format::OpenAi { .. } => "openai",
+            Format::UiMessage => "ui-message",
         }
     }
 
@@ -69,6 +75,7 @@ impl Format {
                 options.agent_tools = agent_tools;
                 Box::new(OpenAiAdapter::new(options))
             }
+            Format::UiMessage => Box::new(UiMessageAdapter::new(UiMessageOptions::from(info))),
         }
     }
 
@@ -76,6 +83,7 @@ impl Format {
     fn key(self) -> String {
         match self {
             Format::Cui => "cui".into(),
+            Format::UiMessage => "ui-message".into(),
             Format::OpenAi { include_usage, reasoning, agent_tools } => {
                 let reasoning = match reasoning {
                     ReasoningField::ReasoningContent => "reasoning_content",
@@ -98,6 +106,14 @@ impl Format {
 impl From<&StreamInfo> for OpenAiOptions {
     fn from(info: &StreamInfo) -> Self {
         OpenAiOptions::new(format!("chatcmpl-{}", info.epoch), info.created_ms / 1000, info.model.clone())
+    }
+}
+
+/// The assistant message id a UI message stream starts with: made from the epoch, like the OpenAI completion
+/// id, so a replay of the same run repeats it.
+impl From<&StreamInfo> for UiMessageOptions {
+    fn from(info: &StreamInfo) -> Self {
+        UiMessageOptions { message_id: format!("msg-{}", info.epoch) }
     }
 }
 

@@ -2,6 +2,7 @@
 //! sends, one per line) and an optional `outcome.json` (how the stream ended; completed when absent).
 #![allow(dead_code)]
 
+pub(crate) mod command;
 pub(crate) mod doubles;
 pub(crate) mod http;
 pub(crate) mod process;
@@ -10,7 +11,9 @@ pub(crate) mod upstream;
 
 use std::path::{Path, PathBuf};
 
-use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions};
+use agentmux::adapter::{
+    Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, UiMessageAdapter, UiMessageOptions,
+};
 use agentmux::output::{Metadata, Outcome, OutputMessage};
 
 /// The fixed id, clock and model that golden files are rendered with.
@@ -67,6 +70,11 @@ pub(crate) fn outcome(case: &str) -> Outcome {
     }
 }
 
+/// The UI message stream's options in golden files.
+pub(crate) fn ui_options() -> UiMessageOptions {
+    UiMessageOptions { message_id: "msg-golden".into() }
+}
+
 pub(crate) fn options(case: &str, include_usage: bool) -> OpenAiOptions {
     let mut options = OpenAiOptions::new(COMPLETION_ID, CREATED, format!("replay/{case}"));
     options.include_usage = include_usage;
@@ -100,6 +108,7 @@ pub(crate) fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
         ("openai.sse", render(&mut OpenAiAdapter::new(options(case, false)), &messages, &outcome)),
         ("openai-usage.sse", render(&mut OpenAiAdapter::new(options(case, true)), &messages, &outcome)),
         ("openai.json", json),
+        ("ui-message.sse", render(&mut UiMessageAdapter::new(ui_options()), &messages, &outcome)),
     ]
 }
 

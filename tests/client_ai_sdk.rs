@@ -1,0 +1,235 @@
+//! The official `ai` package (the Vercel AI SDK) reads our UI message stream as `useChat` does:
+//! `tests/node/ui_message.mjs` fetches each stream with the package's `DefaultChatTransport` (which checks
+//! every chunk against the package's own schema and fails on a type it does not know) and builds the
+//! assistant message with `readUIMessageStream` (which fails on a chunk out of order). Two majors read every
+//! stream: the last 5.x and the current 7.x, since a chunk only one of them knows would break the other.
+//!
+//! What they read: every golden file (`fixtures/*/ui-message.sse`), and live streams over a real socket
+//! (`GET /v1/streams/{id}/events?format=ui-message`) with text deltas, reasoning, a tool call the agent runs
+//! and its result, a custom type replaced by a later delta, a transient loading message, and a cancel.
+//!
+//! Node comes from Debian (`apt-get install nodejs npm` when `node` is missing); the packages are installed
+//! into `target/node-clients` with npm the first time and reused (a lock file keeps two test processes from
+//! installing at once). Nothing is skipped: without Node or the registry the test fails and says why.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::command::{expect_success, run};
+use common::http::{create_stream, header, post_empty, post_json, snapshot};
+use common::server::TestServer;
+use serde_json::{Value, json};
+
+/// Each installed alias and the major version it is.
+const PACKAGES: &[(&str, &str)] = &[("ai5", "5"), ("ai", "7")];
+
+fn target() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target")
+}
+
+fn node_ready() -> bool {
+    run(
+        Command::new("node").args(["-e", "process.exit(+process.versions.node.split('.')[0] >= 20 ? 0 : 3)"]),
+        Duration::from_secs(30),
+    )
+    .is_ok_and(|output| output.status.success())
+}
+
+/// `target/node-clients`, with both majors of `ai` installed.
+fn ensure_packages() -> PathBuf {
+    let dir = target().join("node-clients");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let lock_path = target().join("node-clients.lock");
+    let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).expect("the install lock");
+    lock.lock().expect("lock");
+    if !node_ready() {
+        let install = |args: &[&str]| {
+            Command::new("apt-get")
+                .args(args)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let packages = ["install", "-y", "nodejs", "npm"];
+        assert!(
+            install(&packages) || (install(&["update"]) && install(&packages)),
+            "Node 20 or later is needed: `apt-get install nodejs npm` failed (run the tests as root with apt)"
+        );
+        assert!(node_ready(), "nodejs installed, but `node` is missing or older than 20");
+    }
+    let installed = |alias: &str, major: &str| {
+        std::fs::read(dir.join("node_modules").join(alias).join("package.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+            .is_some_and(|package| {
+                package["name"] == "ai"
+                    && package["version"].as_str().is_some_and(|v| v.starts_with(&format!("{major}.")))
+            })
+    };
+    if PACKAGES.iter().all(|(alias, major)| installed(alias, major)) {
+        return dir;
+    }
+    let dependencies: serde_json::Map<String, Value> =
+        PACKAGES.iter().map(|(alias, major)| ((*alias).to_owned(), json!(format!("npm:ai@{major}")))).collect();
+    let manifest =
+        json!({"name": "agentmux-node-clients", "private": true, "type": "module", "dependencies": dependencies});
+    std::fs::write(dir.join("package.json"), manifest.to_string()).expect("write package.json");
+    eprintln!("installing the ai package (5 and 7) into {} (npm needs the registry)", dir.display());
+    expect_success(
+        "npm install",
+        run(
+            Command::new("npm").args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(&dir),
+            Duration::from_secs(600),
+        ),
+    );
+    assert!(PACKAGES.iter().all(|(alias, major)| installed(alias, major)), "npm install left the ai package missing");
+    dir
+}
+
+/// Runs the reader over `sources` with every major; its results by (major alias, source name).
+async fn read_with_ai(sources: Vec<Value>) -> BTreeMap<(String, String), Value> {
+    let results = tokio::task::spawn_blocking(move || {
+        let dir = ensure_packages();
+        let script = dir.join("ui_message.mjs");
+        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/ui_message.mjs"), &script)
+            .expect("copy the script next to its packages");
+        let config = dir.join(format!("config-{}.json", std::process::id()));
+        let packages: Vec<&str> = PACKAGES.iter().map(|(alias, _)| *alias).collect();
+        std::fs::write(&config, json!({"packages": packages, "sources": sources}).to_string()).expect("config");
+        let output = expect_success(
+            "node ui_message.mjs",
+            run(
+                Command::new("node")
+                    .arg(&script)
+                    .arg(&config)
+                    .current_dir(&dir)
+                    .env("NO_PROXY", "127.0.0.1,localhost")
+                    .env("no_proxy", "127.0.0.1,localhost"),
+                Duration::from_secs(120),
+            ),
+        );
+        let _ = std::fs::remove_file(&config);
+        serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap_or_else(|e| {
+            panic!("the script's output is not JSON ({e}): {}", String::from_utf8_lossy(&output.stdout))
+        })
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    results
+        .into_iter()
+        .map(|r| ((r["package"].as_str().unwrap_or("").to_owned(), r["source"].as_str().unwrap_or("").to_owned()), r))
+        .collect()
+}
+
+/// The message's parts of `kind`.
+fn parts<'m>(message: &'m Value, kind: &str) -> Vec<&'m Value> {
+    message["parts"].as_array().into_iter().flatten().filter(|p| p["type"] == kind).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_majors_of_the_ai_package_read_every_golden_file() {
+    let cases = common::cases();
+    let sources = cases
+        .iter()
+        .map(|case| json!({"name": case, "file": common::fixtures_dir().join(case).join("ui-message.sse")}))
+        .collect();
+    let results = read_with_ai(sources).await;
+    for (alias, _) in PACKAGES {
+        for case in &cases {
+            let result = &results[&((*alias).to_owned(), case.clone())];
+            let chunks = result["chunks"].as_array().cloned().unwrap_or_default();
+            assert!(chunks.iter().all(|c| !c.as_str().unwrap_or("").starts_with('!')), "{alias} {case}: {result}");
+            let failed = case == "error-mid-stream" || case == "failed";
+            if failed {
+                assert!(result["error"].is_string(), "{alias} {case}: the error chunk fails the read: {result}");
+            } else {
+                assert!(result["error"].is_null(), "{alias} {case}: {result}");
+                assert_eq!(result["message"]["id"], "msg-golden", "{alias} {case}: {result}");
+            }
+        }
+        let plain = &results[&((*alias).to_owned(), "plain-text".to_owned())]["message"];
+        let text: String = parts(plain, "text").iter().filter_map(|p| p["text"].as_str()).collect();
+        let input: Value = serde_json::from_slice(&common::read("plain-text", "input.jsonl")).expect("the input");
+        assert_eq!(text, input["props"]["content"].as_str().expect("its content"), "{alias}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_majors_of_the_ai_package_read_live_streams() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    let messages = server.url(&format!("/v1/streams/{id}/messages"));
+    let batch = json!([
+        {"type": "thinking", "props": {"content": "Let me look."}, "message_id": "t1"},
+        {"type": "loading", "props": {"message": "Searching"}, "message_id": "l1"},
+        {"type": "tool_call", "props": {"id": "call_1", "name": "search", "arguments": "{\"q\":"}, "message_id": "c1", "delta": true},
+        {"type": "tool_call", "props": {"arguments": "\"paris\"}", "server_side": true}, "message_id": "c1", "delta": true},
+        {"type": "tool_result", "props": {"call_id": "call_1", "name": "search", "result": {"hits": 3}}},
+        {"type": "progress", "props": {"done": 1, "of": 3}, "message_id": "p1"},
+        {"type": "progress", "props": {"done": 3}, "message_id": "p1", "delta": true, "delta_action": "merge", "delta_path": ""},
+        {"type": "text", "props": {"content": "Found "}, "message_id": "m1", "delta": true},
+        {"type": "text", "props": {"content": "three."}, "message_id": "m1", "delta": true},
+    ]);
+    let (status, body) = post_json(&client, &messages, &batch).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _) = post_empty(&client, &server.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200);
+    let cancelled = create_stream(&client, &server).await;
+    let text = json!({"type": "text", "props": {"content": "Half"}, "message_id": "m1", "delta": true});
+    let (status, _) = post_json(&client, &server.url(&format!("/v1/streams/{cancelled}/messages")), &text).await;
+    assert_eq!(status, 200);
+    let (status, _) = post_empty(&client, &server.url(&format!("/v1/streams/{cancelled}/cancel"))).await;
+    assert_eq!(status, 202, "a cancel is accepted");
+
+    let events = |id: &str| server.url(&format!("/v1/streams/{id}/events?format=ui-message"));
+    let response = client.get(events(&id)).send().await.expect("events");
+    assert_eq!(header(&response, "x-vercel-ai-ui-message-stream"), "v1");
+    assert_eq!(header(&response, "content-type"), "text/event-stream");
+    drop(response);
+    let epoch = snapshot(&client, &server, &id).await["epoch"].as_str().expect("an epoch").to_owned();
+    let sources =
+        vec![json!({"name": "run", "url": events(&id)}), json!({"name": "cancelled", "url": events(&cancelled)})];
+    let results = read_with_ai(sources).await;
+    server.stop().await.expect("stops");
+
+    for (alias, _) in PACKAGES {
+        let run = &results[&((*alias).to_owned(), "run".to_owned())];
+        assert!(run["error"].is_null(), "{alias}: {run}");
+        let message = &run["message"];
+        assert_eq!(message["id"], format!("msg-{epoch}"), "{alias}: the id comes from the epoch, never the stream id");
+        assert_eq!(message["role"], "assistant");
+        let reasoning = parts(message, "reasoning");
+        assert_eq!(reasoning.len(), 1, "{alias}: {message}");
+        assert_eq!(reasoning[0]["text"], "Let me look.");
+        let text = parts(message, "text");
+        assert_eq!(text.len(), 1, "{alias}: {message}");
+        assert_eq!(text[0]["text"], "Found three.");
+        let tools = parts(message, "dynamic-tool");
+        assert_eq!(tools.len(), 1, "{alias}: {message}");
+        assert_eq!(tools[0]["toolName"], "search");
+        assert_eq!(tools[0]["state"], "output-available");
+        assert_eq!(tools[0]["input"], json!({"q": "paris"}));
+        assert_eq!(tools[0]["output"], json!({"hits": 3}));
+        let progress = parts(message, "data-progress");
+        assert_eq!(progress.len(), 1, "{alias}: a later delta replaces the part with its id: {message}");
+        assert_eq!(progress[0]["data"], json!({"done": 3, "of": 3}));
+        assert!(parts(message, "data-loading").is_empty(), "{alias}: loading is transient: {message}");
+        let chunks: Vec<&str> = run["chunks"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        assert!(chunks.contains(&"data-loading"), "{alias}: it was sent, to onData: {chunks:?}");
+        assert_eq!(chunks.first(), Some(&"start"));
+        assert_eq!(chunks.last(), Some(&"finish"), "{alias}: {chunks:?}");
+
+        let cancelled = &results[&((*alias).to_owned(), "cancelled".to_owned())];
+        assert!(cancelled["error"].is_null(), "{alias}: {cancelled}");
+        let chunks: Vec<&str> =
+            cancelled["chunks"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        assert_eq!(chunks.last(), Some(&"abort"), "{alias}: {chunks:?}");
+        assert_eq!(parts(&cancelled["message"], "text")[0]["text"], "Half", "{alias}: {cancelled}");
+    }
+}
