@@ -91,35 +91,41 @@ fn ensure_packages() -> PathBuf {
     dir
 }
 
-/// Runs the reader over `sources` with every major; its results by (major alias, source name).
-async fn read_with_ai(sources: Vec<Value>) -> BTreeMap<(String, String), Value> {
-    let results = tokio::task::spawn_blocking(move || {
+/// Runs `tests/node/<script>` (copied next to its packages) with `config`, adding the packages to it; its
+/// JSON output.
+async fn run_node(script: &'static str, mut config: Value) -> Vec<Value> {
+    tokio::task::spawn_blocking(move || {
         let dir = ensure_packages();
-        let script = dir.join("ui_message.mjs");
-        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node/ui_message.mjs"), &script)
+        let path = dir.join(script);
+        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node").join(script), &path)
             .expect("copy the script next to its packages");
-        let config = dir.join(format!("config-{}.json", std::process::id()));
-        let packages: Vec<&str> = PACKAGES.iter().map(|(alias, _)| *alias).collect();
-        std::fs::write(&config, json!({"packages": packages, "sources": sources}).to_string()).expect("config");
+        config["packages"] = PACKAGES.iter().map(|(alias, _)| json!(alias)).collect();
+        let config_path = dir.join(format!("config-{}-{script}.json", std::process::id()));
+        std::fs::write(&config_path, config.to_string()).expect("config");
         let output = expect_success(
-            "node ui_message.mjs",
+            &format!("node {script}"),
             run(
                 Command::new("node")
-                    .arg(&script)
-                    .arg(&config)
+                    .arg(&path)
+                    .arg(&config_path)
                     .current_dir(&dir)
                     .env("NO_PROXY", "127.0.0.1,localhost")
                     .env("no_proxy", "127.0.0.1,localhost"),
                 Duration::from_secs(120),
             ),
         );
-        let _ = std::fs::remove_file(&config);
+        let _ = std::fs::remove_file(&config_path);
         serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap_or_else(|e| {
             panic!("the script's output is not JSON ({e}): {}", String::from_utf8_lossy(&output.stdout))
         })
     })
     .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+/// Reads `sources` with every major; the results by (major alias, source name).
+async fn read_with_ai(sources: Vec<Value>) -> BTreeMap<(String, String), Value> {
+    let results = run_node("ui_message.mjs", json!({"sources": sources})).await;
     results
         .into_iter()
         .map(|r| ((r["package"].as_str().unwrap_or("").to_owned(), r["source"].as_str().unwrap_or("").to_owned()), r))
@@ -232,4 +238,87 @@ async fn both_majors_of_the_ai_package_read_live_streams() {
         assert_eq!(chunks.last(), Some(&"abort"), "{alias}: {chunks:?}");
         assert_eq!(parts(&cancelled["message"], "text")[0]["text"], "Half", "{alias}: {cancelled}");
     }
+}
+
+/// The text of a message's parts of `kind`, joined.
+fn text(message: &Value, kind: &str) -> String {
+    parts(message, kind).iter().filter_map(|p| p["text"].as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_headless_use_chat_talks_to_the_ui_chat_endpoints() {
+    let server = TestServer::start().await;
+    let results = run_node("use_chat.mjs", json!({"base": server.url("")})).await;
+    let client = reqwest::Client::new();
+    let mut cancelled_streams = Vec::new();
+    for (alias, _) in PACKAGES {
+        let case = |name: &str| {
+            let result = results
+                .iter()
+                .find(|r| r["package"] == *alias && r["case"] == name)
+                .unwrap_or_else(|| panic!("{alias} {name} missing"));
+            assert!(result["thrown"].is_null(), "{alias} {name}: {result}");
+            result
+        };
+        let answer = |result: &Value| result["messages"][1].clone();
+
+        let result = case("text");
+        assert_eq!(result["status"], "ready", "{alias}: {result}");
+        assert_eq!(result["requests"][0]["path"], "/v1/ui/chat");
+        assert_eq!(result["requests"][0]["status"], 200);
+        assert_eq!(answer(result)["role"], "assistant");
+        assert_eq!(text(&answer(result), "text"), "hello from a page", "{alias}: {result}");
+
+        let result = case("reasoning");
+        let input = String::from_utf8(common::read("thinking-then-text", "input.jsonl")).expect("utf-8");
+        let thinking: String = input
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|m| m["type"] == "thinking")
+            .filter_map(|m| m["props"]["content"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(text(&answer(result), "reasoning"), thinking, "{alias}: {result}");
+        assert!(!text(&answer(result), "text").is_empty(), "{alias}: {result}");
+
+        let result = case("tool");
+        let message = answer(result);
+        let tool = parts(&message, "dynamic-tool");
+        assert_eq!(tool.len(), 1, "{alias}: {result}");
+        assert_eq!(tool[0]["state"], "output-available");
+        assert_eq!(tool[0]["output"], json!({"temp_c": 18, "sky": "sunny"}));
+        assert_eq!(text(&answer(result), "text"), "Let me check the weather.\nIt is 18 °C and sunny in Paris.");
+
+        let result = case("error");
+        assert_eq!(result["status"], "error", "{alias}: {result}");
+        assert_eq!(result["error"], "Upstream API timed out after 30s", "{alias}: {result}");
+
+        let result = case("cancel");
+        assert_eq!(result["cancelStatus"], 202, "{alias}: {result}");
+        assert_ne!(result["status"], "error", "{alias}: a cancel is no error: {result}");
+        cancelled_streams.push(result["requests"][0]["stream"].as_str().expect("the stream id header").to_owned());
+
+        let result = case("resume-idle");
+        let requests = result["requests"].as_array().expect("requests");
+        assert_eq!(requests.len(), 1, "{alias}: {result}");
+        assert_eq!(requests[0]["method"], "GET");
+        assert_eq!(requests[0]["path"], format!("/v1/ui/chat/{alias}-idle/stream"));
+        assert_eq!(requests[0]["status"], 204);
+        assert_eq!(result["messages"], json!([]), "{alias}: nothing to resume, nothing shown");
+
+        let result = case("resume-running");
+        let resumed = result["requests"].as_array().expect("requests").iter().find(|r| r["method"] == "GET").cloned();
+        assert_eq!(resumed.as_ref().map(|r| r["status"].clone()), Some(json!(200)), "{alias}: {result}");
+        let (first, second) = (result["first"]["messages"].clone(), result["messages"].clone());
+        let first_answer = first.as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        let second_answer = second.as_array().and_then(|m| m.last()).cloned().unwrap_or_default();
+        assert_eq!(second_answer["role"], "assistant", "{alias}: {result}");
+        assert_eq!(second_answer["id"], first_answer["id"], "{alias}: the same message, replayed from its start");
+        assert_eq!(second_answer["parts"], first_answer["parts"], "{alias}: and the whole of it");
+        assert!(!text(&second_answer, "text").is_empty(), "{alias}: {result}");
+    }
+    for id in cancelled_streams {
+        let status = common::http::snapshot(&client, &server, &id).await["status"].clone();
+        assert_eq!(status, "cancelled");
+    }
+    server.stop().await.expect("stops");
 }

@@ -9,6 +9,7 @@
 //!   a token estimate and a pretty printer.
 //! - [`validate`] and [`validate_user_input`] (`validate.rs`): what makes a conversation well formed, and
 //!   what a client may add to a history the server owns; errors name the message and the field.
+//! - [`UiMessage`] and [`to_chat`] (`ui.rs`): what a `useChat` page sends, as chat messages.
 //! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript of seed `004` (parts, option
 //!   calls and results paired by invocation id, steps), its builders, and its projection to chat messages.
 
@@ -16,6 +17,7 @@ mod input;
 mod messages;
 mod request;
 mod transcript;
+mod ui;
 mod validate;
 
 pub use input::Conversation;
@@ -25,4 +27,5 @@ pub use transcript::{
     Body, MessageBuilder, Modality, OptionCall, OptionResult, OptionResultBuilder, Part, RoleHint, TranscriptError,
     TranscriptMessage, from_chat, to_openai,
 };
+pub use ui::{UiMessage, to_chat};
 pub use validate::{ConversationError, validate, validate_thread_input, validate_user_input};

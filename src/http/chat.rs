@@ -75,6 +75,40 @@ fn thread_of(headers: &HeaderMap, request: &ChatRequest) -> Result<Option<String
     }
 }
 
+/// What every front door does once its run started: counts and names it, and waits for its first message,
+/// so an agent that fails before it says anything (an upstream that refused) is answered with the status its
+/// error names, as the upstream would have answered, rather than with a stream holding only an error. The
+/// result cancels the run if the client goes away, when its request asked for that with
+/// `x-agentmux-on-disconnect: cancel` (also while the first message is awaited).
+pub(crate) async fn started(
+    app: &App,
+    model: &str,
+    stream: &Arc<Stream>,
+    headers: &HeaderMap,
+) -> Result<OnDisconnect, HttpError> {
+    super::record_stream(stream.id());
+    app.metrics.stream_created();
+    app.metrics.run(model, Arc::clone(stream));
+    let cancel_on_disconnect = headers
+        .get("x-agentmux-on-disconnect")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("cancel"));
+    let on_disconnect = if cancel_on_disconnect {
+        let stream = Arc::clone(stream);
+        OnDisconnect::new(move || {
+            if stream.cancel() {
+                tracing::info!(stream = stream.id(), "client went away; cancelled as it asked");
+            }
+        })
+    } else {
+        OnDisconnect::none()
+    };
+    match stream.first_message().await {
+        Some(failed) => Err(HttpError::failed_run(&failed)),
+        None => Ok(on_disconnect),
+    }
+}
+
 /// Starts the run: on the named thread, whose history it continues, or on what the client sent.
 async fn start(
     app: &App,
@@ -104,10 +138,6 @@ pub(crate) async fn completions(
     app.refuse_new_work()?;
     // Checked before the body is read, so a bad query fails fast.
     format::chat(query.accept.as_deref(), &headers, false)?;
-    let cancel_on_disconnect = headers
-        .get("x-agentmux-on-disconnect")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("cancel"));
     let bytes = body::read(request, &app.settings).await?;
     let mut request = parse(&bytes)?;
     if request.model.is_empty() {
@@ -119,25 +149,8 @@ pub(crate) async fn completions(
     let model = request.model.clone();
     let thread = thread_of(&headers, &request)?;
     let stream = start(&app, client.as_deref(), owner, thread.as_deref(), request).await?;
-    super::record_stream(stream.id());
-    app.metrics.stream_created();
-    app.metrics.run(&model, Arc::clone(&stream));
     tracing::info!(model, streaming, thread, "chat completion started");
-    let on_disconnect = if cancel_on_disconnect {
-        let stream = Arc::clone(&stream);
-        OnDisconnect::new(move || {
-            if stream.cancel() {
-                tracing::info!(stream = stream.id(), "client went away; cancelled as it asked");
-            }
-        })
-    } else {
-        OnDisconnect::none()
-    };
-    // An agent that fails before it says anything (an upstream that refused) is answered with the status
-    // its error names, as the upstream would have answered, rather than a stream with only an error.
-    if let Some(failed) = stream.first_message().await {
-        return Err(HttpError::failed_run(&failed));
-    }
+    let on_disconnect = started(&app, &model, &stream, &headers).await?;
     if streaming {
         let subscription = stream.subscribe(format, 0)?;
         let counted = app.metrics.subscriber(format.name(), "sse");
@@ -166,7 +179,7 @@ pub(crate) async fn completions(
 
 /// The run's read token in `x-agentmux-read-token`, beside its id: the caller may hand it to anyone who
 /// should watch the run. Never its write token: the caller did not create the stream, the service did.
-fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
+pub(crate) fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
     let token = app.credentials.token(stream.id(), Access::Read, 0);
     if let Ok(token) = HeaderValue::from_str(&token) {
         response.headers_mut().insert("x-agentmux-read-token", token);

@@ -8,7 +8,7 @@
 //! - `error.rs`: [`HttpError`], the one mapping from errors to statuses and OpenAI error envelopes;
 //! - `body.rs`: body limits and JSON errors that name the field;
 //! - `format.rs`: which format a query, a WebSocket op or a chat request's headers ask for;
-//! - `chat.rs`: `POST /v1/chat/completions`;
+//! - `chat.rs`: `POST /v1/chat/completions`; `ui_chat.rs`: the AI SDK's `useChat` endpoints;
 //! - `streams.rs`: the stream endpoints and `GET /v1/models`;
 //! - `threads.rs`: the thread endpoints (`/v1/threads`, their audit log and replay);
 //! - `auth.rs`: API keys and stream tokens (who may do what);
@@ -28,6 +28,7 @@ mod server;
 mod sse;
 mod streams;
 mod threads;
+mod ui_chat;
 mod ws;
 
 use std::sync::Arc;
@@ -115,6 +116,8 @@ pub struct App {
     pub credentials: Arc<Credentials>,
     /// What `GET /metrics` shows.
     pub metrics: Metrics,
+    /// The `useChat` turns running, for the resume endpoint.
+    ui_chats: Arc<ui_chat::ActiveChats>,
     /// The store, if streams and threads are kept in one.
     store: Option<Arc<Store>>,
     /// Where the service is in its shutdown.
@@ -135,7 +138,8 @@ impl App {
         let credentials = Arc::new(Credentials::new(&settings.api_keys, secret));
         let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store.clone());
         let metrics = Metrics::new();
-        App { hub, agents, threads, settings, credentials, metrics, store, lifetime: Lifetime::default() }
+        let ui_chats = Arc::default();
+        App { hub, agents, threads, settings, credentials, metrics, ui_chats, store, lifetime: Lifetime::default() }
     }
 
     /// 503 `shutting_down` once the service is stopping: for what would start new work.
@@ -153,6 +157,8 @@ pub fn router(app: App) -> Router {
         .route("/v1/version", get(version))
         .route("/v1/models", get(streams::models))
         .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/ui/chat", post(ui_chat::chat))
+        .route("/v1/ui/chat/{chat_id}/stream", get(ui_chat::resume))
         .route("/v1/streams", post(streams::create))
         .route("/v1/streams/{id}", get(streams::status))
         .route("/v1/streams/{id}/messages", post(streams::append))

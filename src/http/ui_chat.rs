@@ -1,0 +1,153 @@
+//! `POST /v1/ui/chat` and `GET /v1/ui/chat/{chat_id}/stream`: the two requests a `useChat` page makes with
+//! the AI SDK's default transport (`api: "<agentmux>/v1/ui/chat"`), answered with the UI message stream.
+//!
+//! The POST carries the page's whole history as `UIMessage`s (`{id, messages, trigger, messageId}`, plus a
+//! `model` the page adds through `useChat`'s `body` option to pick the agent; the default model otherwise).
+//! It becomes the one conversation every agent receives (`conversation/ui.rs`), starts a run on its own
+//! stream as a chat completion does, and answers with that stream in the `ui-message` format from its start.
+//! The run is the chat's active turn until it ends.
+//!
+//! The GET is what `useChat({resume: true})` calls when the page loads: `204` when the chat has no turn
+//! running (so the page shows what it has), otherwise the running turn replayed from its start (the same
+//! `messageId`, which the client rebuilds its message from) and then live. A page that reloads mid-answer so
+//! picks it up where it is; this is why a run does not stop when its page goes away, unless the request asked
+//! with `x-agentmux-on-disconnect: cancel` (a page stops a run with `POST /v1/streams/{id}/cancel`, the id in
+//! `x-agentmux-stream-id`).
+//!
+//! Chats are told apart per key: with keys, a chat id names a turn of the key that started it, and another
+//! key resuming it gets `204`. Only running turns are held, so what this keeps is bounded by the streams open.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::chat::{hand_read_token, started};
+use super::extract::{Client, KeyName};
+use super::sse::{self, OnDisconnect};
+use super::{App, HttpError, body};
+use crate::conversation::{ChatRequest, Conversation, ConversationError, UiMessage, to_chat};
+use crate::hub::{Status, Stream};
+use crate::output::check_name;
+use crate::render::Format;
+use crate::thread::check_id;
+
+/// What `useChat`'s default transport posts.
+#[derive(Debug, Deserialize)]
+struct UiChatRequest {
+    /// The chat's id.
+    id: String,
+    messages: Vec<UiMessage>,
+    /// The agent, from the page's `body` option; the default model when absent.
+    #[serde(default)]
+    model: String,
+    /// `submit-message` or `regenerate-message`, and the message to regenerate: either way the history is
+    /// what the page sent, so neither changes the run (and neither goes to the agent with the options).
+    #[serde(default)]
+    _trigger: Option<Value>,
+    #[serde(default, rename = "messageId")]
+    _message_id: Option<Value>,
+    /// Everything else the page sent (its `body` option): passed to the agent as the request's options.
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+/// A chat: the key that started it (none without keys) and its id.
+type ChatKey = (Option<String>, String);
+
+/// The turns running, by chat.
+#[derive(Debug, Default)]
+pub(crate) struct ActiveChats(Mutex<HashMap<ChatKey, Arc<Stream>>>);
+
+impl ActiveChats {
+    fn lock(&self) -> MutexGuard<'_, HashMap<ChatKey, Arc<Stream>>> {
+        // Every change is one insert or remove, which cannot panic halfway: a poisoned map is whole.
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `stream` is now the chat's running turn, until it ends.
+    fn insert(self: &Arc<Self>, owner: Option<String>, chat: String, stream: &Arc<Stream>) {
+        let key = (owner, chat);
+        self.lock().insert(key.clone(), Arc::clone(stream));
+        let (chats, stream) = (Arc::clone(self), Arc::clone(stream));
+        tokio::spawn(async move {
+            stream.ended().await;
+            let mut active = chats.lock();
+            if active.get(&key).is_some_and(|current| Arc::ptr_eq(current, &stream)) {
+                active.remove(&key);
+            }
+        });
+    }
+
+    /// The chat's running turn, if it has one.
+    fn running(&self, owner: Option<String>, chat: String) -> Option<Arc<Stream>> {
+        let stream = self.lock().get(&(owner, chat)).cloned()?;
+        (stream.status() == Status::Open).then_some(stream)
+    }
+}
+
+/// `POST /v1/ui/chat`.
+pub(crate) async fn chat(
+    State(app): State<App>,
+    Client(client): Client,
+    KeyName(owner): KeyName,
+    headers: HeaderMap,
+    request: Body,
+) -> Result<Response, HttpError> {
+    app.refuse_new_work()?;
+    let bytes = body::read(request, &app.settings).await?;
+    let UiChatRequest { id, messages, model, extra, .. } = body::json(&bytes)?;
+    check_id(&id).map_err(|_| {
+        let message = "id (the chat's) must be 1 to 256 letters, digits, '_', '-', '.' or ':'";
+        HttpError::bad_request(message, Some("id".into()), "invalid_value")
+    })?;
+    check_name("model", &model)?;
+    let model = if model.is_empty() { app.settings.default_model.clone() } else { model };
+    let (messages, from) = to_chat(&messages)?;
+    let request = ChatRequest { model: model.clone(), messages, stream: true, stream_options: None, extra };
+    let conversation = Conversation::from_request(request).map_err(|error| named_by_ui_message(error, &from))?;
+    let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
+    tracing::info!(model, chat = id, "ui chat started");
+    let on_disconnect = started(&app, &model, &stream, &headers).await?;
+    app.ui_chats.insert(owner, id, &stream);
+    respond(&app, &stream, on_disconnect)
+}
+
+/// A conversation error names a chat message, but the page knows its `UIMessage`s: the one it came from.
+fn named_by_ui_message(mut error: ConversationError, from: &[usize]) -> ConversationError {
+    if let Some(&index) = error.index.and_then(|i| from.get(i)) {
+        error.param = format!("messages[{index}]");
+        error.index = Some(index);
+    }
+    error
+}
+
+/// `GET /v1/ui/chat/{chat_id}/stream`.
+pub(crate) async fn resume(
+    State(app): State<App>,
+    KeyName(owner): KeyName,
+    Path(chat): Path<String>,
+) -> Result<Response, HttpError> {
+    match app.ui_chats.running(owner, chat) {
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+        Some(stream) => {
+            super::record_stream(stream.id());
+            respond(&app, &stream, OnDisconnect::none())
+        }
+    }
+}
+
+/// The stream from its start as a UI message stream, with its id and read token.
+fn respond(app: &App, stream: &Arc<Stream>, on_disconnect: OnDisconnect) -> Result<Response, HttpError> {
+    let subscription = stream.subscribe(Format::UiMessage, 0)?;
+    let counted = app.metrics.subscriber(Format::UiMessage.name(), "sse");
+    let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false, counted);
+    response.headers_mut().insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
+    hand_read_token(&mut response, app, stream);
+    Ok(response)
+}
