@@ -15,6 +15,7 @@
 mod cui;
 mod frame;
 mod openai;
+mod sent;
 mod ui;
 
 use crate::output::{ErrorProps, Outcome, OutputMessage};

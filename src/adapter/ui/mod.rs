@@ -35,8 +35,9 @@ mod part;
 
 use serde_json::Value;
 
+use super::sent::{Before, SentText};
 use super::{Adapter, Frame};
-use crate::output::{DeltaAction, EndStatus, ErrorProps, FinishReason, Outcome, OutputMessage, Reducer, main_field};
+use crate::output::{EndStatus, ErrorProps, FinishReason, Outcome, OutputMessage, Reducer};
 use part::{DataPart, Part};
 
 /// The marker that ends a UI message stream.
@@ -103,9 +104,8 @@ struct Sent {
     channel: Channel,
     /// A text, reasoning or tool part started and not ended.
     open: bool,
-    /// `None`: what was sent is exactly the message's text as it was before this message. `Some(text)`: what
-    /// was sent, which the message's text no longer extends (or the empty string before anything was).
-    stale: Option<String>,
+    /// What of its text (or a tool call's arguments) went out.
+    text: SentText,
     /// A tool call's id and name, once its `tool-input-start` is out.
     call: Option<(String, String)>,
     provider_executed: bool,
@@ -200,7 +200,7 @@ impl UiMessageAdapter {
 
     /// Renders what is new in the message at `slot`; `fast` is an appended fragment known to extend what was
     /// sent, `before` the message's text before this message, `whole` that the message said everything.
-    fn render(&mut self, slot: usize, fast: Option<&str>, before: Option<&str>, whole: bool, frames: &mut Vec<Frame>) {
+    fn render(&mut self, slot: usize, before: &Before<'_>, whole: bool, frames: &mut Vec<Frame>) {
         let state = &self.reducer.messages()[slot];
         let channel = match state.kind.as_str() {
             "text" => Channel::Text,
@@ -220,11 +220,11 @@ impl UiMessageAdapter {
         if self.sent[slot].channel != channel {
             // A type change: the old part ends, the new one starts afresh.
             self.end_part(slot, frames);
-            self.sent[slot] = Sent { channel, stale: Some(String::new()), ..Sent::default() };
+            self.sent[slot] = Sent { channel, ..Sent::default() };
         }
         match channel {
-            Channel::Text | Channel::Reasoning => self.text(slot, fast, before, frames),
-            Channel::Tool => self.tool_call(slot, fast, before, frames),
+            Channel::Text | Channel::Reasoning => self.text(slot, before, frames),
+            Channel::Tool => self.tool_call(slot, before, frames),
             Channel::File => self.file(slot, frames),
             Channel::Data => self.data(slot, frames),
             Channel::None => {}
@@ -234,10 +234,10 @@ impl UiMessageAdapter {
         }
     }
 
-    fn text(&mut self, slot: usize, fast: Option<&str>, before: Option<&str>, frames: &mut Vec<Frame>) {
+    fn text(&mut self, slot: usize, before: &Before<'_>, frames: &mut Vec<Frame>) {
         let state = &self.reducer.messages()[slot];
         let sent = &mut self.sent[slot];
-        let new = extension(sent, state.prop_str("content").unwrap_or(""), fast, before);
+        let new = sent.text.new_text(state.prop_str("content").unwrap_or(""), before);
         if new.is_empty() {
             return;
         }
@@ -257,7 +257,7 @@ impl UiMessageAdapter {
         frames.push(Frame::json(None, &delta));
     }
 
-    fn tool_call(&mut self, slot: usize, fast: Option<&str>, before: Option<&str>, frames: &mut Vec<Frame>) {
+    fn tool_call(&mut self, slot: usize, before: &Before<'_>, frames: &mut Vec<Frame>) {
         let state = &self.reducer.messages()[slot];
         let sent = &mut self.sent[slot];
         if sent.input_done {
@@ -273,7 +273,8 @@ impl UiMessageAdapter {
                 state.prop_str("id").filter(|id| !id.is_empty()).map_or_else(|| format!("call_{slot}"), str::to_owned);
             sent.provider_executed = state.props.get("server_side") == Some(&Value::Bool(true));
             sent.open = true;
-            sent.stale = Some(String::new());
+            // The arguments so far go out after the header.
+            sent.text = SentText::default();
             open_step(&mut self.step, frames);
             let part = Part::ToolInputStart {
                 tool_call_id: &id,
@@ -285,7 +286,7 @@ impl UiMessageAdapter {
             sent.call = Some((id, name.to_owned()));
             self.client_tools = !sent.provider_executed;
         }
-        let new = extension(sent, state.prop_str("arguments").unwrap_or(""), fast, before);
+        let new = sent.text.new_text(state.prop_str("arguments").unwrap_or(""), before);
         if let (false, Some((call_id, _))) = (new.is_empty(), &sent.call) {
             frames.push(Frame::json(None, &Part::ToolInputDelta { tool_call_id: call_id, input_text_delta: new }));
         }
@@ -344,21 +345,6 @@ impl UiMessageAdapter {
         frames.push(Frame::json(None, &DataPart { kind: &kind, id: &id, data: &state.props, transient }));
     }
 
-    /// The fragment an append at the main field of an in-sync message adds: the new text, no comparison.
-    fn fast_fragment<'m>(&self, slot: usize, message: &'m OutputMessage) -> Option<&'m str> {
-        let state = &self.reducer.messages()[slot];
-        let sent = &self.sent[slot];
-        let main = main_field(&state.kind)?;
-        let same_place = message.kind == state.kind
-            && message.action_or_default() == DeltaAction::Append
-            && message.delta_path.as_deref().is_none_or(|p| p == main);
-        let appendable = state.props.get(main).is_none_or(|v| v.is_string() || v.is_null());
-        let in_sync = sent.stale.is_none() && sent.channel != Channel::None && !sent.input_done;
-        (message.delta && same_place && in_sync && appendable && !message.type_change)
-            .then(|| message.prop_str(main))
-            .flatten()
-    }
-
     /// A lifecycle event: what it ends or starts. False for any other message.
     fn lifecycle(&mut self, message: &OutputMessage, frames: &mut Vec<Frame>) -> bool {
         if message.kind != "event" {
@@ -392,11 +378,9 @@ impl Adapter for UiMessageAdapter {
         if self.lifecycle(message, frames) {
             return;
         }
-        let previous = self.reducer.slot_of(message);
-        let fast = previous.and_then(|slot| self.fast_fragment(slot, message));
-        let before = match (previous, fast) {
-            (Some(slot), None) => main_text(&self.reducer.messages()[slot]),
-            _ => None,
+        let before = match self.reducer.slot_of(message) {
+            Some(slot) => self.sent[slot].text.before(Some(&self.reducer.messages()[slot]), message),
+            None => Before::Text(None),
         };
         let Ok(slot) = self.reducer.apply(message) else {
             return;
@@ -404,7 +388,7 @@ impl Adapter for UiMessageAdapter {
         if slot == self.sent.len() {
             self.sent.push(Sent::default());
         }
-        self.render(slot, fast, before.as_deref(), !message.delta, frames);
+        self.render(slot, &before, !message.delta, frames);
     }
 
     fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Frame>) {
@@ -451,30 +435,6 @@ fn open_step(step: &mut bool, frames: &mut Vec<Frame>) {
     if !std::mem::replace(step, true) {
         frames.push(Frame::json(None, &Part::StartStep));
     }
-}
-
-/// What of `text` is new to the client, updating what `sent` says was sent: the fast fragment, or the part of
-/// `text` after what was sent when `text` still starts with it; nothing (and `sent` marked stale) otherwise.
-fn extension<'a>(sent: &mut Sent, text: &'a str, fast: Option<&'a str>, before: Option<&str>) -> &'a str {
-    if let Some(fragment) = fast {
-        return fragment;
-    }
-    let sent_text = sent.stale.as_deref().or(before).unwrap_or("");
-    match text.strip_prefix(sent_text) {
-        Some(rest) => {
-            sent.stale = None;
-            rest
-        }
-        None => {
-            sent.stale = Some(sent_text.to_owned());
-            ""
-        }
-    }
-}
-
-/// A message's main text (what text, reasoning and tool-call parts stream), before a message changes it.
-fn main_text(state: &OutputMessage) -> Option<String> {
-    main_field(&state.kind).and_then(|field| state.prop_str(field)).map(str::to_owned)
 }
 
 /// A part's id: its message's id, or its place in the stream.

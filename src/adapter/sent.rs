@@ -1,0 +1,99 @@
+//! [`SentText`]: what of one message's streaming text a client has been sent, and what is new after each
+//! message; the rule the chunk-stream adapters that only ever add (UI message stream, AG-UI) share.
+//!
+//! A message's main text (a text's or a thinking's content, a tool call's arguments) goes out as deltas. What
+//! is new after a message is the text past what was sent, when the text still starts with it. A `replace`,
+//! `merge`, `set`, a resend or a `type_change` that leaves the text not starting with what was sent sends
+//! nothing (the client keeps what it has), until the text extends what was sent again. An append at the main
+//! field of a message in step with its client takes a fast path: the fragment is what is new, with no
+//! comparison, so a long answer streamed in small deltas costs O(fragment) per delta, not O(text).
+
+use crate::output::{DeltaAction, OutputMessage, main_field};
+
+/// What of one message's text went out; see the module doc. By default, nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct SentText {
+    /// `None`: exactly the text the message had before the latest message. `Some(text)`: what was sent, which
+    /// the text no longer extends (the empty string while nothing was).
+    stale: Option<String>,
+}
+
+/// What a message's text was, taken before a message is applied to it.
+#[derive(Debug, Clone)]
+pub(crate) enum Before<'m> {
+    /// The message appends this fragment at the main field of a message in step with its client.
+    Fragment(&'m str),
+    /// The text before (none for a new message, or a type without a main field).
+    Text(Option<String>),
+}
+
+impl Default for SentText {
+    fn default() -> Self {
+        SentText { stale: Some(String::new()) }
+    }
+}
+
+impl SentText {
+    /// What `message` does to the text of `state` (its message before it), for [`SentText::new_text`]: a
+    /// fragment on the fast path (only while this is in step with its client), otherwise the text before.
+    pub(crate) fn before<'m>(&self, state: Option<&OutputMessage>, message: &'m OutputMessage) -> Before<'m> {
+        let Some(state) = state else { return Before::Text(None) };
+        let main = main_field(&state.kind);
+        let fast = main.filter(|&main| {
+            let same_place = message.kind == state.kind
+                && message.action_or_default() == DeltaAction::Append
+                && message.delta_path.as_deref().is_none_or(|p| p == main);
+            let appendable = state.props.get(main).is_none_or(|v| v.is_string() || v.is_null());
+            message.delta && !message.type_change && same_place && appendable && self.stale.is_none()
+        });
+        match fast.and_then(|main| message.prop_str(main)) {
+            Some(fragment) => Before::Fragment(fragment),
+            None => Before::Text(main.and_then(|field| state.prop_str(field)).map(str::to_owned)),
+        }
+    }
+
+    /// What of `text` (the message's text now) is new to the client, noting it as sent.
+    pub(crate) fn new_text<'a>(&mut self, text: &'a str, before: &Before<'a>) -> &'a str {
+        let before = match before {
+            Before::Fragment(fragment) => return fragment,
+            Before::Text(before) => before.as_deref(),
+        };
+        let sent = self.stale.as_deref().or(before).unwrap_or("");
+        match text.strip_prefix(sent) {
+            Some(rest) => {
+                self.stale = None;
+                rest
+            }
+            None => {
+                self.stale = Some(sent.to_owned());
+                ""
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::{DeltaAction, OutputMessage};
+
+    #[test]
+    fn appends_take_the_fast_path_and_a_replace_that_takes_text_back_sends_nothing_until_it_extends_again() {
+        let mut sent = SentText::default();
+        let first = OutputMessage::text("The fare is 41");
+        assert_eq!(sent.new_text("The fare is 41", &sent.before(None, &first)), "The fare is 41");
+        let state = first.clone();
+        let more = OutputMessage::text(" EUR").as_delta(DeltaAction::Append, None);
+        let before = sent.before(Some(&state), &more);
+        assert!(matches!(before, Before::Fragment(" EUR")));
+        assert_eq!(sent.new_text("The fare is 41 EUR", &before), " EUR");
+        let state = OutputMessage::text("The fare is 41 EUR");
+        let replace = OutputMessage::text("The fare is 42").as_delta(DeltaAction::Replace, None);
+        let before = sent.before(Some(&state), &replace);
+        assert_eq!(sent.new_text("The fare is 42", &before), "", "taken back: nothing");
+        let state = OutputMessage::text("The fare is 42");
+        let again = OutputMessage::text("The fare is 41 EUR, or less").as_delta(DeltaAction::Replace, None);
+        let before = sent.before(Some(&state), &again);
+        assert_eq!(sent.new_text("The fare is 41 EUR, or less", &before), ", or less", "extends what was sent");
+    }
+}
