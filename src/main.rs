@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{
-    Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField, UiMessageAdapter,
-    UiMessageOptions,
+    Adapter, AgUiAdapter, AgUiOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField,
+    UiMessageAdapter, UiMessageOptions,
 };
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::http::{App, KeySpec, Origins, Settings, budgets, check_key};
@@ -77,6 +77,8 @@ enum Format {
     OpenaiJson,
     /// The Vercel AI SDK's UI message stream.
     UiMessage,
+    /// AG-UI events.
+    AgUi,
     /// The final state of every message after its deltas, as JSON Lines.
     State,
 }
@@ -529,6 +531,10 @@ fn render_command(
     match format {
         Format::Cui => render(&mut CuiAdapter, &messages, &outcome, &mut out),
         Format::Openai => render(&mut OpenAiAdapter::new(options), &messages, &outcome, &mut out),
+        Format::AgUi => {
+            let options = AgUiOptions { thread_id: format!("thread-{created}"), run_id: format!("run-{created}") };
+            render(&mut AgUiAdapter::new(options), &messages, &outcome, &mut out);
+        }
         Format::UiMessage => {
             let options = UiMessageOptions { message_id: format!("msg-{created}") };
             render(&mut UiMessageAdapter::new(options), &messages, &outcome, &mut out);

@@ -8,119 +8,23 @@
 //! (`GET /v1/streams/{id}/events?format=ui-message`) with text deltas, reasoning, a tool call the agent runs
 //! and its result, a custom type replaced by a later delta, a transient loading message, and a cancel.
 //!
-//! Node comes from Debian (`apt-get install nodejs npm` when `node` is missing); the packages are installed
-//! into `target/node-clients` with npm the first time and reused (a lock file keeps two test processes from
-//! installing at once). Nothing is skipped: without Node or the registry the test fails and says why.
+//! Node and the packages are installed by the test when missing (`tests/common/node.rs`); nothing is skipped.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
 
-use common::command::{expect_success, run};
 use common::http::{create_stream, header, post_empty, post_json, snapshot};
 use common::server::TestServer;
 use serde_json::{Value, json};
 
-/// Each installed alias and the major version it is.
+/// The two majors of `ai`, as installed (`common::node`).
 const PACKAGES: &[(&str, &str)] = &[("ai5", "5"), ("ai", "7")];
 
-fn target() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target")
-}
-
-fn node_ready() -> bool {
-    run(
-        Command::new("node").args(["-e", "process.exit(+process.versions.node.split('.')[0] >= 20 ? 0 : 3)"]),
-        Duration::from_secs(30),
-    )
-    .is_ok_and(|output| output.status.success())
-}
-
-/// `target/node-clients`, with both majors of `ai` installed.
-fn ensure_packages() -> PathBuf {
-    let dir = target().join("node-clients");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-    let lock_path = target().join("node-clients.lock");
-    let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).expect("the install lock");
-    lock.lock().expect("lock");
-    if !node_ready() {
-        let install = |args: &[&str]| {
-            Command::new("apt-get")
-                .args(args)
-                .env("DEBIAN_FRONTEND", "noninteractive")
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let packages = ["install", "-y", "nodejs", "npm"];
-        assert!(
-            install(&packages) || (install(&["update"]) && install(&packages)),
-            "Node 20 or later is needed: `apt-get install nodejs npm` failed (run the tests as root with apt)"
-        );
-        assert!(node_ready(), "nodejs installed, but `node` is missing or older than 20");
-    }
-    let installed = |alias: &str, major: &str| {
-        std::fs::read(dir.join("node_modules").join(alias).join("package.json"))
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-            .is_some_and(|package| {
-                package["name"] == "ai"
-                    && package["version"].as_str().is_some_and(|v| v.starts_with(&format!("{major}.")))
-            })
-    };
-    if PACKAGES.iter().all(|(alias, major)| installed(alias, major)) {
-        return dir;
-    }
-    let dependencies: serde_json::Map<String, Value> =
-        PACKAGES.iter().map(|(alias, major)| ((*alias).to_owned(), json!(format!("npm:ai@{major}")))).collect();
-    let manifest =
-        json!({"name": "agentmux-node-clients", "private": true, "type": "module", "dependencies": dependencies});
-    std::fs::write(dir.join("package.json"), manifest.to_string()).expect("write package.json");
-    eprintln!("installing the ai package (5 and 7) into {} (npm needs the registry)", dir.display());
-    expect_success(
-        "npm install",
-        run(
-            Command::new("npm").args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(&dir),
-            Duration::from_secs(600),
-        ),
-    );
-    assert!(PACKAGES.iter().all(|(alias, major)| installed(alias, major)), "npm install left the ai package missing");
-    dir
-}
-
-/// Runs `tests/node/<script>` (copied next to its packages) with `config`, adding the packages to it; its
-/// JSON output.
+/// Runs `tests/node/<script>` with `config` and the `ai` majors to use in it.
 async fn run_node(script: &'static str, mut config: Value) -> Vec<Value> {
-    tokio::task::spawn_blocking(move || {
-        let dir = ensure_packages();
-        let path = dir.join(script);
-        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node").join(script), &path)
-            .expect("copy the script next to its packages");
-        config["packages"] = PACKAGES.iter().map(|(alias, _)| json!(alias)).collect();
-        let config_path = dir.join(format!("config-{}-{script}.json", std::process::id()));
-        std::fs::write(&config_path, config.to_string()).expect("config");
-        let output = expect_success(
-            &format!("node {script}"),
-            run(
-                Command::new("node")
-                    .arg(&path)
-                    .arg(&config_path)
-                    .current_dir(&dir)
-                    .env("NO_PROXY", "127.0.0.1,localhost")
-                    .env("no_proxy", "127.0.0.1,localhost"),
-                Duration::from_secs(120),
-            ),
-        );
-        let _ = std::fs::remove_file(&config_path);
-        serde_json::from_slice::<Vec<Value>>(&output.stdout).unwrap_or_else(|e| {
-            panic!("the script's output is not JSON ({e}): {}", String::from_utf8_lossy(&output.stdout))
-        })
-    })
-    .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    config["packages"] = PACKAGES.iter().map(|(alias, _)| json!(alias)).collect();
+    common::node::run_script(script, config).await
 }
 
 /// Reads `sources` with every major; the results by (major alias, source name).

@@ -11,7 +11,11 @@
 //! - [`OpenAiAdapter`] (`openai/`): `chat.completion.chunk` deltas, and [`OpenAiCompletion`], the same
 //!   messages aggregated into one non-streaming `chat.completion`.
 //! - [`UiMessageAdapter`] (`ui/`): the Vercel AI SDK's UI message stream, the chunks `useChat` reads.
+//! - [`AgUiAdapter`] (`ag_ui/`): AG-UI events, what `@ag-ui/client` reads.
+//!
+//! `sent.rs` holds the rule the adapters that only ever add share: what of a message's text is new.
 
+mod ag_ui;
 mod cui;
 mod frame;
 mod openai;
@@ -20,6 +24,7 @@ mod ui;
 
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
+pub use ag_ui::{AgUiAdapter, AgUiOptions};
 pub use cui::CuiAdapter;
 pub use frame::{Frame, Payload};
 pub use openai::{AgentTools, ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};

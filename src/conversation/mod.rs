@@ -9,10 +9,12 @@
 //!   a token estimate and a pretty printer.
 //! - [`validate`] and [`validate_user_input`] (`validate.rs`): what makes a conversation well formed, and
 //!   what a client may add to a history the server owns; errors name the message and the field.
-//! - [`UiMessage`] and [`to_chat`] (`ui.rs`): what a `useChat` page sends, as chat messages.
+//! - [`UiMessage`] and [`to_chat`] (`ui.rs`): what a `useChat` page sends, as chat messages;
+//!   [`AgUiMessage`] and [`ag_ui_to_chat`] (`ag_ui.rs`): AG-UI's messages, as chat messages.
 //! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript of seed `004` (parts, option
 //!   calls and results paired by invocation id, steps), its builders, and its projection to chat messages.
 
+mod ag_ui;
 mod input;
 mod messages;
 mod request;
@@ -20,6 +22,7 @@ mod transcript;
 mod ui;
 mod validate;
 
+pub use ag_ui::{AgUiMessage, ag_ui_to_chat};
 pub use input::Conversation;
 pub use messages::Messages;
 pub use request::{ChatMessage, ChatRequest, Content, FunctionCall, Role, StreamOptions, ToolCall};

@@ -27,6 +27,16 @@ pub struct ConversationError {
 }
 
 impl ConversationError {
+    /// The same error about a request whose messages became these chat messages, `from[i]` the request's
+    /// message chat message `i` came from (`to_chat`, `ag_ui_to_chat`): it names the request's message.
+    pub fn naming_request_messages(mut self, from: &[usize]) -> Self {
+        if let Some(&index) = self.index.and_then(|i| from.get(i)) {
+            self.param = format!("messages[{index}]");
+            self.index = Some(index);
+        }
+        self
+    }
+
     /// An error about the conversation as a whole (`messages`).
     pub(crate) fn empty() -> Self {
         ConversationError { param: "messages".into(), message: "messages must not be empty".into(), index: None }

@@ -152,11 +152,7 @@ pub(crate) async fn completions(
     tracing::info!(model, streaming, thread, "chat completion started");
     let on_disconnect = started(&app, &model, &stream, &headers).await?;
     if streaming {
-        let subscription = stream.subscribe(format, 0)?;
-        let counted = app.metrics.subscriber(format.name(), "sse");
-        let keep_alive = app.settings.keep_alive;
-        let mut response = sse::response(subscription, stream.id(), keep_alive, on_disconnect, false, counted);
-        hand_read_token(&mut response, &app, &stream);
+        let mut response = answer(&app, &stream, format, on_disconnect)?;
         name_thread(&mut response, thread.as_deref());
         return Ok(response);
     }
@@ -166,8 +162,8 @@ pub(crate) async fn completions(
     guard.disarm();
     let mut response = match format {
         Format::OpenAi { reasoning, .. } => complete(&stream, &outcome, reasoning),
-        // A chat answers in OpenAI's format or CUI's (`format::chat`); the UI message stream has its own endpoint.
-        Format::Cui | Format::UiMessage => axum::Json(stream.snapshot()).into_response(),
+        // A chat answers in OpenAI's format or CUI's (`format::chat`); the others have their own endpoints.
+        Format::Cui | Format::UiMessage | Format::AgUi => axum::Json(stream.snapshot()).into_response(),
     };
     if let Ok(id) = HeaderValue::from_str(stream.id()) {
         response.headers_mut().insert("x-agentmux-stream-id", id);
@@ -177,9 +173,24 @@ pub(crate) async fn completions(
     Ok(response)
 }
 
+/// A run's stream from its start in `format`, with its id and its read token: the streaming answer of every
+/// front door.
+pub(crate) fn answer(
+    app: &App,
+    stream: &Arc<Stream>,
+    format: Format,
+    on_disconnect: OnDisconnect,
+) -> Result<Response, HttpError> {
+    let subscription = stream.subscribe(format, 0)?;
+    let counted = app.metrics.subscriber(format.name(), "sse");
+    let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false, counted);
+    hand_read_token(&mut response, app, stream);
+    Ok(response)
+}
+
 /// The run's read token in `x-agentmux-read-token`, beside its id: the caller may hand it to anyone who
 /// should watch the run. Never its write token: the caller did not create the stream, the service did.
-pub(crate) fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
+fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
     let token = app.credentials.token(stream.id(), Access::Read, 0);
     if let Ok(token) = HeaderValue::from_str(&token) {
         response.headers_mut().insert("x-agentmux-read-token", token);

@@ -27,11 +27,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{hand_read_token, started};
+use super::chat::{answer, started};
 use super::extract::{Client, KeyName};
-use super::sse::{self, OnDisconnect};
+use super::sse::OnDisconnect;
 use super::{App, HttpError, body};
-use crate::conversation::{ChatRequest, Conversation, ConversationError, UiMessage, to_chat};
+use crate::conversation::{ChatRequest, Conversation, UiMessage, to_chat};
 use crate::hub::{Status, Stream};
 use crate::output::check_name;
 use crate::render::Format;
@@ -110,21 +110,12 @@ pub(crate) async fn chat(
     let model = if model.is_empty() { app.settings.default_model.clone() } else { model };
     let (messages, from) = to_chat(&messages)?;
     let request = ChatRequest { model: model.clone(), messages, stream: true, stream_options: None, extra };
-    let conversation = Conversation::from_request(request).map_err(|error| named_by_ui_message(error, &from))?;
+    let conversation = Conversation::from_request(request).map_err(|error| error.naming_request_messages(&from))?;
     let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
     tracing::info!(model, chat = id, "ui chat started");
     let on_disconnect = started(&app, &model, &stream, &headers).await?;
     app.ui_chats.insert(owner, id, &stream);
     respond(&app, &stream, on_disconnect)
-}
-
-/// A conversation error names a chat message, but the page knows its `UIMessage`s: the one it came from.
-fn named_by_ui_message(mut error: ConversationError, from: &[usize]) -> ConversationError {
-    if let Some(&index) = error.index.and_then(|i| from.get(i)) {
-        error.param = format!("messages[{index}]");
-        error.index = Some(index);
-    }
-    error
 }
 
 /// `GET /v1/ui/chat/{chat_id}/stream`.
@@ -144,10 +135,7 @@ pub(crate) async fn resume(
 
 /// The stream from its start as a UI message stream, with its id and read token.
 fn respond(app: &App, stream: &Arc<Stream>, on_disconnect: OnDisconnect) -> Result<Response, HttpError> {
-    let subscription = stream.subscribe(Format::UiMessage, 0)?;
-    let counted = app.metrics.subscriber(Format::UiMessage.name(), "sse");
-    let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false, counted);
+    let mut response = answer(app, stream, Format::UiMessage, on_disconnect)?;
     response.headers_mut().insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
-    hand_read_token(&mut response, app, stream);
     Ok(response)
 }

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::adapter::{
-    Adapter, AgentTools, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField, UiMessageAdapter,
-    UiMessageOptions,
+    Adapter, AgUiAdapter, AgUiOptions, AgentTools, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField,
+    UiMessageAdapter, UiMessageOptions,
 };
 use crate::hub::{Entry, Gone, Render, Renderer, StreamInfo};
 use crate::output::{ErrorProps, OutputMessage};
@@ -44,15 +44,18 @@ pub enum Format {
     },
     /// The Vercel AI SDK's UI message stream.
     UiMessage,
+    /// AG-UI events.
+    AgUi,
 }
 
 impl Format {
-    /// Its name: `cui`, `openai` or `ui-message` (what `?format=` takes).
+    /// Its name: `cui`, `openai`, `ui-message` or `ag-ui` (what `?format=` takes).
     pub fn name(&self) -> &'static str {
         match self {
             Format::Cui => "cui",
             Format::OpenAi { .. } => "openai",
             Format::UiMessage => "ui-message",
+            Format::AgUi => "ag-ui",
         }
     }
 
@@ -76,6 +79,7 @@ impl Format {
                 Box::new(OpenAiAdapter::new(options))
             }
             Format::UiMessage => Box::new(UiMessageAdapter::new(UiMessageOptions::from(info))),
+            Format::AgUi => Box::new(AgUiAdapter::new(AgUiOptions::from(info))),
         }
     }
 
@@ -84,6 +88,7 @@ impl Format {
         match self {
             Format::Cui => "cui".into(),
             Format::UiMessage => "ui-message".into(),
+            Format::AgUi => "ag-ui".into(),
             Format::OpenAi { include_usage, reasoning, agent_tools } => {
                 let reasoning = match reasoning {
                     ReasoningField::ReasoningContent => "reasoning_content",
@@ -114,6 +119,13 @@ impl From<&StreamInfo> for OpenAiOptions {
 impl From<&StreamInfo> for UiMessageOptions {
     fn from(info: &StreamInfo) -> Self {
         UiMessageOptions { message_id: format!("msg-{}", info.epoch) }
+    }
+}
+
+/// The thread and run ids an AG-UI rendering carries: made from the epoch, never from the stream id.
+impl From<&StreamInfo> for AgUiOptions {
+    fn from(info: &StreamInfo) -> Self {
+        AgUiOptions { thread_id: format!("thread-{}", info.epoch), run_id: format!("run-{}", info.epoch) }
     }
 }
 

@@ -5,6 +5,7 @@
 pub(crate) mod command;
 pub(crate) mod doubles;
 pub(crate) mod http;
+pub(crate) mod node;
 pub(crate) mod process;
 pub(crate) mod server;
 pub(crate) mod upstream;
@@ -12,7 +13,8 @@ pub(crate) mod upstream;
 use std::path::{Path, PathBuf};
 
 use agentmux::adapter::{
-    Adapter, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, UiMessageAdapter, UiMessageOptions,
+    Adapter, AgUiAdapter, AgUiOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, UiMessageAdapter,
+    UiMessageOptions,
 };
 use agentmux::output::{Metadata, Outcome, OutputMessage};
 
@@ -70,6 +72,11 @@ pub(crate) fn outcome(case: &str) -> Outcome {
     }
 }
 
+/// The AG-UI ids in golden files.
+pub(crate) fn ag_ui_options() -> AgUiOptions {
+    AgUiOptions { thread_id: "thread-golden".into(), run_id: "run-golden".into() }
+}
+
 /// The UI message stream's options in golden files.
 pub(crate) fn ui_options() -> UiMessageOptions {
     UiMessageOptions { message_id: "msg-golden".into() }
@@ -109,6 +116,7 @@ pub(crate) fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
         ("openai-usage.sse", render(&mut OpenAiAdapter::new(options(case, true)), &messages, &outcome)),
         ("openai.json", json),
         ("ui-message.sse", render(&mut UiMessageAdapter::new(ui_options()), &messages, &outcome)),
+        ("ag-ui.sse", render(&mut AgUiAdapter::new(ag_ui_options()), &messages, &outcome)),
     ]
 }
 

@@ -1,0 +1,105 @@
+//! `POST /v1/ag-ui`: what `@ag-ui/client`'s `HttpAgent` posts (`RunAgentInput`), answered with the run as
+//! AG-UI events.
+//!
+//! The input's messages become the one conversation every agent receives (`conversation/ag_ui.rs`); the
+//! agent is the one `forwardedProps.model` names (a frontend passes it through `runAgent`'s
+//! `forwardedProps`), or `?model=` on the URL (for a frontend that cannot set it), or the default model. The
+//! frontend's tools go to the agent as the request's `tools`, in OpenAI's form, and its `context`, `state` and
+//! other `forwardedProps` as options of those names, as a chat completion's extra fields do. The run gets its
+//! own stream, as a chat completion's does (`x-agentmux-stream-id`, `x-agentmux-read-token`), so it can be
+//! watched in any other format; the answer is that stream in the `ag-ui` format from its start.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::chat::{answer, started};
+use super::extract::{Client, Params};
+use super::{App, HttpError, body};
+use crate::conversation::{AgUiMessage, ChatRequest, Conversation, ag_ui_to_chat};
+use crate::output::check_name;
+use crate::render::Format;
+
+/// `RunAgentInput`: only what agentmux uses is read (`threadId` and `runId` name the frontend's run; the
+/// events carry the stream's own, which the client does not compare).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunAgentInput {
+    messages: Vec<AgUiMessage>,
+    /// `{name, description, parameters}` each.
+    #[serde(default)]
+    tools: Vec<Tool>,
+    #[serde(default)]
+    context: Option<Value>,
+    #[serde(default)]
+    state: Option<Value>,
+    #[serde(default)]
+    forwarded_props: Option<Map<String, Value>>,
+}
+
+/// A tool the frontend offers.
+#[derive(Debug, Deserialize)]
+struct Tool {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+}
+
+/// `?model=`.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct AgUiQuery {
+    model: Option<String>,
+}
+
+/// `POST /v1/ag-ui`.
+pub(crate) async fn run(
+    State(app): State<App>,
+    Params(query): Params<AgUiQuery>,
+    Client(client): Client,
+    headers: HeaderMap,
+    request: Body,
+) -> Result<Response, HttpError> {
+    app.refuse_new_work()?;
+    let bytes = body::read(request, &app.settings).await?;
+    let input: RunAgentInput = body::json(&bytes)?;
+    let mut forwarded = input.forwarded_props.unwrap_or_default();
+    let model = match forwarded.remove("model") {
+        Some(Value::String(model)) => model,
+        None | Some(Value::Null) => query.model.unwrap_or_default(),
+        Some(_) => {
+            let message = "forwardedProps.model must be a string: the agent to run";
+            return Err(HttpError::bad_request(message, Some("forwardedProps.model".into()), "invalid_value"));
+        }
+    };
+    check_name("model", &model)?;
+    let model = if model.is_empty() { app.settings.default_model.clone() } else { model };
+    let (messages, from) = ag_ui_to_chat(&input.messages)?;
+    let mut extra = Map::new();
+    if !input.tools.is_empty() {
+        let tools = input.tools.iter().map(|tool| {
+            let parameters = tool.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
+            let function = json!({"name": tool.name, "description": tool.description, "parameters": parameters});
+            json!({"type": "function", "function": function})
+        });
+        extra.insert("tools".into(), tools.collect());
+    }
+    for (name, value) in [("context", input.context), ("state", input.state)] {
+        if let Some(value) = value.filter(|v| !v.is_null()) {
+            extra.insert(name.into(), value);
+        }
+    }
+    if !forwarded.is_empty() {
+        extra.insert("forwarded_props".into(), Value::Object(forwarded));
+    }
+    let request = ChatRequest { model: model.clone(), messages, stream: true, stream_options: None, extra };
+    let conversation = Conversation::from_request(request).map_err(|error| error.naming_request_messages(&from))?;
+    let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
+    tracing::info!(model, "ag-ui run started");
+    let on_disconnect = started(&app, &model, &stream, &headers).await?;
+    answer(&app, &stream, Format::AgUi, on_disconnect)
+}
