@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{
-    Adapter, AgUiAdapter, AgUiOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField,
-    UiMessageAdapter, UiMessageOptions,
+    Adapter, AgUiAdapter, AgUiOptions, AnthropicAdapter, AnthropicOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion,
+    OpenAiOptions, ReasoningField, UiMessageAdapter, UiMessageOptions,
 };
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::http::{App, KeySpec, Origins, Settings, budgets, check_key};
@@ -79,6 +79,8 @@ enum Format {
     UiMessage,
     /// AG-UI events.
     AgUi,
+    /// Anthropic Messages stream events.
+    Anthropic,
     /// The final state of every message after its deltas, as JSON Lines.
     State,
 }
@@ -531,6 +533,10 @@ fn render_command(
     match format {
         Format::Cui => render(&mut CuiAdapter, &messages, &outcome, &mut out),
         Format::Openai => render(&mut OpenAiAdapter::new(options), &messages, &outcome, &mut out),
+        Format::Anthropic => {
+            let options = AnthropicOptions { id: format!("msg_{created}"), model: options.model };
+            render(&mut AnthropicAdapter::new(options), &messages, &outcome, &mut out);
+        }
         Format::AgUi => {
             let options = AgUiOptions { thread_id: format!("thread-{created}"), run_id: format!("run-{created}") };
             render(&mut AgUiAdapter::new(options), &messages, &outcome, &mut out);

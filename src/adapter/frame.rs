@@ -37,6 +37,11 @@ impl Frame {
         Frame { event: None, id, payload: Payload::Json(to_json(value)) }
     }
 
+    /// A JSON event with a name (for formats whose clients read `event:` lines).
+    pub fn named<T: Serialize + ?Sized>(event: &'static str, value: &T) -> Self {
+        Frame { event: Some(event), id: None, payload: Payload::Json(to_json(value)) }
+    }
+
     /// An error envelope.
     pub fn error<T: Serialize + ?Sized>(envelope: &T) -> Self {
         Frame { event: None, id: None, payload: Payload::Error(to_json(envelope)) }

@@ -12,10 +12,13 @@
 //!   messages aggregated into one non-streaming `chat.completion`.
 //! - [`UiMessageAdapter`] (`ui/`): the Vercel AI SDK's UI message stream, the chunks `useChat` reads.
 //! - [`AgUiAdapter`] (`ag_ui/`): AG-UI events, what `@ag-ui/client` reads.
+//! - [`AnthropicAdapter`] (`anthropic.rs`): an Anthropic Messages stream, on the OpenAI adapters' state
+//!   machine.
 //!
 //! `sent.rs` holds the rule the adapters that only ever add share: what of a message's text is new.
 
 mod ag_ui;
+mod anthropic;
 mod cui;
 mod frame;
 mod openai;
@@ -25,6 +28,7 @@ mod ui;
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use ag_ui::{AgUiAdapter, AgUiOptions};
+pub use anthropic::{AnthropicAdapter, AnthropicOptions};
 pub use cui::CuiAdapter;
 pub use frame::{Frame, Payload};
 pub use openai::{AgentTools, ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};

@@ -10,11 +10,13 @@
 //! - [`validate`] and [`validate_user_input`] (`validate.rs`): what makes a conversation well formed, and
 //!   what a client may add to a history the server owns; errors name the message and the field.
 //! - [`UiMessage`] and [`to_chat`] (`ui.rs`): what a `useChat` page sends, as chat messages;
-//!   [`AgUiMessage`] and [`ag_ui_to_chat`] (`ag_ui.rs`): AG-UI's messages, as chat messages.
+//!   [`AgUiMessage`] and [`ag_ui_to_chat`] (`ag_ui.rs`): AG-UI's messages, as chat messages;
+//!   [`AnthropicMessage`] and [`anthropic_to_chat`] (`anthropic.rs`): an Anthropic Messages request's.
 //! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript of seed `004` (parts, option
 //!   calls and results paired by invocation id, steps), its builders, and its projection to chat messages.
 
 mod ag_ui;
+mod anthropic;
 mod input;
 mod messages;
 mod request;
@@ -23,6 +25,7 @@ mod ui;
 mod validate;
 
 pub use ag_ui::{AgUiMessage, ag_ui_to_chat};
+pub use anthropic::{AnthropicMessage, anthropic_to_chat};
 pub use input::Conversation;
 pub use messages::Messages;
 pub use request::{ChatMessage, ChatRequest, Content, FunctionCall, Role, StreamOptions, ToolCall};

@@ -163,7 +163,9 @@ pub(crate) async fn completions(
     let mut response = match format {
         Format::OpenAi { reasoning, .. } => complete(&stream, &outcome, reasoning),
         // A chat answers in OpenAI's format or CUI's (`format::chat`); the others have their own endpoints.
-        Format::Cui | Format::UiMessage | Format::AgUi => axum::Json(stream.snapshot()).into_response(),
+        Format::Cui | Format::UiMessage | Format::AgUi | Format::Anthropic => {
+            axum::Json(stream.snapshot()).into_response()
+        }
     };
     if let Ok(id) = HeaderValue::from_str(stream.id()) {
         response.headers_mut().insert("x-agentmux-stream-id", id);
@@ -190,7 +192,7 @@ pub(crate) fn answer(
 
 /// The run's read token in `x-agentmux-read-token`, beside its id: the caller may hand it to anyone who
 /// should watch the run. Never its write token: the caller did not create the stream, the service did.
-fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
+pub(crate) fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
     let token = app.credentials.token(stream.id(), Access::Read, 0);
     if let Ok(token) = HeaderValue::from_str(&token) {
         response.headers_mut().insert("x-agentmux-read-token", token);

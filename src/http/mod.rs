@@ -9,7 +9,7 @@
 //! - `body.rs`: body limits and JSON errors that name the field;
 //! - `format.rs`: which format a query, a WebSocket op or a chat request's headers ask for;
 //! - `chat.rs`: `POST /v1/chat/completions`; `ui_chat.rs`: the AI SDK's `useChat` endpoints; `ag_ui.rs`:
-//!   `POST /v1/ag-ui`;
+//!   `POST /v1/ag-ui`; `anthropic.rs`: `POST /v1/messages`;
 //! - `streams.rs`: the stream endpoints and `GET /v1/models`;
 //! - `threads.rs`: the thread endpoints (`/v1/threads`, their audit log and replay);
 //! - `auth.rs`: API keys and stream tokens (who may do what);
@@ -17,6 +17,7 @@
 //! - `sse.rs` and `ws.rs`: the SSE and WebSocket transports, both writing a batch of frames at a time.
 
 mod ag_ui;
+mod anthropic;
 mod auth;
 mod body;
 mod browser;
@@ -161,6 +162,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/ui/chat", post(ui_chat::chat))
         .route("/v1/ag-ui", post(ag_ui::run))
+        .route("/v1/messages", post(anthropic::messages))
         .route("/v1/ui/chat/{chat_id}/stream", get(ui_chat::resume))
         .route("/v1/streams", post(streams::create))
         .route("/v1/streams/{id}", get(streams::status))

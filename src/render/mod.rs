@@ -18,8 +18,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::adapter::{
-    Adapter, AgUiAdapter, AgUiOptions, AgentTools, CuiAdapter, Frame, OpenAiAdapter, OpenAiOptions, ReasoningField,
-    UiMessageAdapter, UiMessageOptions,
+    Adapter, AgUiAdapter, AgUiOptions, AgentTools, AnthropicAdapter, AnthropicOptions, CuiAdapter, Frame,
+    OpenAiAdapter, OpenAiOptions, ReasoningField, UiMessageAdapter, UiMessageOptions,
 };
 use crate::hub::{Entry, Gone, Render, Renderer, StreamInfo};
 use crate::output::{ErrorProps, OutputMessage};
@@ -46,16 +46,19 @@ pub enum Format {
     UiMessage,
     /// AG-UI events.
     AgUi,
+    /// Anthropic Messages stream events.
+    Anthropic,
 }
 
 impl Format {
-    /// Its name: `cui`, `openai`, `ui-message` or `ag-ui` (what `?format=` takes).
+    /// Its name: `cui`, `openai`, `ui-message`, `ag-ui` or `anthropic` (what `?format=` takes).
     pub fn name(&self) -> &'static str {
         match self {
             Format::Cui => "cui",
             Format::OpenAi { .. } => "openai",
             Format::UiMessage => "ui-message",
             Format::AgUi => "ag-ui",
+            Format::Anthropic => "anthropic",
         }
     }
 
@@ -80,6 +83,7 @@ impl Format {
             }
             Format::UiMessage => Box::new(UiMessageAdapter::new(UiMessageOptions::from(info))),
             Format::AgUi => Box::new(AgUiAdapter::new(AgUiOptions::from(info))),
+            Format::Anthropic => Box::new(AnthropicAdapter::new(AnthropicOptions::from(info))),
         }
     }
 
@@ -89,6 +93,7 @@ impl Format {
             Format::Cui => "cui".into(),
             Format::UiMessage => "ui-message".into(),
             Format::AgUi => "ag-ui".into(),
+            Format::Anthropic => "anthropic".into(),
             Format::OpenAi { include_usage, reasoning, agent_tools } => {
                 let reasoning = match reasoning {
                     ReasoningField::ReasoningContent => "reasoning_content",
@@ -126,6 +131,13 @@ impl From<&StreamInfo> for UiMessageOptions {
 impl From<&StreamInfo> for AgUiOptions {
     fn from(info: &StreamInfo) -> Self {
         AgUiOptions { thread_id: format!("thread-{}", info.epoch), run_id: format!("run-{}", info.epoch) }
+    }
+}
+
+/// The message id and model an Anthropic rendering carries: the id made from the epoch.
+impl From<&StreamInfo> for AnthropicOptions {
+    fn from(info: &StreamInfo) -> Self {
+        AnthropicOptions { id: format!("msg_{}", info.epoch), model: info.model.clone() }
     }
 }
 

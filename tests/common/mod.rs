@@ -13,8 +13,8 @@ pub(crate) mod upstream;
 use std::path::{Path, PathBuf};
 
 use agentmux::adapter::{
-    Adapter, AgUiAdapter, AgUiOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, UiMessageAdapter,
-    UiMessageOptions,
+    Adapter, AgUiAdapter, AgUiOptions, AnthropicAdapter, AnthropicOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion,
+    OpenAiOptions, UiMessageAdapter, UiMessageOptions,
 };
 use agentmux::output::{Metadata, Outcome, OutputMessage};
 
@@ -72,6 +72,11 @@ pub(crate) fn outcome(case: &str) -> Outcome {
     }
 }
 
+/// The Anthropic message id and model in golden files.
+pub(crate) fn anthropic_options(case: &str) -> AnthropicOptions {
+    AnthropicOptions { id: "msg_golden".into(), model: format!("replay/{case}") }
+}
+
 /// The AG-UI ids in golden files.
 pub(crate) fn ag_ui_options() -> AgUiOptions {
     AgUiOptions { thread_id: "thread-golden".into(), run_id: "run-golden".into() }
@@ -117,6 +122,7 @@ pub(crate) fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
         ("openai.json", json),
         ("ui-message.sse", render(&mut UiMessageAdapter::new(ui_options()), &messages, &outcome)),
         ("ag-ui.sse", render(&mut AgUiAdapter::new(ag_ui_options()), &messages, &outcome)),
+        ("anthropic.sse", render(&mut AnthropicAdapter::new(anthropic_options(case)), &messages, &outcome)),
     ]
 }
 

@@ -1,5 +1,5 @@
 //! Node clients for the tests: Node 20 or later (Debian's `nodejs` and `npm`, installed with apt-get when
-//! `node` is missing) and the npm packages the tests drive (the `ai` package at two majors, `@ag-ui/client`),
+//! `node` is missing) and the npm packages the tests drive (the `ai` package at two majors, `@ag-ui/client`, `@anthropic-ai/sdk`),
 //! installed into `target/node-clients` the first time and reused; a lock file keeps two test processes from
 //! installing at once. Nothing is skipped: without Node or the registry a test fails and says why. Scripts
 //! live in `tests/node/` and run from `target/node-clients`, so their imports find the packages; they talk to
@@ -16,8 +16,12 @@ use serde_json::{Value, json};
 use super::command::{expect_success, run};
 
 /// Every package installed: (the name it is imported by, the package, its major version).
-const PACKAGES: &[(&str, &str, &str)] =
-    &[("ai5", "ai", "5"), ("ai", "ai", "7"), ("@ag-ui/client", "@ag-ui/client", "1")];
+const PACKAGES: &[(&str, &str, &str)] = &[
+    ("ai5", "ai", "5"),
+    ("ai", "ai", "7"),
+    ("@ag-ui/client", "@ag-ui/client", "1"),
+    ("@anthropic-ai/sdk", "@anthropic-ai/sdk", "1"),
+];
 
 fn target() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target")

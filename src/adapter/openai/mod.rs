@@ -28,7 +28,7 @@
 //! - action, event, and custom types without a `url` are not sent; an error's `details` is not sent.
 
 mod completion;
-mod progress;
+pub(super) mod progress;
 mod projection;
 mod stream;
 mod wire;
