@@ -1,7 +1,9 @@
-//! The official Node `@anthropic-ai/sdk` (1.x) reads our Anthropic Messages streams: `tests/node/anthropic.mjs`
-//! reads every golden file (`fixtures/*/anthropic.sse`) with `messages.stream(...).finalMessage()`, and calls
-//! `POST /v1/messages` over a real socket, streaming and not: text, thinking, tool use, usage, an error.
-//! Node and the package are installed when missing (`common/node.rs`).
+//! The official Anthropic clients read our Anthropic Messages streams. The Node `@anthropic-ai/sdk` (1.x,
+//! `tests/node/anthropic.mjs`) reads every golden file (`fixtures/*/anthropic.sse`) with
+//! `messages.stream(...).finalMessage()` and calls `POST /v1/messages` over a real socket; the Python
+//! `anthropic` package (2.x, `tests/python/anthropic_client.py`) calls it with
+//! `messages.stream(...).get_final_message()` and `messages.create`: text, thinking, tool use, usage, an error.
+//! Node, Python and the packages are installed when missing (`common/node.rs`, `common/python.rs`).
 
 mod common;
 
@@ -91,4 +93,38 @@ async fn the_anthropic_sdk_calls_the_messages_endpoint() {
     );
     assert_eq!(results["error-whole"]["error"]["status"], 500, "{}", results["error-whole"]);
     assert_eq!(results["unknown"]["error"]["status"], 404, "{}", results["unknown"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_anthropic_python_package_calls_the_messages_endpoint() {
+    let python = tokio::task::spawn_blocking(common::python::ensure_venv)
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let server = TestServer::start().await;
+    let output = common::python::run_script(python, "anthropic_client.py", vec![server.url("")]).await;
+    server.stop().await.expect("stops");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let cases: BTreeMap<String, Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .map(|value| (value["case"].as_str().unwrap_or_default().to_owned(), value))
+        .collect();
+    for name in ["text", "text_whole"] {
+        let message = &cases[name]["message"];
+        assert_eq!(text(message, "text"), "hello from python", "{name}: {stdout}");
+        assert_eq!(message["stop_reason"], "end_turn");
+    }
+    assert_eq!(cases["text"]["events"].as_array().and_then(|e| e.last()), Some(&json!("message_stop")), "{stdout}");
+    let thinking = &cases["thinking"]["message"];
+    assert!(text(thinking, "thinking").contains("haiku"), "{stdout}");
+    let tools = &cases["tools"]["message"];
+    assert_eq!(tools["stop_reason"], "tool_use", "{stdout}");
+    let inputs: Vec<&Value> = tools["content"].as_array().into_iter().flatten().map(|b| &b["input"]).collect();
+    assert_eq!(inputs, [&json!({"city": "Paris"}), &json!({"tz": "Europe/Paris"})], "{stdout}");
+    assert!(cases["usage"]["message"]["usage"]["output_tokens"].as_u64().is_some_and(|n| n > 0), "{stdout}");
+    assert!(
+        cases["error"]["error"]["message"].as_str().is_some_and(|m| m.contains("Upstream API timed out")),
+        "{stdout}"
+    );
+    assert_eq!(cases["error_whole"]["error"]["status"], 500, "{stdout}");
 }

@@ -2,30 +2,16 @@
 //! case (text, reasoning, parallel tool calls raw and through the `.stream()` helper, an error mid-stream, the
 //! usage chunk, error statuses, a two-turn server-side thread read back) and prints one JSON line per case.
 //!
-//! The package lives in a virtualenv at `target/py-venv`, made with `python3 -m venv` and `pip install` the
-//! first time (or when the import fails) and reused afterwards; a lock file keeps two test processes from
-//! building it at once. Nothing here is skipped: without `python3` or PyPI the test fails and says why. The
-//! script talks to 127.0.0.1 only; pip is the one thing that goes to the network.
+//! The package lives in the tests' virtualenv (`tests/common/python.rs`), made the first time; nothing here is
+//! skipped.
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::command::{expect_success, run};
+use common::python::{ensure_venv, run_script};
 use common::server::TestServer;
-
-/// The pin: 1.97.2 is the first release that does not wrap named SSE events (wire-compat.md §1).
-const OPENAI_REQUIREMENT: &str = "openai>=1.97.2,<4";
-/// Exits 0 when the venv's `openai` imports and satisfies [`OPENAI_REQUIREMENT`].
-const CHECK_OPENAI: &str = "import sys, openai
-v = tuple(int(p) for p in openai.__version__.split('.')[:3] if p.isdigit())
-sys.exit(0 if (1, 97, 2) <= v < (4,) else 3)";
-const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
-const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Every case the script runs, in its order.
 const CASES: &[&str] = &[
@@ -47,82 +33,6 @@ const CASES: &[&str] = &[
     "unknown_model",
     "thread_two_turns",
 ];
-
-fn manifest_dir() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn venv_python(venv: &Path) -> PathBuf {
-    if cfg!(windows) { venv.join("Scripts").join("python.exe") } else { venv.join("bin").join("python") }
-}
-
-/// Runs `tests/python/<name>` with `args` in the venv, talking to loopback only (no proxy, no OpenAI
-/// settings from the environment); panics with its output unless it succeeds.
-async fn run_script(python: PathBuf, name: &'static str, args: Vec<String>) -> Output {
-    let script = manifest_dir().join("tests").join("python").join(name);
-    let output = tokio::task::spawn_blocking(move || {
-        run(
-            Command::new(&python)
-                .arg(&script)
-                .args(&args)
-                .env("PYTHONDONTWRITEBYTECODE", "1")
-                .env("PYTHONUNBUFFERED", "1")
-                .env("NO_PROXY", "127.0.0.1,localhost")
-                .env("no_proxy", "127.0.0.1,localhost")
-                .env_remove("OPENAI_BASE_URL")
-                .env_remove("OPENAI_API_KEY"),
-            SCRIPT_TIMEOUT,
-        )
-    })
-    .await
-    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
-    expect_success(&format!("tests/python/{name}"), output)
-}
-
-fn openai_ready(python: &Path) -> bool {
-    python.is_file()
-        && run(Command::new(python).args(["-c", CHECK_OPENAI]), Duration::from_secs(60))
-            .is_ok_and(|output| output.status.success())
-}
-
-/// Makes sure `target/py-venv` has `openai`; returns the venv's python. Holds an exclusive lock on
-/// `target/py-venv.lock` meanwhile, so a second test process waits and then finds the venv ready.
-fn ensure_venv() -> PathBuf {
-    let target = manifest_dir().join("target");
-    std::fs::create_dir_all(&target).unwrap_or_else(|e| panic!("create {}: {e}", target.display()));
-    let venv = target.join("py-venv");
-    let python = venv_python(&venv);
-    let lock_path = target.join("py-venv.lock");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .unwrap_or_else(|e| panic!("open {}: {e}", lock_path.display()));
-    lock.lock().unwrap_or_else(|e| panic!("lock {}: {e}", lock_path.display()));
-    if openai_ready(&python) {
-        return python;
-    }
-    let started = Instant::now();
-    eprintln!("creating {} with {OPENAI_REQUIREMENT} (pip needs PyPI)", venv.display());
-    let system_python = std::env::var_os("PYTHON3").unwrap_or_else(|| "python3".into());
-    expect_success(
-        "python3 -m venv (is python3 with the venv module installed? set PYTHON3 to use another interpreter)",
-        run(Command::new(&system_python).arg("-m").arg("venv").arg("--clear").arg(&venv), Duration::from_secs(300)),
-    );
-    expect_success(
-        &format!("pip install {OPENAI_REQUIREMENT} into {}", venv.display()),
-        run(
-            Command::new(&python)
-                .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", OPENAI_REQUIREMENT])
-                .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
-            INSTALL_TIMEOUT,
-        ),
-    );
-    assert!(openai_ready(&python), "openai installed into {} but `{CHECK_OPENAI}` still fails", venv.display());
-    eprintln!("venv ready in {:.1?}", started.elapsed());
-    python
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn official_openai_python_client() {

@@ -7,6 +7,7 @@ pub(crate) mod doubles;
 pub(crate) mod http;
 pub(crate) mod node;
 pub(crate) mod process;
+pub(crate) mod python;
 pub(crate) mod server;
 pub(crate) mod upstream;
 

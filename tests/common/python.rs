@@ -1,0 +1,101 @@
+//! Python clients for the tests: the official `openai` and `anthropic` packages, in a virtualenv at
+//! `target/py-venv`, made with `python3 -m venv` and `pip install` the first time (or when an import fails)
+//! and reused afterwards; a lock file keeps two test processes from building it at once. Nothing is skipped:
+//! without `python3` or PyPI a test fails and says why. Scripts live in `tests/python/` and talk to 127.0.0.1
+//! only; pip is the one thing that goes to the network.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use super::command::{expect_success, run};
+
+/// The pins: `openai` 1.97.2 is the first release that does not wrap named SSE events (wire-compat.md §1);
+/// `anthropic` 2 is the current major.
+const REQUIREMENTS: &[&str] = &["openai>=1.97.2,<4", "anthropic>=2,<3"];
+/// Exits 0 when the venv's packages import and satisfy [`REQUIREMENTS`].
+const CHECK: &str = "import sys, openai, anthropic
+version = lambda m: tuple(int(p) for p in m.__version__.split('.')[:3] if p.isdigit())
+sys.exit(0 if (1, 97, 2) <= version(openai) < (4,) and (2,) <= version(anthropic) < (3,) else 3)";
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn manifest_dir() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn venv_python(venv: &Path) -> PathBuf {
+    if cfg!(windows) { venv.join("Scripts").join("python.exe") } else { venv.join("bin").join("python") }
+}
+
+/// Runs `tests/python/<name>` with `args` in the venv, talking to loopback only (no proxy, no client
+/// settings from the environment); panics with its output unless it succeeds.
+pub(crate) async fn run_script(python: PathBuf, name: &'static str, args: Vec<String>) -> Output {
+    let script = manifest_dir().join("tests").join("python").join(name);
+    let output = tokio::task::spawn_blocking(move || {
+        run(
+            Command::new(&python)
+                .arg(&script)
+                .args(&args)
+                .env("PYTHONDONTWRITEBYTECODE", "1")
+                .env("PYTHONUNBUFFERED", "1")
+                .env("NO_PROXY", "127.0.0.1,localhost")
+                .env("no_proxy", "127.0.0.1,localhost")
+                .env_remove("OPENAI_BASE_URL")
+                .env_remove("OPENAI_API_KEY")
+                .env_remove("ANTHROPIC_BASE_URL")
+                .env_remove("ANTHROPIC_API_KEY"),
+            SCRIPT_TIMEOUT,
+        )
+    })
+    .await
+    .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    expect_success(&format!("tests/python/{name}"), output)
+}
+
+fn ready(python: &Path) -> bool {
+    python.is_file()
+        && run(Command::new(python).args(["-c", CHECK]), Duration::from_secs(60))
+            .is_ok_and(|output| output.status.success())
+}
+
+/// Makes sure `target/py-venv` has the packages; returns the venv's python. Holds an exclusive lock on
+/// `target/py-venv.lock` meanwhile, so a second test process waits and then finds the venv ready.
+pub(crate) fn ensure_venv() -> PathBuf {
+    let target = manifest_dir().join("target");
+    std::fs::create_dir_all(&target).unwrap_or_else(|e| panic!("create {}: {e}", target.display()));
+    let venv = target.join("py-venv");
+    let python = venv_python(&venv);
+    let lock_path = target.join("py-venv.lock");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", lock_path.display()));
+    lock.lock().unwrap_or_else(|e| panic!("lock {}: {e}", lock_path.display()));
+    if ready(&python) {
+        return python;
+    }
+    let started = Instant::now();
+    eprintln!("creating {} with {REQUIREMENTS:?} (pip needs PyPI)", venv.display());
+    let system_python = std::env::var_os("PYTHON3").unwrap_or_else(|| "python3".into());
+    expect_success(
+        "python3 -m venv (is python3 with the venv module installed? set PYTHON3 to use another interpreter)",
+        run(Command::new(&system_python).arg("-m").arg("venv").arg("--clear").arg(&venv), Duration::from_secs(300)),
+    );
+    expect_success(
+        &format!("pip install {REQUIREMENTS:?} into {}", venv.display()),
+        run(
+            Command::new(&python)
+                .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
+                .args(REQUIREMENTS)
+                .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+            INSTALL_TIMEOUT,
+        ),
+    );
+    assert!(ready(&python), "the packages installed into {} but `{CHECK}` still fails", venv.display());
+    eprintln!("venv ready in {:.1?}", started.elapsed());
+    python
+}
