@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{
     Adapter, AgUiAdapter, AgUiOptions, AnthropicAdapter, AnthropicOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion,
-    OpenAiOptions, ReasoningField, UiMessageAdapter, UiMessageOptions,
+    OpenAiOptions, ReasoningField, ResponsesAdapter, ResponsesOptions, UiMessageAdapter, UiMessageOptions,
 };
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::http::{App, KeySpec, Origins, Settings, budgets, check_key};
@@ -81,6 +81,8 @@ enum Format {
     AgUi,
     /// Anthropic Messages stream events.
     Anthropic,
+    /// OpenAI Responses stream events.
+    Responses,
     /// The final state of every message after its deltas, as JSON Lines.
     State,
 }
@@ -533,6 +535,10 @@ fn render_command(
     match format {
         Format::Cui => render(&mut CuiAdapter, &messages, &outcome, &mut out),
         Format::Openai => render(&mut OpenAiAdapter::new(options), &messages, &outcome, &mut out),
+        Format::Responses => {
+            let options = ResponsesOptions { id: format!("resp_{created}"), created_at: created, model: options.model };
+            render(&mut ResponsesAdapter::new(options), &messages, &outcome, &mut out);
+        }
         Format::Anthropic => {
             let options = AnthropicOptions { id: format!("msg_{created}"), model: options.model };
             render(&mut AnthropicAdapter::new(options), &messages, &outcome, &mut out);

@@ -31,17 +31,27 @@ fn every_case_matches_its_golden_files() {
 #[test]
 fn sse_framing_is_clean() {
     for case in common::cases() {
-        for file in ["cui.sse", "openai.sse", "openai-usage.sse", "ui-message.sse", "ag-ui.sse"] {
+        for file in [
+            "cui.sse",
+            "openai.sse",
+            "openai-usage.sse",
+            "ui-message.sse",
+            "ag-ui.sse",
+            "anthropic.sse",
+            "responses.sse",
+        ] {
             let text = String::from_utf8(common::read(&case, file)).expect("utf-8");
             assert!(!text.contains('\r'), "{case}/{file}: CR in an SSE body");
             for event in text.split_terminator("\n\n") {
                 for line in event.lines() {
-                    let ok = line.starts_with("data: ") || (file == "cui.sse" && line.starts_with("id: "));
+                    let ok = line.starts_with("data: ")
+                        || (file == "cui.sse" && line.starts_with("id: "))
+                        || (matches!(file, "anthropic.sse" | "responses.sse") && line.starts_with("event: "));
                     assert!(ok, "{case}/{file}: unexpected line {line:?}");
                 }
             }
-            if file == "ag-ui.sse" {
-                assert!(!text.contains("[DONE]"), "{case}/{file}: AG-UI clients parse every frame as JSON");
+            if matches!(file, "ag-ui.sse" | "anthropic.sse" | "responses.sse") {
+                assert!(!text.contains("[DONE]"), "{case}/{file}: its clients parse every frame as JSON");
             } else if file != "cui.sse" {
                 assert!(text.ends_with("data: [DONE]\n\n"), "{case}/{file}: must end with [DONE]");
                 assert_eq!(text.matches("data: [DONE]").count(), 1, "{case}/{file}");

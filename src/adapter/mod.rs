@@ -12,8 +12,8 @@
 //!   messages aggregated into one non-streaming `chat.completion`.
 //! - [`UiMessageAdapter`] (`ui/`): the Vercel AI SDK's UI message stream, the chunks `useChat` reads.
 //! - [`AgUiAdapter`] (`ag_ui/`): AG-UI events, what `@ag-ui/client` reads.
-//! - [`AnthropicAdapter`] (`anthropic.rs`): an Anthropic Messages stream, on the OpenAI adapters' state
-//!   machine.
+//! - [`AnthropicAdapter`] (`anthropic.rs`) and [`ResponsesAdapter`] (`responses.rs`): an Anthropic Messages
+//!   stream and an OpenAI Responses stream, both on the OpenAI adapters' state machine.
 //!
 //! `sent.rs` holds the rule the adapters that only ever add share: what of a message's text is new.
 
@@ -22,6 +22,7 @@ mod anthropic;
 mod cui;
 mod frame;
 mod openai;
+mod responses;
 mod sent;
 mod ui;
 
@@ -32,6 +33,7 @@ pub use anthropic::{AnthropicAdapter, AnthropicOptions};
 pub use cui::CuiAdapter;
 pub use frame::{Frame, Payload};
 pub use openai::{AgentTools, ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
+pub use responses::{ResponsesAdapter, ResponsesOptions};
 pub use ui::{UiMessageAdapter, UiMessageOptions};
 
 /// A renderer from messages to frames; see the module doc.

@@ -11,7 +11,8 @@
 //!   what a client may add to a history the server owns; errors name the message and the field.
 //! - [`UiMessage`] and [`to_chat`] (`ui.rs`): what a `useChat` page sends, as chat messages;
 //!   [`AgUiMessage`] and [`ag_ui_to_chat`] (`ag_ui.rs`): AG-UI's messages, as chat messages;
-//!   [`AnthropicMessage`] and [`anthropic_to_chat`] (`anthropic.rs`): an Anthropic Messages request's.
+//!   [`AnthropicMessage`] and [`anthropic_to_chat`] (`anthropic.rs`): an Anthropic Messages request's;
+//!   [`responses_to_chat`] (`responses.rs`): an OpenAI Responses request's input.
 //! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript of seed `004` (parts, option
 //!   calls and results paired by invocation id, steps), its builders, and its projection to chat messages.
 
@@ -20,6 +21,7 @@ mod anthropic;
 mod input;
 mod messages;
 mod request;
+mod responses;
 mod transcript;
 mod ui;
 mod validate;
@@ -29,6 +31,7 @@ pub use anthropic::{AnthropicMessage, anthropic_to_chat};
 pub use input::Conversation;
 pub use messages::Messages;
 pub use request::{ChatMessage, ChatRequest, Content, FunctionCall, Role, StreamOptions, ToolCall};
+pub use responses::responses_to_chat;
 pub use transcript::{
     Body, MessageBuilder, Modality, OptionCall, OptionResult, OptionResultBuilder, Part, RoleHint, TranscriptError,
     TranscriptMessage, from_chat, to_openai,

@@ -27,11 +27,11 @@ pub struct ConversationError {
 }
 
 impl ConversationError {
-    /// The same error about a request whose messages became these chat messages, `from[i]` the request's
-    /// message chat message `i` came from (`to_chat`, `ag_ui_to_chat`): it names the request's message.
-    pub fn naming_request_messages(mut self, from: &[usize]) -> Self {
+    /// The same error about a request whose `field` (`messages`, `input`) became these chat messages, `from[i]`
+    /// the item of `field` chat message `i` came from (`to_chat`, `ag_ui_to_chat`, …): it names that item.
+    pub fn naming_request_items(mut self, field: &str, from: &[usize]) -> Self {
         if let Some(&index) = self.index.and_then(|i| from.get(i)) {
-            self.param = format!("messages[{index}]");
+            self.param = format!("{field}[{index}]");
             self.index = Some(index);
         }
         self

@@ -97,7 +97,8 @@ pub(crate) async fn run(
         extra.insert("forwarded_props".into(), Value::Object(forwarded));
     }
     let request = ChatRequest { model: model.clone(), messages, stream: true, stream_options: None, extra };
-    let conversation = Conversation::from_request(request).map_err(|error| error.naming_request_messages(&from))?;
+    let conversation =
+        Conversation::from_request(request).map_err(|error| error.naming_request_items("messages", &from))?;
     let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
     tracing::info!(model, "ag-ui run started");
     let on_disconnect = started(&app, &model, &stream, &headers).await?;

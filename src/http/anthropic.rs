@@ -75,7 +75,8 @@ pub(crate) async fn messages(
         extra.insert("tools".into(), tools.collect());
     }
     let request = ChatRequest { model: model.clone(), messages, stream: streaming, stream_options: None, extra };
-    let conversation = Conversation::from_request(request).map_err(|error| error.naming_request_messages(&from))?;
+    let conversation =
+        Conversation::from_request(request).map_err(|error| error.naming_request_items("messages", &from))?;
     let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
     tracing::info!(model, streaming, "anthropic messages started");
     let on_disconnect = started(&app, &model, &stream, &headers).await?;

@@ -163,7 +163,7 @@ pub(crate) async fn completions(
     let mut response = match format {
         Format::OpenAi { reasoning, .. } => complete(&stream, &outcome, reasoning),
         // A chat answers in OpenAI's format or CUI's (`format::chat`); the others have their own endpoints.
-        Format::Cui | Format::UiMessage | Format::AgUi | Format::Anthropic => {
+        Format::Cui | Format::UiMessage | Format::AgUi | Format::Anthropic | Format::Responses => {
             axum::Json(stream.snapshot()).into_response()
         }
     };

@@ -1,7 +1,7 @@
 //! Which [`Format`] a request asks for: the one place queries, WebSocket ops and headers are read for it.
 //!
 //! Subscriptions (SSE `…/events`, the WebSocket `subscribe` op and `…/ws`) name a format with `format`
-//! (`cui` by default, `openai`, `ui-message`, `ag-ui` or `anthropic`) and the OpenAI options `include_usage`, `reasoning` and `agent_tools`.
+//! (`cui` by default, `openai`, `ui-message`, `ag-ui`, `anthropic` or `responses`) and the OpenAI options `include_usage`, `reasoning` and `agent_tools`.
 //! Chat completions choose between OpenAI chunks and CUI with `accept` (query) or `x-agentmux-accept`
 //! (header), reasoning with `x-agentmux-reasoning`, the agent's own tool calls with `x-agentmux-agent-tools`,
 //! and usage with the request's own `stream_options.include_usage`.
@@ -34,8 +34,9 @@ impl FormatFields {
             Some("ui-message") => Ok(Format::UiMessage),
             Some("ag-ui") => Ok(Format::AgUi),
             Some("anthropic") => Ok(Format::Anthropic),
+            Some("responses") => Ok(Format::Responses),
             Some(other) => Err(HttpError::bad_request(
-                format!("format must be cui, openai, ui-message, ag-ui or anthropic, not {other:?}"),
+                format!("format must be cui, openai, ui-message, ag-ui, anthropic or responses, not {other:?}"),
                 Some("format".into()),
                 "invalid_value",
             )),

@@ -9,7 +9,7 @@
 //! - `body.rs`: body limits and JSON errors that name the field;
 //! - `format.rs`: which format a query, a WebSocket op or a chat request's headers ask for;
 //! - `chat.rs`: `POST /v1/chat/completions`; `ui_chat.rs`: the AI SDK's `useChat` endpoints; `ag_ui.rs`:
-//!   `POST /v1/ag-ui`; `anthropic.rs`: `POST /v1/messages`;
+//!   `POST /v1/ag-ui`; `anthropic.rs`: `POST /v1/messages`; `responses.rs`: `POST /v1/responses`;
 //! - `streams.rs`: the stream endpoints and `GET /v1/models`;
 //! - `threads.rs`: the thread endpoints (`/v1/threads`, their audit log and replay);
 //! - `auth.rs`: API keys and stream tokens (who may do what);
@@ -27,6 +27,7 @@ mod error;
 mod extract;
 mod format;
 mod metrics;
+mod responses;
 mod server;
 mod sse;
 mod streams;
@@ -163,6 +164,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/ui/chat", post(ui_chat::chat))
         .route("/v1/ag-ui", post(ag_ui::run))
         .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/responses", post(responses::create))
         .route("/v1/ui/chat/{chat_id}/stream", get(ui_chat::resume))
         .route("/v1/streams", post(streams::create))
         .route("/v1/streams/{id}", get(streams::status))

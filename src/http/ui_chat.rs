@@ -110,7 +110,8 @@ pub(crate) async fn chat(
     let model = if model.is_empty() { app.settings.default_model.clone() } else { model };
     let (messages, from) = to_chat(&messages)?;
     let request = ChatRequest { model: model.clone(), messages, stream: true, stream_options: None, extra };
-    let conversation = Conversation::from_request(request).map_err(|error| error.naming_request_messages(&from))?;
+    let conversation =
+        Conversation::from_request(request).map_err(|error| error.naming_request_items("messages", &from))?;
     let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
     tracing::info!(model, chat = id, "ui chat started");
     let on_disconnect = started(&app, &model, &stream, &headers).await?;

@@ -19,7 +19,8 @@ use bytes::Bytes;
 
 use crate::adapter::{
     Adapter, AgUiAdapter, AgUiOptions, AgentTools, AnthropicAdapter, AnthropicOptions, CuiAdapter, Frame,
-    OpenAiAdapter, OpenAiOptions, ReasoningField, UiMessageAdapter, UiMessageOptions,
+    OpenAiAdapter, OpenAiOptions, ReasoningField, ResponsesAdapter, ResponsesOptions, UiMessageAdapter,
+    UiMessageOptions,
 };
 use crate::hub::{Entry, Gone, Render, Renderer, StreamInfo};
 use crate::output::{ErrorProps, OutputMessage};
@@ -48,10 +49,12 @@ pub enum Format {
     AgUi,
     /// Anthropic Messages stream events.
     Anthropic,
+    /// OpenAI Responses stream events.
+    Responses,
 }
 
 impl Format {
-    /// Its name: `cui`, `openai`, `ui-message`, `ag-ui` or `anthropic` (what `?format=` takes).
+    /// Its name: `cui`, `openai`, `ui-message`, `ag-ui`, `anthropic` or `responses` (what `?format=` takes).
     pub fn name(&self) -> &'static str {
         match self {
             Format::Cui => "cui",
@@ -59,6 +62,7 @@ impl Format {
             Format::UiMessage => "ui-message",
             Format::AgUi => "ag-ui",
             Format::Anthropic => "anthropic",
+            Format::Responses => "responses",
         }
     }
 
@@ -84,6 +88,7 @@ impl Format {
             Format::UiMessage => Box::new(UiMessageAdapter::new(UiMessageOptions::from(info))),
             Format::AgUi => Box::new(AgUiAdapter::new(AgUiOptions::from(info))),
             Format::Anthropic => Box::new(AnthropicAdapter::new(AnthropicOptions::from(info))),
+            Format::Responses => Box::new(ResponsesAdapter::new(ResponsesOptions::from(info))),
         }
     }
 
@@ -94,6 +99,7 @@ impl Format {
             Format::UiMessage => "ui-message".into(),
             Format::AgUi => "ag-ui".into(),
             Format::Anthropic => "anthropic".into(),
+            Format::Responses => "responses".into(),
             Format::OpenAi { include_usage, reasoning, agent_tools } => {
                 let reasoning = match reasoning {
                     ReasoningField::ReasoningContent => "reasoning_content",
@@ -138,6 +144,17 @@ impl From<&StreamInfo> for AgUiOptions {
 impl From<&StreamInfo> for AnthropicOptions {
     fn from(info: &StreamInfo) -> Self {
         AnthropicOptions { id: format!("msg_{}", info.epoch), model: info.model.clone() }
+    }
+}
+
+/// The response id, creation time and model a Responses rendering carries: the id made from the epoch.
+impl From<&StreamInfo> for ResponsesOptions {
+    fn from(info: &StreamInfo) -> Self {
+        ResponsesOptions {
+            id: format!("resp_{}", info.epoch),
+            created_at: info.created_ms / 1000,
+            model: info.model.clone(),
+        }
     }
 }
 

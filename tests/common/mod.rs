@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use agentmux::adapter::{
     Adapter, AgUiAdapter, AgUiOptions, AnthropicAdapter, AnthropicOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion,
-    OpenAiOptions, UiMessageAdapter, UiMessageOptions,
+    OpenAiOptions, ResponsesAdapter, ResponsesOptions, UiMessageAdapter, UiMessageOptions,
 };
 use agentmux::output::{Metadata, Outcome, OutputMessage};
 
@@ -73,6 +73,11 @@ pub(crate) fn outcome(case: &str) -> Outcome {
     }
 }
 
+/// The Responses id, time and model in golden files.
+pub(crate) fn responses_options(case: &str) -> ResponsesOptions {
+    ResponsesOptions { id: "resp_golden".into(), created_at: CREATED, model: format!("replay/{case}") }
+}
+
 /// The Anthropic message id and model in golden files.
 pub(crate) fn anthropic_options(case: &str) -> AnthropicOptions {
     AnthropicOptions { id: "msg_golden".into(), model: format!("replay/{case}") }
@@ -124,6 +129,7 @@ pub(crate) fn render_case(case: &str) -> Vec<(&'static str, Vec<u8>)> {
         ("ui-message.sse", render(&mut UiMessageAdapter::new(ui_options()), &messages, &outcome)),
         ("ag-ui.sse", render(&mut AgUiAdapter::new(ag_ui_options()), &messages, &outcome)),
         ("anthropic.sse", render(&mut AnthropicAdapter::new(anthropic_options(case)), &messages, &outcome)),
+        ("responses.sse", render(&mut ResponsesAdapter::new(responses_options(case)), &messages, &outcome)),
     ]
 }
 
