@@ -104,11 +104,7 @@ async fn the_anthropic_python_package_calls_the_messages_endpoint() {
     let output = common::python::run_script(python, "anthropic_client.py", vec![server.url("")]).await;
     server.stop().await.expect("stops");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let cases: BTreeMap<String, Value> = stdout
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .map(|value| (value["case"].as_str().unwrap_or_default().to_owned(), value))
-        .collect();
+    let cases = common::python::cases(&output);
     for name in ["text", "text_whole"] {
         let message = &cases[name]["message"];
         assert_eq!(text(message, "text"), "hello from python", "{name}: {stdout}");

@@ -93,11 +93,7 @@ async fn official_openai_python_client_with_api_keys() {
     let output = run_script(python, "openai_keys.py", vec![server.url("/v1"), key.to_owned()]).await;
     server.stop().await.expect("server stops");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let cases: BTreeMap<String, serde_json::Value> = stdout
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .map(|value| (value["case"].as_str().unwrap_or_default().to_owned(), value))
-        .collect();
+    let cases = common::python::cases(&output);
     assert!(cases["with_key"]["models"].as_array().is_some_and(|m| !m.is_empty()), "{stdout}");
     assert_eq!(cases["wrong_key"]["status_code"], 401, "{stdout}");
     assert_eq!(cases["wrong_key"]["code"], "invalid_api_key", "{stdout}");

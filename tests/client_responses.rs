@@ -87,11 +87,7 @@ async fn the_python_openai_package_calls_the_responses_endpoint() {
     let output = common::python::run_script(python, "responses_client.py", vec![server.url("/v1")]).await;
     server.stop().await.expect("stops");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let cases: BTreeMap<String, Value> = stdout
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .map(|value| (value["case"].as_str().unwrap_or_default().to_owned(), value))
-        .collect();
+    let cases = common::python::cases(&output);
     for name in ["text", "text_whole"] {
         assert_eq!(cases[name]["output_text"], "hello from python", "{name}: {stdout}");
         assert_eq!(cases[name]["response"]["status"], "completed");

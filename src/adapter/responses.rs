@@ -115,7 +115,18 @@ fn output_text(text: &str) -> Value {
 impl ResponsesAdapter {
     /// An adapter for one stream.
     pub fn new(options: ResponsesOptions) -> Self {
-        let items = Items {
+        ResponsesAdapter { progress: Progress::new(AgentTools::Reasoning), items: Items::new(options) }
+    }
+
+    /// The response as it stands (the non-streaming answer, once the stream has finished).
+    pub fn response(&self) -> Value {
+        self.items.response()
+    }
+}
+
+impl Items {
+    fn new(options: ResponsesOptions) -> Self {
+        Items {
             options,
             sequence: 0,
             started: false,
@@ -127,17 +138,9 @@ impl ResponsesAdapter {
             error: None,
             usage: None,
             done: false,
-        };
-        ResponsesAdapter { progress: Progress::new(AgentTools::Reasoning), items }
+        }
     }
 
-    /// The response as it stands (the non-streaming answer, once the stream has finished).
-    pub fn response(&self) -> Value {
-        self.items.response()
-    }
-}
-
-impl Items {
     fn response(&self) -> Value {
         let o = &self.options;
         let output: Vec<Value> = self.items.iter().map(|item| item.json("completed")).collect();
@@ -357,20 +360,9 @@ impl Adapter for ResponsesAdapter {
     }
 
     fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Frame>) {
-        // Changes no state: a copy of the items ends this one reader's view.
-        let mut items = Items {
-            options: self.items.options.clone(),
-            sequence: self.items.sequence,
-            started: true,
-            open: None,
-            items: Vec::new(),
-            tools: Vec::new(),
-            status: "in_progress",
-            incomplete: None,
-            error: None,
-            usage: None,
-            done: false,
-        };
+        // Changes no state: fresh items, where this reader is, end its view.
+        let mut items =
+            Items { sequence: self.items.sequence, started: true, ..Items::new(self.items.options.clone()) };
         items.fail(error.code.as_deref().unwrap_or("lagged"), &error.message, frames);
     }
 }

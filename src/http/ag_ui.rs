@@ -16,11 +16,10 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::chat::{answer, started};
+use super::chat::{answer, launch, model_or_default};
 use super::extract::{Client, Params};
 use super::{App, HttpError, body};
-use crate::conversation::{AgUiMessage, ChatRequest, Conversation, ag_ui_to_chat};
-use crate::output::check_name;
+use crate::conversation::{AgUiMessage, ChatRequest, ag_ui_to_chat};
 use crate::render::Format;
 
 /// `RunAgentInput`: only what agentmux uses is read (`threadId` and `runId` name the frontend's run; the
@@ -76,8 +75,7 @@ pub(crate) async fn run(
             return Err(HttpError::bad_request(message, Some("forwardedProps.model".into()), "invalid_value"));
         }
     };
-    check_name("model", &model)?;
-    let model = if model.is_empty() { app.settings.default_model.clone() } else { model };
+    let model = model_or_default(&app, model)?;
     let (messages, from) = ag_ui_to_chat(&input.messages)?;
     let mut extra = Map::new();
     if !input.tools.is_empty() {
@@ -96,11 +94,7 @@ pub(crate) async fn run(
     if !forwarded.is_empty() {
         extra.insert("forwarded_props".into(), Value::Object(forwarded));
     }
-    let request = ChatRequest { model: model.clone(), messages, stream: true, stream_options: None, extra };
-    let conversation =
-        Conversation::from_request(request).map_err(|error| error.naming_request_items("messages", &from))?;
-    let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
-    tracing::info!(model, "ag-ui run started");
-    let on_disconnect = started(&app, &model, &stream, &headers).await?;
+    let request = ChatRequest { model, messages, stream: true, stream_options: None, extra };
+    let (stream, on_disconnect) = launch(&app, client.as_deref(), &headers, request, ("messages", &from)).await?;
     answer(&app, &stream, Format::AgUi, on_disconnect)
 }

@@ -12,17 +12,17 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::chat::{answer, hand_read_token, started};
+use super::chat::{answer, label, launch, model_or_default, until_ended};
 use super::extract::Client;
 use super::{App, HttpError, body};
 use crate::adapter::{Adapter, AnthropicAdapter, AnthropicOptions, ApiError};
-use crate::conversation::{AnthropicMessage, ChatRequest, Conversation, anthropic_to_chat};
-use crate::output::{EndStatus, ErrorProps, check_name};
+use crate::conversation::{AnthropicMessage, ChatRequest, anthropic_to_chat};
+use crate::output::{EndStatus, ErrorProps};
 use crate::render::Format;
 
 /// A Messages request: what agentmux reads of it; the rest goes to the agent as options.
@@ -61,11 +61,10 @@ pub(crate) async fn messages(
     app.refuse_new_work()?;
     let bytes = body::read(request, &app.settings).await?;
     let MessagesRequest { model, messages, system, tools, stream: streaming, mut extra } = body::json(&bytes)?;
-    check_name("model", &model)?;
     if messages.is_empty() {
         return Err(HttpError::bad_request("messages must not be empty", Some("messages".into()), "invalid_value"));
     }
-    let model = if model.is_empty() { app.settings.default_model.clone() } else { model };
+    let model = model_or_default(&app, model)?;
     let (messages, from) = anthropic_to_chat(system.as_ref(), &messages)?;
     if !tools.is_empty() {
         let tools = tools.into_iter().map(|tool| {
@@ -74,19 +73,12 @@ pub(crate) async fn messages(
         });
         extra.insert("tools".into(), tools.collect());
     }
-    let request = ChatRequest { model: model.clone(), messages, stream: streaming, stream_options: None, extra };
-    let conversation =
-        Conversation::from_request(request).map_err(|error| error.naming_request_items("messages", &from))?;
-    let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
-    tracing::info!(model, streaming, "anthropic messages started");
-    let on_disconnect = started(&app, &model, &stream, &headers).await?;
+    let request = ChatRequest { model, messages, stream: streaming, stream_options: None, extra };
+    let (stream, on_disconnect) = launch(&app, client.as_deref(), &headers, request, ("messages", &from)).await?;
     if streaming {
         return answer(&app, &stream, Format::Anthropic, on_disconnect);
     }
-    // Dropped with this future if the client goes away while the agent runs.
-    let mut guard = on_disconnect;
-    let outcome = stream.ended().await;
-    guard.disarm();
+    let outcome = until_ended(&stream, on_disconnect).await;
     let history = stream.history();
     let error_message = || history.iter().find(|m| m.kind == "error").and_then(|m| m.props_as::<ErrorProps>());
     let failure = ApiError::for_outcome(&outcome)
@@ -101,9 +93,6 @@ pub(crate) async fn messages(
     history.iter().for_each(|message| adapter.push(message, &mut frames));
     adapter.finish(&outcome, &mut frames);
     let mut response = axum::Json(adapter.message()).into_response();
-    if let Ok(id) = HeaderValue::from_str(stream.id()) {
-        response.headers_mut().insert("x-agentmux-stream-id", id);
-    }
-    hand_read_token(&mut response, &app, &stream);
+    label(&mut response, &app, &stream);
     Ok(response)
 }

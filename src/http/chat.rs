@@ -80,12 +80,7 @@ fn thread_of(headers: &HeaderMap, request: &ChatRequest) -> Result<Option<String
 /// error names, as the upstream would have answered, rather than with a stream holding only an error. The
 /// result cancels the run if the client goes away, when its request asked for that with
 /// `x-agentmux-on-disconnect: cancel` (also while the first message is awaited).
-pub(crate) async fn started(
-    app: &App,
-    model: &str,
-    stream: &Arc<Stream>,
-    headers: &HeaderMap,
-) -> Result<OnDisconnect, HttpError> {
+async fn started(app: &App, model: &str, stream: &Arc<Stream>, headers: &HeaderMap) -> Result<OnDisconnect, HttpError> {
     super::record_stream(stream.id());
     app.metrics.stream_created();
     app.metrics.run(model, Arc::clone(stream));
@@ -156,10 +151,7 @@ pub(crate) async fn completions(
         name_thread(&mut response, thread.as_deref());
         return Ok(response);
     }
-    // Dropped with this future if the client goes away while the agent runs.
-    let mut guard = on_disconnect;
-    let outcome = stream.ended().await;
-    guard.disarm();
+    let outcome = until_ended(&stream, on_disconnect).await;
     let mut response = match format {
         Format::OpenAi { reasoning, .. } => complete(&stream, &outcome, reasoning),
         // A chat answers in OpenAI's format or CUI's (`format::chat`); the others have their own endpoints.
@@ -167,10 +159,7 @@ pub(crate) async fn completions(
             axum::Json(stream.snapshot()).into_response()
         }
     };
-    if let Ok(id) = HeaderValue::from_str(stream.id()) {
-        response.headers_mut().insert("x-agentmux-stream-id", id);
-    }
-    hand_read_token(&mut response, &app, &stream);
+    label(&mut response, &app, &stream);
     name_thread(&mut response, thread.as_deref());
     Ok(response)
 }
@@ -185,14 +174,56 @@ pub(crate) fn answer(
 ) -> Result<Response, HttpError> {
     let subscription = stream.subscribe(format, 0)?;
     let counted = app.metrics.subscriber(format.name(), "sse");
+    // The SSE response names the stream itself.
     let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false, counted);
     hand_read_token(&mut response, app, stream);
     Ok(response)
 }
 
+/// The agent a front door's request names: a name, or the default model when empty.
+pub(crate) fn model_or_default(app: &App, model: String) -> Result<String, HttpError> {
+    check_name("model", &model)?;
+    Ok(if model.is_empty() { app.settings.default_model.clone() } else { model })
+}
+
+/// Starts a front door's run on `request` (whose messages came from the request's `field` items, `from` saying
+/// which: errors name those), as [`started`] says: its stream, and what cancels it if the client goes away.
+pub(crate) async fn launch(
+    app: &App,
+    client: Option<&str>,
+    headers: &HeaderMap,
+    request: ChatRequest,
+    (field, from): (&str, &[usize]),
+) -> Result<(Arc<Stream>, OnDisconnect), HttpError> {
+    let model = request.model.clone();
+    let conversation = Conversation::from_request(request).map_err(|error| error.naming_request_items(field, from))?;
+    let stream = app.agents.start(&app.hub, client, conversation)?;
+    // The access line names the route: the front door.
+    tracing::info!(model, "run started");
+    let on_disconnect = started(app, &model, &stream, headers).await?;
+    Ok((stream, on_disconnect))
+}
+
+/// Waits for a run answered whole to end; the client going away meanwhile cancels it when it asked for that.
+pub(crate) async fn until_ended(stream: &Stream, on_disconnect: OnDisconnect) -> crate::output::Outcome {
+    // Dropped with the caller's future if the client goes away while the agent runs.
+    let mut guard = on_disconnect;
+    let outcome = stream.ended().await;
+    guard.disarm();
+    outcome
+}
+
+/// A run's answer names its stream and carries its read token.
+pub(crate) fn label(response: &mut Response, app: &App, stream: &Stream) {
+    if let Ok(id) = HeaderValue::from_str(stream.id()) {
+        response.headers_mut().insert("x-agentmux-stream-id", id);
+    }
+    hand_read_token(response, app, stream);
+}
+
 /// The run's read token in `x-agentmux-read-token`, beside its id: the caller may hand it to anyone who
 /// should watch the run. Never its write token: the caller did not create the stream, the service did.
-pub(crate) fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
+fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
     let token = app.credentials.token(stream.id(), Access::Read, 0);
     if let Ok(token) = HeaderValue::from_str(&token) {
         response.headers_mut().insert("x-agentmux-read-token", token);

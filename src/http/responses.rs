@@ -12,17 +12,16 @@
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::chat::{answer, hand_read_token, started};
+use super::chat::{answer, label, launch, model_or_default, until_ended};
 use super::extract::Client;
 use super::{App, HttpError, body};
 use crate::adapter::{Adapter, ResponsesAdapter, ResponsesOptions};
-use crate::conversation::{ChatRequest, Conversation, responses_to_chat};
-use crate::output::check_name;
+use crate::conversation::{ChatRequest, responses_to_chat};
 use crate::render::Format;
 
 /// A Responses request: what agentmux reads of it; the rest goes to the agent as options.
@@ -58,8 +57,7 @@ pub(crate) async fn create(
         let message = "agentmux keeps no responses to continue from: send the whole conversation as input";
         return Err(HttpError::bad_request(message, Some("previous_response_id".into()), "unsupported_value"));
     }
-    check_name("model", &model)?;
-    let model = if model.is_empty() { app.settings.default_model.clone() } else { model };
+    let model = model_or_default(&app, model)?;
     let (messages, from) = responses_to_chat(instructions.as_deref(), &input)?;
     let functions: Vec<Value> = tools
         .iter()
@@ -72,27 +70,17 @@ pub(crate) async fn create(
     if !functions.is_empty() {
         extra.insert("tools".into(), Value::Array(functions));
     }
-    let request = ChatRequest { model: model.clone(), messages, stream: streaming, stream_options: None, extra };
-    let conversation =
-        Conversation::from_request(request).map_err(|error| error.naming_request_items("input", &from))?;
-    let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
-    tracing::info!(model, streaming, "responses started");
-    let on_disconnect = started(&app, &model, &stream, &headers).await?;
+    let request = ChatRequest { model, messages, stream: streaming, stream_options: None, extra };
+    let (stream, on_disconnect) = launch(&app, client.as_deref(), &headers, request, ("input", &from)).await?;
     if streaming {
         return answer(&app, &stream, Format::Responses, on_disconnect);
     }
-    // Dropped with this future if the client goes away while the agent runs.
-    let mut guard = on_disconnect;
-    let outcome = stream.ended().await;
-    guard.disarm();
+    let outcome = until_ended(&stream, on_disconnect).await;
     let mut adapter = ResponsesAdapter::new(ResponsesOptions::from(stream.info()));
     let mut frames = Vec::new();
     stream.history().iter().for_each(|message| adapter.push(message, &mut frames));
     adapter.finish(&outcome, &mut frames);
     let mut response = axum::Json(adapter.response()).into_response();
-    if let Ok(id) = HeaderValue::from_str(stream.id()) {
-        response.headers_mut().insert("x-agentmux-stream-id", id);
-    }
-    hand_read_token(&mut response, &app, &stream);
+    label(&mut response, &app, &stream);
     Ok(response)
 }

@@ -27,13 +27,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{answer, started};
+use super::chat::{answer, launch, model_or_default};
 use super::extract::{Client, KeyName};
 use super::sse::OnDisconnect;
 use super::{App, HttpError, body};
-use crate::conversation::{ChatRequest, Conversation, UiMessage, to_chat};
+use crate::conversation::{ChatRequest, UiMessage, to_chat};
 use crate::hub::{Status, Stream};
-use crate::output::check_name;
 use crate::render::Format;
 use crate::thread::check_id;
 
@@ -106,15 +105,10 @@ pub(crate) async fn chat(
         let message = "id (the chat's) must be 1 to 256 letters, digits, '_', '-', '.' or ':'";
         HttpError::bad_request(message, Some("id".into()), "invalid_value")
     })?;
-    check_name("model", &model)?;
-    let model = if model.is_empty() { app.settings.default_model.clone() } else { model };
+    let model = model_or_default(&app, model)?;
     let (messages, from) = to_chat(&messages)?;
-    let request = ChatRequest { model: model.clone(), messages, stream: true, stream_options: None, extra };
-    let conversation =
-        Conversation::from_request(request).map_err(|error| error.naming_request_items("messages", &from))?;
-    let stream = app.agents.start(&app.hub, client.as_deref(), conversation)?;
-    tracing::info!(model, chat = id, "ui chat started");
-    let on_disconnect = started(&app, &model, &stream, &headers).await?;
+    let request = ChatRequest { model, messages, stream: true, stream_options: None, extra };
+    let (stream, on_disconnect) = launch(&app, client.as_deref(), &headers, request, ("messages", &from)).await?;
     app.ui_chats.insert(owner, id, &stream);
     respond(&app, &stream, on_disconnect)
 }

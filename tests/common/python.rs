@@ -4,10 +4,13 @@
 //! without `python3` or PyPI a test fails and says why. Scripts live in `tests/python/` and talk to 127.0.0.1
 //! only; pip is the one thing that goes to the network.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 use super::command::{expect_success, run};
 
@@ -52,6 +55,15 @@ pub(crate) async fn run_script(python: PathBuf, name: &'static str, args: Vec<St
     .await
     .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
     expect_success(&format!("tests/python/{name}"), output)
+}
+
+/// A script's output lines (one JSON object each, naming its `case`), by case.
+pub(crate) fn cases(output: &Output) -> BTreeMap<String, Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .map(|value| (value["case"].as_str().unwrap_or_default().to_owned(), value))
+        .collect()
 }
 
 fn ready(python: &Path) -> bool {
