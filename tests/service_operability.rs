@@ -60,7 +60,14 @@ async fn metrics_move_by_what_happened() {
     let sent = read_body(events).await;
     let chat = json!({"model": "echo", "messages": [{"role": "user", "content": "one two"}]});
     assert_eq!(client.post(server.url("/v1/chat/completions")).json(&chat).send().await.expect("chat").status(), 200);
-    let after = scrape(&client, &server).await;
+    // A run's end is counted by a task that waits for it, as the answer does: it may land a moment after.
+    let ended = r#"agentmux_runs_ended_total{model="echo",status="completed"}"#;
+    let started = std::time::Instant::now();
+    let mut after = scrape(&client, &server).await;
+    while delta(&before, &after, ended) < 1.0 && started.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        after = scrape(&client, &server).await;
+    }
 
     let moved = |sample: &str| delta(&before, &after, sample);
     assert_eq!(moved("agentmux_streams_created_total"), 2.0, "the outside producer's stream and the run's");
