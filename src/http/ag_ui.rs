@@ -14,9 +14,9 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::chat::{answer, launch, model_or_default};
+use super::chat::{answer, chat_tool, launch, model_or_default};
 use super::extract::{Client, Params};
 use super::{App, HttpError, body};
 use crate::conversation::{AgUiMessage, ChatRequest, ag_ui_to_chat};
@@ -79,11 +79,7 @@ pub(crate) async fn run(
     let (messages, from) = ag_ui_to_chat(&input.messages)?;
     let mut extra = Map::new();
     if !input.tools.is_empty() {
-        let tools = input.tools.iter().map(|tool| {
-            let parameters = tool.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-            let function = json!({"name": tool.name, "description": tool.description, "parameters": parameters});
-            json!({"type": "function", "function": function})
-        });
+        let tools = input.tools.iter().map(|t| chat_tool(&t.name, t.description.as_deref(), t.parameters.clone()));
         extra.insert("tools".into(), tools.collect());
     }
     for (name, value) in [("context", input.context), ("state", input.state)] {

@@ -15,9 +15,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::chat::{answer, label, launch, model_or_default, until_ended};
+use super::chat::{answer, chat_tool, label, launch, model_or_default, until_ended};
 use super::extract::Client;
 use super::{App, HttpError, body};
 use crate::adapter::{Adapter, AnthropicAdapter, AnthropicOptions, ApiError};
@@ -67,10 +67,7 @@ pub(crate) async fn messages(
     let model = model_or_default(&app, model)?;
     let (messages, from) = anthropic_to_chat(system.as_ref(), &messages)?;
     if !tools.is_empty() {
-        let tools = tools.into_iter().map(|tool| {
-            let parameters = tool.input_schema.unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-            json!({"type": "function", "function": {"name": tool.name, "description": tool.description, "parameters": parameters}})
-        });
+        let tools = tools.into_iter().map(|t| chat_tool(&t.name, t.description.as_deref(), t.input_schema));
         extra.insert("tools".into(), tools.collect());
     }
     let request = ChatRequest { model, messages, stream: streaming, stream_options: None, extra };

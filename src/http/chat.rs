@@ -204,6 +204,13 @@ pub(crate) async fn launch(
     Ok((stream, on_disconnect))
 }
 
+/// A tool a front door's client offers, as the chat completions request an agent receives names it; a tool
+/// given no parameters takes none.
+pub(crate) fn chat_tool(name: &str, description: Option<&str>, parameters: Option<Value>) -> Value {
+    let parameters = parameters.unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
+    serde_json::json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
+}
+
 /// Waits for a run answered whole to end; the client going away meanwhile cancels it when it asked for that.
 pub(crate) async fn until_ended(stream: &Stream, on_disconnect: OnDisconnect) -> crate::output::Outcome {
     // Dropped with the caller's future if the client goes away while the agent runs.

@@ -15,9 +15,9 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::chat::{answer, label, launch, model_or_default, until_ended};
+use super::chat::{answer, chat_tool, label, launch, model_or_default, until_ended};
 use super::extract::Client;
 use super::{App, HttpError, body};
 use crate::adapter::{Adapter, ResponsesAdapter, ResponsesOptions};
@@ -63,8 +63,12 @@ pub(crate) async fn create(
         .iter()
         .filter(|tool| tool.get("type").and_then(Value::as_str) == Some("function"))
         .map(|tool| {
-            let field = |key: &str| tool.get(key).cloned().unwrap_or(Value::Null);
-            json!({"type": "function", "function": {"name": field("name"), "description": field("description"), "parameters": field("parameters")}})
+            let text = |key: &str| tool.get(key).and_then(Value::as_str);
+            chat_tool(
+                text("name").unwrap_or(""),
+                text("description"),
+                Some(tool.get("parameters").cloned().unwrap_or(Value::Null)),
+            )
         })
         .collect();
     if !functions.is_empty() {
