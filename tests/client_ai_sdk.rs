@@ -209,6 +209,40 @@ async fn a_headless_use_chat_talks_to_the_ui_chat_endpoints() {
         assert_eq!(requests[0]["status"], 204);
         assert_eq!(result["messages"], json!([]), "{alias}: nothing to resume, nothing shown");
 
+        let result = case("turns");
+        let contents = |thread: &Value| -> Vec<(String, String)> {
+            let messages = thread["transcript"]["messages"].as_array().cloned().unwrap_or_default();
+            let field = |m: &Value, name: &str| m[name].as_str().unwrap_or("").to_owned();
+            messages.iter().map(|m| (field(m, "role"), field(m, "content"))).collect()
+        };
+        let want: Vec<(String, String)> =
+            [("user", "first"), ("assistant", "first"), ("user", "second"), ("assistant", "second")]
+                .iter()
+                .map(|(role, text)| ((*role).to_owned(), (*text).to_owned()))
+                .collect();
+        assert_eq!(contents(&result["before"]), want, "{alias}: each message once: {result}");
+        assert_eq!(contents(&result["after"]), want, "{alias}: the regenerated answer in place of the old: {result}");
+        let decisions = result["after"]["decisions"].as_array().cloned().unwrap_or_default();
+        assert_eq!(decisions.iter().filter(|d| *d == "rewind").count(), 1, "{alias}: {result}");
+        assert_eq!(result["messages"].as_array().map(Vec::len), Some(4), "{alias}: {result}");
+        assert_eq!(result["status"], "ready", "{alias}: {result}");
+
+        let result = case("page-tool");
+        assert_eq!(result["calls"].as_array().map(Vec::len), Some(1), "{alias}: {result}");
+        assert_eq!(result["calls"][0]["name"], "get_weather", "{alias}: {result}");
+        assert_eq!(result["calls"][0]["id"], "call_weather_1", "{alias}: {result}");
+        let statuses: Vec<&Value> =
+            result["requests"].as_array().expect("requests").iter().map(|r| &r["status"]).collect();
+        assert_eq!(statuses, [&json!(200), &json!(200)], "{alias}: the turn and the result sent back: {result}");
+        let transcript = &result["thread"]["transcript"];
+        let roles: Vec<&str> =
+            transcript["messages"].as_array().expect("messages").iter().filter_map(|m| m["role"].as_str()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "assistant"], "{alias}: {result}");
+        assert_eq!(transcript["messages"][2]["tool_call_id"], "call_weather_1");
+        assert_eq!(transcript["messages"][2]["content"], r#"{"temp_c":18}"#, "{alias}: the page's output: {result}");
+        assert_eq!(transcript["pending_tool_calls"], json!([]));
+        assert_eq!(result["status"], "ready", "{alias}: {result}");
+
         let result = case("resume-running");
         let resumed = result["requests"].as_array().expect("requests").iter().find(|r| r["method"] == "GET").cloned();
         assert_eq!(resumed.as_ref().map(|r| r["status"].clone()), Some(json!(200)), "{alias}: {result}");

@@ -37,6 +37,21 @@ impl ConversationError {
         self
     }
 
+    /// The same error about the message at `index` of another list (the input after a history, the whole
+    /// history before an input): its `param` names that one, or `messages` when none.
+    pub(crate) fn renumbered(mut self, index: Option<usize>) -> Self {
+        let field = match (self.index, self.param.find(']')) {
+            (Some(_), Some(end)) if self.param.starts_with("messages[") => self.param[end + 1..].to_owned(),
+            _ => return self,
+        };
+        self.param = match index {
+            Some(index) => format!("messages[{index}]{field}"),
+            None => "messages".to_owned(),
+        };
+        self.index = index;
+        self
+    }
+
     /// An error about the conversation as a whole (`messages`).
     pub(crate) fn empty() -> Self {
         ConversationError { param: "messages".into(), message: "messages must not be empty".into(), index: None }

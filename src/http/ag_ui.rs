@@ -5,8 +5,11 @@
 //! agent is the one `forwardedProps.model` names (a frontend passes it through `runAgent`'s
 //! `forwardedProps`), or `?model=` on the URL (for a frontend that cannot set it), or the default model. The
 //! frontend's tools go to the agent as the request's `tools`, in OpenAI's form, and its `context`, `state` and
-//! other `forwardedProps` as options of those names, as a chat completion's extra fields do. The run gets its
-//! own stream, as a chat completion's does (`x-agentmux-stream-id`, `x-agentmux-read-token`), so it can be
+//! other `forwardedProps` as options of those names, as a chat completion's extra fields do. The run is a
+//! turn on the server-side thread `threadId` names, created on first use (`decisions.md`); a frontend sends
+//! its whole history every time, so the thread takes what follows its last assistant message, starts from
+//! its history when it has none yet, and rewinds when the frontend went back (see
+//! [`crate::thread::Turn::history`]). The run gets its own stream, as a chat completion's does (`x-agentmux-stream-id`, `x-agentmux-read-token`), so it can be
 //! watched in any other format; the answer is that stream in the `ag-ui` format from its start.
 
 use axum::body::Body;
@@ -16,17 +19,20 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{answer, chat_tool, launch, model_or_default};
-use super::extract::{Client, Params};
+use super::chat::{Threading, answer, chat_tool, invalid_thread, launch, model_or_default};
+use super::extract::{Client, KeyName, Params};
 use super::{App, HttpError, body};
 use crate::conversation::{AgUiMessage, ChatRequest, ag_ui_to_chat};
 use crate::render::Format;
+use crate::thread::check_id;
 
-/// `RunAgentInput`: only what agentmux uses is read (`threadId` and `runId` name the frontend's run; the
-/// events carry the stream's own, which the client does not compare).
+/// `RunAgentInput`: only what agentmux uses is read (`threadId` names the server-side thread; `runId` names
+/// the frontend's run, and the events carry the stream's own, which the client does not compare).
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RunAgentInput {
+    #[serde(default)]
+    thread_id: Option<String>,
     messages: Vec<AgUiMessage>,
     /// `{name, description, parameters}` each.
     #[serde(default)]
@@ -60,6 +66,7 @@ pub(crate) async fn run(
     State(app): State<App>,
     Params(query): Params<AgUiQuery>,
     Client(client): Client,
+    KeyName(owner): KeyName,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
@@ -91,6 +98,15 @@ pub(crate) async fn run(
         extra.insert("forwarded_props".into(), Value::Object(forwarded));
     }
     let request = ChatRequest { model, messages, stream: true, stream_options: None, extra };
-    let (stream, on_disconnect) = launch(&app, client.as_deref(), &headers, request, ("messages", &from)).await?;
-    answer(&app, &stream, Format::AgUi, on_disconnect)
+    let threading = match input.thread_id.filter(|id| !id.is_empty()) {
+        Some(id) => {
+            check_id(&id).map_err(|_| invalid_thread("threadId"))?;
+            Threading::Resent(id)
+        }
+        None => Threading::None,
+    };
+    let items = ("messages", &from[..]);
+    let (stream, on_disconnect) =
+        launch(&app, (client.as_deref(), owner), &headers, request, items, &threading).await?;
+    answer(&app, (&stream, threading.id()), Format::AgUi, on_disconnect)
 }

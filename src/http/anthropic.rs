@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{answer, chat_tool, label, launch, model_or_default, until_ended};
-use super::extract::Client;
+use super::chat::{Threading, answer, chat_tool, label, launch, model_or_default, thread_header, until_ended};
+use super::extract::{Client, KeyName};
 use super::{App, HttpError, body};
 use crate::adapter::{Adapter, AnthropicAdapter, AnthropicOptions, ApiError};
 use crate::conversation::{AnthropicMessage, ChatRequest, anthropic_to_chat};
@@ -55,6 +55,7 @@ struct Tool {
 pub(crate) async fn messages(
     State(app): State<App>,
     Client(client): Client,
+    KeyName(owner): KeyName,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
@@ -71,9 +72,12 @@ pub(crate) async fn messages(
         extra.insert("tools".into(), tools.collect());
     }
     let request = ChatRequest { model, messages, stream: streaming, stream_options: None, extra };
-    let (stream, on_disconnect) = launch(&app, client.as_deref(), &headers, request, ("messages", &from)).await?;
+    let threading = thread_header(&headers)?.map_or(Threading::None, Threading::Named);
+    let items = ("messages", &from[..]);
+    let (stream, on_disconnect) =
+        launch(&app, (client.as_deref(), owner), &headers, request, items, &threading).await?;
     if streaming {
-        return answer(&app, &stream, Format::Anthropic, on_disconnect);
+        return answer(&app, (&stream, threading.id()), Format::Anthropic, on_disconnect);
     }
     let outcome = until_ended(&stream, on_disconnect).await;
     let history = stream.history();
@@ -90,6 +94,6 @@ pub(crate) async fn messages(
     history.iter().for_each(|message| adapter.push(message, &mut frames));
     adapter.finish(&outcome, &mut frames);
     let mut response = axum::Json(adapter.message()).into_response();
-    label(&mut response, &app, &stream);
+    label(&mut response, &app, (&stream, threading.id()));
     Ok(response)
 }

@@ -23,7 +23,7 @@ use super::extract::{Client, KeyName, Params};
 use super::sse::{self, OnDisconnect};
 use super::{App, HttpError, body, format};
 use crate::adapter::{OpenAiCompletion, OpenAiOptions, ReasoningField};
-use crate::conversation::{ChatRequest, Conversation};
+use crate::conversation::{ChatRequest, Conversation, ConversationError};
 use crate::hub::Stream;
 use crate::output::{EndStatus, check_name};
 use crate::render::Format;
@@ -50,20 +50,14 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ChatRequest, HttpError> {
 
 /// The thread a request names: the header `x-agentmux-thread-id`, or `metadata.thread_id`; both must agree.
 fn thread_of(headers: &HeaderMap, request: &ChatRequest) -> Result<Option<String>, HttpError> {
-    let invalid = |param: &str| HttpError::from(ThreadError::InvalidId).with_param(param);
-    let header = match headers.get(THREAD_HEADER) {
-        Some(value) => Some(value.to_str().map_err(|_| invalid(THREAD_HEADER))?.to_owned()),
-        None => None,
-    };
+    let header = thread_header(headers)?;
     let metadata = match request.extra.get("metadata").and_then(|m| m.get("thread_id")) {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(id.clone()),
-        Some(_) => return Err(invalid("metadata.thread_id")),
+        Some(_) => return Err(invalid_thread("metadata.thread_id")),
     };
-    for (param, id) in [(THREAD_HEADER, &header), ("metadata.thread_id", &metadata)] {
-        if let Some(id) = id {
-            check_id(id).map_err(|_| invalid(param))?;
-        }
+    if let Some(id) = &metadata {
+        check_id(id).map_err(|_| invalid_thread("metadata.thread_id"))?;
     }
     match (header, metadata) {
         (Some(header), Some(metadata)) if header != metadata => Err(HttpError::bad_request(
@@ -73,6 +67,19 @@ fn thread_of(headers: &HeaderMap, request: &ChatRequest) -> Result<Option<String
         )),
         (header, metadata) => Ok(header.or(metadata)),
     }
+}
+
+/// The thread the header `x-agentmux-thread-id` names, if it names one.
+pub(crate) fn thread_header(headers: &HeaderMap) -> Result<Option<String>, HttpError> {
+    let Some(value) = headers.get(THREAD_HEADER) else { return Ok(None) };
+    let id = value.to_str().map_err(|_| invalid_thread(THREAD_HEADER))?;
+    check_id(id).map_err(|_| invalid_thread(THREAD_HEADER))?;
+    Ok(Some(id.to_owned()))
+}
+
+/// A thread id that is not one, named by where it came from.
+pub(crate) fn invalid_thread(param: &str) -> HttpError {
+    HttpError::from(ThreadError::InvalidId).with_param(param)
 }
 
 /// What every front door does once its run started: counts and names it, and waits for its first message,
@@ -104,24 +111,6 @@ async fn started(app: &App, model: &str, stream: &Arc<Stream>, headers: &HeaderM
     }
 }
 
-/// Starts the run: on the named thread, whose history it continues, or on what the client sent.
-async fn start(
-    app: &App,
-    client: Option<&str>,
-    owner: Option<String>,
-    thread: Option<&str>,
-    request: ChatRequest,
-) -> Result<Arc<Stream>, HttpError> {
-    let Some(thread) = thread else {
-        // The client owns this history: it must be a well-formed conversation.
-        let conversation = Conversation::from_request(request)?;
-        return Ok(app.agents.start(&app.hub, client, conversation)?);
-    };
-    let (model, input, options) = (request.model, request.messages, request.extra);
-    let turn = Turn { thread: thread.to_owned(), model, input, options, owner };
-    Ok(app.threads.run(client, turn).await?)
-}
-
 pub(crate) async fn completions(
     State(app): State<App>,
     Params(query): Params<ChatQuery>,
@@ -141,15 +130,14 @@ pub(crate) async fn completions(
     let streaming = request.stream;
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
     let format = format::chat(query.accept.as_deref(), &headers, include_usage)?;
-    let model = request.model.clone();
-    let thread = thread_of(&headers, &request)?;
-    let stream = start(&app, client.as_deref(), owner, thread.as_deref(), request).await?;
-    tracing::info!(model, streaming, thread, "chat completion started");
-    let on_disconnect = started(&app, &model, &stream, &headers).await?;
+    let threading = thread_of(&headers, &request)?.map_or(Threading::None, Threading::Named);
+    // Errors name the request's messages as they are.
+    let items = ("messages", &[][..]);
+    let (stream, on_disconnect) =
+        launch(&app, (client.as_deref(), owner), &headers, request, items, &threading).await?;
+    let thread = threading.id();
     if streaming {
-        let mut response = answer(&app, &stream, format, on_disconnect)?;
-        name_thread(&mut response, thread.as_deref());
-        return Ok(response);
+        return answer(&app, (&stream, thread), format, on_disconnect);
     }
     let outcome = until_ended(&stream, on_disconnect).await;
     let mut response = match format {
@@ -159,16 +147,15 @@ pub(crate) async fn completions(
             axum::Json(stream.snapshot()).into_response()
         }
     };
-    label(&mut response, &app, &stream);
-    name_thread(&mut response, thread.as_deref());
+    label(&mut response, &app, (&stream, thread));
     Ok(response)
 }
 
-/// A run's stream from its start in `format`, with its id and its read token: the streaming answer of every
-/// front door.
+/// A run's stream from its start in `format`, with its id, its read token and its thread: the streaming
+/// answer of every front door.
 pub(crate) fn answer(
     app: &App,
-    stream: &Arc<Stream>,
+    (stream, thread): (&Arc<Stream>, Option<&str>),
     format: Format,
     on_disconnect: OnDisconnect,
 ) -> Result<Response, HttpError> {
@@ -177,6 +164,7 @@ pub(crate) fn answer(
     // The SSE response names the stream itself.
     let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false, counted);
     hand_read_token(&mut response, app, stream);
+    name_thread(&mut response, thread);
     Ok(response)
 }
 
@@ -186,20 +174,66 @@ pub(crate) fn model_or_default(app: &App, model: String) -> Result<String, HttpE
     Ok(if model.is_empty() { app.settings.default_model.clone() } else { model })
 }
 
+/// How a front door's run goes with a server-side thread.
+#[derive(Debug, Clone)]
+pub(crate) enum Threading {
+    /// None: the request's messages are the whole conversation.
+    None,
+    /// The thread `x-agentmux-thread-id` names; the request's messages are what the client adds to it.
+    Named(String),
+    /// The thread the client's own id names (an AG-UI `threadId`, a `useChat` chat `id`); the client sends
+    /// its whole history every time ([`Turn::resent`]).
+    Resent(String),
+}
+
+impl Threading {
+    /// The thread, if there is one.
+    pub(crate) fn id(&self) -> Option<&str> {
+        match self {
+            Threading::None => None,
+            Threading::Named(id) | Threading::Resent(id) => Some(id),
+        }
+    }
+}
+
 /// Starts a front door's run on `request` (whose messages came from the request's `field` items, `from` saying
-/// which: errors name those), as [`started`] says: its stream, and what cancels it if the client goes away.
+/// which: errors name those), on its thread if it has one, as [`started`] says: its stream, and what cancels
+/// it if the client goes away.
 pub(crate) async fn launch(
     app: &App,
-    client: Option<&str>,
+    (client, owner): (Option<&str>, Option<String>),
     headers: &HeaderMap,
     request: ChatRequest,
     (field, from): (&str, &[usize]),
+    threading: &Threading,
 ) -> Result<(Arc<Stream>, OnDisconnect), HttpError> {
     let model = request.model.clone();
-    let conversation = Conversation::from_request(request).map_err(|error| error.naming_request_items(field, from))?;
-    let stream = app.agents.start(&app.hub, client, conversation)?;
+    let named = |error: ConversationError, offset: usize| {
+        let index = error.index.map(|i| i + offset);
+        error.renumbered(index).naming_request_items(field, from)
+    };
+    let stream = match threading {
+        Threading::None => {
+            let conversation = Conversation::from_request(request).map_err(|e| named(e, 0))?;
+            app.agents.start(&app.hub, client, conversation)?
+        }
+        Threading::Named(thread) | Threading::Resent(thread) => {
+            let ChatRequest { model, messages, extra, .. } = request;
+            let mut turn = match threading {
+                Threading::Resent(_) => Turn::resent(thread.clone(), model, messages, owner),
+                _ => Turn { thread: thread.clone(), model, input: messages, owner, ..Turn::default() },
+            };
+            turn.options = extra;
+            // Errors name the input's messages: after what the client sent before it.
+            let offset = turn.history.as_ref().map_or(0, Vec::len);
+            app.threads.run(client, turn).await.map_err(|error| match error {
+                ThreadError::Invalid(error) => HttpError::from(named(error, offset)),
+                other => other.into(),
+            })?
+        }
+    };
     // The access line names the route: the front door.
-    tracing::info!(model, "run started");
+    tracing::info!(model, thread = threading.id(), "run started");
     let on_disconnect = started(app, &model, &stream, headers).await?;
     Ok((stream, on_disconnect))
 }
@@ -220,12 +254,13 @@ pub(crate) async fn until_ended(stream: &Stream, on_disconnect: OnDisconnect) ->
     outcome
 }
 
-/// A run's answer names its stream and carries its read token.
-pub(crate) fn label(response: &mut Response, app: &App, stream: &Stream) {
+/// A run's answer names its stream and its thread, and carries its read token.
+pub(crate) fn label(response: &mut Response, app: &App, (stream, thread): (&Stream, Option<&str>)) {
     if let Ok(id) = HeaderValue::from_str(stream.id()) {
         response.headers_mut().insert("x-agentmux-stream-id", id);
     }
     hand_read_token(response, app, stream);
+    name_thread(response, thread);
 }
 
 /// The run's read token in `x-agentmux-read-token`, beside its id: the caller may hand it to anyone who

@@ -121,7 +121,6 @@ pub struct App {
     /// What `GET /metrics` shows.
     pub metrics: Metrics,
     /// The `useChat` turns running, for the resume endpoint.
-    ui_chats: Arc<ui_chat::ActiveChats>,
     /// The store, if streams and threads are kept in one.
     store: Option<Arc<Store>>,
     /// Where the service is in its shutdown.
@@ -142,8 +141,7 @@ impl App {
         let credentials = Arc::new(Credentials::new(&settings.api_keys, secret));
         let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store.clone());
         let metrics = Metrics::new();
-        let ui_chats = Arc::default();
-        App { hub, agents, threads, settings, credentials, metrics, ui_chats, store, lifetime: Lifetime::default() }
+        App { hub, agents, threads, settings, credentials, metrics, store, lifetime: Lifetime::default() }
     }
 
     /// 503 `shutting_down` once the service is stopping: for what would start new work.

@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{answer, chat_tool, label, launch, model_or_default, until_ended};
-use super::extract::Client;
+use super::chat::{Threading, answer, chat_tool, label, launch, model_or_default, thread_header, until_ended};
+use super::extract::{Client, KeyName};
 use super::{App, HttpError, body};
 use crate::adapter::{Adapter, ResponsesAdapter, ResponsesOptions};
 use crate::conversation::{ChatRequest, responses_to_chat};
@@ -46,6 +46,7 @@ struct ResponsesRequest {
 pub(crate) async fn create(
     State(app): State<App>,
     Client(client): Client,
+    KeyName(owner): KeyName,
     headers: HeaderMap,
     request: Body,
 ) -> Result<Response, HttpError> {
@@ -75,9 +76,12 @@ pub(crate) async fn create(
         extra.insert("tools".into(), Value::Array(functions));
     }
     let request = ChatRequest { model, messages, stream: streaming, stream_options: None, extra };
-    let (stream, on_disconnect) = launch(&app, client.as_deref(), &headers, request, ("input", &from)).await?;
+    let threading = thread_header(&headers)?.map_or(Threading::None, Threading::Named);
+    let items = ("input", &from[..]);
+    let (stream, on_disconnect) =
+        launch(&app, (client.as_deref(), owner), &headers, request, items, &threading).await?;
     if streaming {
-        return answer(&app, &stream, Format::Responses, on_disconnect);
+        return answer(&app, (&stream, threading.id()), Format::Responses, on_disconnect);
     }
     let outcome = until_ended(&stream, on_disconnect).await;
     let mut adapter = ResponsesAdapter::new(ResponsesOptions::from(stream.info()));
@@ -85,6 +89,6 @@ pub(crate) async fn create(
     stream.history().iter().for_each(|message| adapter.push(message, &mut frames));
     adapter.finish(&outcome, &mut frames);
     let mut response = axum::Json(adapter.response()).into_response();
-    label(&mut response, &app, &stream);
+    label(&mut response, &app, (&stream, threading.id()));
     Ok(response)
 }

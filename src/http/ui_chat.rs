@@ -3,22 +3,24 @@
 //!
 //! The POST carries the page's whole history as `UIMessage`s (`{id, messages, trigger, messageId}`, plus a
 //! `model` the page adds through `useChat`'s `body` option to pick the agent; the default model otherwise).
-//! It becomes the one conversation every agent receives (`conversation/ui.rs`), starts a run on its own
-//! stream as a chat completion does, and answers with that stream in the `ui-message` format from its start.
-//! The run is the chat's active turn until it ends.
+//! It becomes the one conversation every agent receives (`conversation/ui.rs`) and a turn on the server-side
+//! thread the chat's `id` names, created on first use (`decisions.md`): the thread takes what follows the
+//! page's last assistant message (its new message, or its results for the calls the last run handed over),
+//! starts from the page's history when it has none yet, and rewinds when the page went back (a regenerate, an
+//! edited message): see [`crate::thread::Turn::history`]. The run gets its own stream, as a chat completion's
+//! does, and the answer is that stream in the `ui-message` format from its start.
 //!
-//! The GET is what `useChat({resume: true})` calls when the page loads: `204` when the chat has no turn
-//! running (so the page shows what it has), otherwise the running turn replayed from its start (the same
+//! The GET is what `useChat({resume: true})` calls when the page loads: `204` when the chat's thread has no
+//! turn running (so the page shows what it has), otherwise the running turn replayed from its start (the same
 //! `messageId`, which the client rebuilds its message from) and then live. A page that reloads mid-answer so
 //! picks it up where it is; this is why a run does not stop when its page goes away, unless the request asked
 //! with `x-agentmux-on-disconnect: cancel` (a page stops a run with `POST /v1/streams/{id}/cancel`, the id in
 //! `x-agentmux-stream-id`).
 //!
-//! Chats are told apart per key: with keys, a chat id names a turn of the key that started it, and another
-//! key resuming it gets `204`. Only running turns are held, so what this keeps is bounded by the streams open.
+//! With keys, a chat's thread belongs to the key that started it: another key's turn on it is 404, and its
+//! resume `204`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -27,12 +29,12 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{answer, launch, model_or_default};
+use super::chat::{Threading, answer, launch, model_or_default};
 use super::extract::{Client, KeyName};
 use super::sse::OnDisconnect;
 use super::{App, HttpError, body};
 use crate::conversation::{ChatRequest, UiMessage, to_chat};
-use crate::hub::{Status, Stream};
+use crate::hub::Stream;
 use crate::render::Format;
 use crate::thread::check_id;
 
@@ -56,40 +58,6 @@ struct UiChatRequest {
     extra: Map<String, Value>,
 }
 
-/// A chat: the key that started it (none without keys) and its id.
-type ChatKey = (Option<String>, String);
-
-/// The turns running, by chat.
-#[derive(Debug, Default)]
-pub(crate) struct ActiveChats(Mutex<HashMap<ChatKey, Arc<Stream>>>);
-
-impl ActiveChats {
-    fn lock(&self) -> MutexGuard<'_, HashMap<ChatKey, Arc<Stream>>> {
-        // Every change is one insert or remove, which cannot panic halfway: a poisoned map is whole.
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// `stream` is now the chat's running turn, until it ends.
-    fn insert(self: &Arc<Self>, owner: Option<String>, chat: String, stream: &Arc<Stream>) {
-        let key = (owner, chat);
-        self.lock().insert(key.clone(), Arc::clone(stream));
-        let (chats, stream) = (Arc::clone(self), Arc::clone(stream));
-        tokio::spawn(async move {
-            stream.ended().await;
-            let mut active = chats.lock();
-            if active.get(&key).is_some_and(|current| Arc::ptr_eq(current, &stream)) {
-                active.remove(&key);
-            }
-        });
-    }
-
-    /// The chat's running turn, if it has one.
-    fn running(&self, owner: Option<String>, chat: String) -> Option<Arc<Stream>> {
-        let stream = self.lock().get(&(owner, chat)).cloned()?;
-        (stream.status() == Status::Open).then_some(stream)
-    }
-}
-
 /// `POST /v1/ui/chat`.
 pub(crate) async fn chat(
     State(app): State<App>,
@@ -108,9 +76,11 @@ pub(crate) async fn chat(
     let model = model_or_default(&app, model)?;
     let (messages, from) = to_chat(&messages)?;
     let request = ChatRequest { model, messages, stream: true, stream_options: None, extra };
-    let (stream, on_disconnect) = launch(&app, client.as_deref(), &headers, request, ("messages", &from)).await?;
-    app.ui_chats.insert(owner, id, &stream);
-    respond(&app, &stream, on_disconnect)
+    let threading = Threading::Resent(id);
+    let items = ("messages", &from[..]);
+    let (stream, on_disconnect) =
+        launch(&app, (client.as_deref(), owner), &headers, request, items, &threading).await?;
+    respond(&app, (&stream, threading.id()), on_disconnect)
 }
 
 /// `GET /v1/ui/chat/{chat_id}/stream`.
@@ -119,18 +89,18 @@ pub(crate) async fn resume(
     KeyName(owner): KeyName,
     Path(chat): Path<String>,
 ) -> Result<Response, HttpError> {
-    match app.ui_chats.running(owner, chat) {
+    match app.threads.running(&chat, owner.as_deref()) {
         None => Ok(StatusCode::NO_CONTENT.into_response()),
         Some(stream) => {
             super::record_stream(stream.id());
-            respond(&app, &stream, OnDisconnect::none())
+            respond(&app, (&stream, Some(&chat)), OnDisconnect::none())
         }
     }
 }
 
-/// The stream from its start as a UI message stream, with its id and read token.
-fn respond(app: &App, stream: &Arc<Stream>, on_disconnect: OnDisconnect) -> Result<Response, HttpError> {
-    let mut response = answer(app, stream, Format::UiMessage, on_disconnect)?;
+/// The stream from its start as a UI message stream, with its id, read token and thread.
+fn respond(app: &App, run: (&Arc<Stream>, Option<&str>), on_disconnect: OnDisconnect) -> Result<Response, HttpError> {
+    let mut response = answer(app, run, Format::UiMessage, on_disconnect)?;
     response.headers_mut().insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
     Ok(response)
 }

@@ -33,12 +33,16 @@ pub enum Decision {
     RunEnd,
     /// Input the service refused: the message at fault, and why. Not part of the history.
     Rejected,
+    /// A client that sends its whole history with every turn went back to before the thread's last turns (a
+    /// regenerate, or an edit of an earlier message): the history goes on from its first `audit.kept`
+    /// messages, and the later ones stay in the log but leave the history. No message.
+    Rewind,
 }
 
 impl Decision {
     /// True when the entry's message is part of the conversation the next run sees.
     pub fn in_history(self) -> bool {
-        !matches!(self, Decision::RunEnd | Decision::Rejected)
+        !matches!(self, Decision::RunEnd | Decision::Rejected | Decision::Rewind)
     }
 
     /// The decision for a message the client sent.
@@ -95,8 +99,31 @@ impl AuditEntry {
         self.message.as_ref().filter(|_| self.decision.in_history())
     }
 
+    /// A rewind to the first `kept` messages of the history.
+    pub(crate) fn rewind(kept: usize, dropped: usize, audit: Map<String, Value>) -> Self {
+        let mut entry = AuditEntry::new(None, None, Decision::Rewind, audit);
+        entry.audit.insert("kept".into(), kept.into());
+        entry.audit.insert("dropped".into(), dropped.into());
+        entry
+    }
+
     /// Roughly what it holds, in bytes: its message's JSON.
     pub(crate) fn size(&self) -> u64 {
         self.message.as_ref().and_then(|m| serde_json::to_vec(m).ok()).map_or(0, |json| json.len() as u64)
     }
+}
+
+/// The entries whose messages make the history of a log that holds `entries`, oldest first: those that belong
+/// to the conversation, less what a later [`Decision::Rewind`] took out.
+pub(crate) fn history_of(entries: &[AuditEntry]) -> Vec<&AuditEntry> {
+    let mut history = Vec::new();
+    for entry in entries {
+        if entry.decision == Decision::Rewind {
+            let kept = entry.audit.get("kept").and_then(Value::as_u64).unwrap_or(0);
+            history.truncate(usize::try_from(kept).unwrap_or(usize::MAX));
+        } else if entry.history().is_some() {
+            history.push(entry);
+        }
+    }
+    history
 }

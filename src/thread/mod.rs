@@ -3,7 +3,7 @@
 //!
 //! - [`Threads`] (`store.rs`): the threads by id, their limits, and eviction after a TTL without use.
 //! - `run.rs`: a turn on a thread (check the input, prepend the history, start the agent, record the result
-//!   when the run ends) and a replay (fork the history up to an entry, run it on another model).
+//!   when the run ends; for a client that resends its whole history, start from it or rewind to it) and a replay (fork the history up to an entry, run it on another model).
 //! - [`AuditEntry`] and [`Decision`] (`audit.rs`): what a thread keeps. The history the next run sees is
 //!   the messages of its history entries, so the two never disagree.
 //! - `record.rs`: what a finished run adds: its text, tool calls and tool results as chat messages.

@@ -11,12 +11,12 @@ use std::time::{Instant, SystemTime};
 
 use serde_json::{Map, Value, json};
 
-use super::audit::{AuditEntry, Decision};
+use super::audit::{AuditEntry, Decision, history_of};
 use super::record::run_result;
 use super::store::{RECORD_WAIT, Run, State, Thread, Threads};
 use super::{ThreadError, check_id};
 use crate::agent::StartError;
-use crate::conversation::{ChatMessage, Conversation, ConversationError, Role, validate_thread_input};
+use crate::conversation::{ChatMessage, Conversation, ConversationError, Role, ToolCall, validate_thread_input};
 use crate::hub::Stream;
 use crate::output::{EndStatus, Outcome, Reducer};
 
@@ -34,6 +34,32 @@ pub struct Turn {
     /// The API key (by name) the turn comes with, when the service has keys: a thread another key created
     /// is not found, and a new one belongs to this key.
     pub owner: Option<String>,
+    /// What the client holds of the conversation before `input`, when it sends its whole history with every
+    /// turn (an AG-UI frontend, a `useChat` page; see [`Turn::resent`]); `None` when it sends only what is new.
+    /// It starts a thread that has no history yet (so a page whose thread expired keeps its context), and
+    /// where it holds fewer user messages than the thread, the thread rewinds to that point (a regenerate, or
+    /// an edit of an earlier message) with a [`Decision::Rewind`] entry. Otherwise the thread's own history
+    /// is what the run sees.
+    pub history: Option<Vec<ChatMessage>>,
+}
+
+impl Turn {
+    /// A turn of a client that sends its whole history every time: what follows its last assistant message
+    /// (its new messages, or its results for calls the last run handed over) is the input, what comes before
+    /// is [`Turn::history`].
+    pub fn resent(thread: String, model: String, mut messages: Vec<ChatMessage>, owner: Option<String>) -> Turn {
+        let split = messages.iter().rposition(|m| m.role == Role::Assistant).map_or(0, |last| last + 1);
+        let input = messages.split_off(split);
+        Turn { thread, model, input, options: Map::new(), owner, history: Some(messages) }
+    }
+}
+
+/// Where a turn's input goes: after `history`, once `prelude` is recorded, answering `pending`.
+struct Base {
+    /// Entries recorded before the input: the client's history starting a thread, or a rewind.
+    prelude: Vec<AuditEntry>,
+    history: Vec<ChatMessage>,
+    pending: Vec<ToolCall>,
 }
 
 /// What a replay started.
@@ -105,7 +131,8 @@ impl Threads {
             reject(state, &turn.model, &turn.input, &error);
             Err(error)
         };
-        if let Err(error) = validate_thread_input(&turn.input, &state.pending) {
+        let base = base(state, turn);
+        if let Err(error) = validate_thread_input(&turn.input, &base.pending) {
             return refuse(state, error.into());
         }
         let input: Vec<AuditEntry> = turn
@@ -113,16 +140,21 @@ impl Threads {
             .iter()
             .map(|m| AuditEntry::new(None, Some(m.clone()), Decision::for_input(m), model(&turn.model)))
             .collect();
-        let bytes: u64 = input.iter().map(AuditEntry::size).sum();
+        let bytes: u64 = base.prelude.iter().chain(&input).map(AuditEntry::size).sum();
         let limit = self.inner.config.thread_bytes;
         let size = state.bytes + bytes;
         if size > limit {
             return refuse(state, ThreadError::TooLarge { size, limit });
         }
-        let history: Vec<ChatMessage> = state.history().chain(&turn.input).cloned().collect();
+        let before = base.history.len();
+        let history: Vec<ChatMessage> = base.history.into_iter().chain(turn.input.iter().cloned()).collect();
         let conversation = match Conversation::new(&turn.model, history) {
             Ok(conversation) => conversation.with_options(turn.options.clone()).with_thread(&thread.id),
-            Err(error) => return refuse(state, error.into()),
+            Err(error) => {
+                // Named by its place in the input, as the client sent it.
+                let index = error.index.and_then(|i| i.checked_sub(before));
+                return refuse(state, error.renumbered(index).into());
+            }
         };
         self.reserve(bytes)?;
         let stream = match self.inner.agents.start(&self.inner.hub, client, conversation) {
@@ -136,6 +168,7 @@ impl Threads {
                 };
             }
         };
+        state.entries.extend(base.prelude);
         for mut entry in input {
             entry.stream_id = Some(stream.id().to_owned());
             entry.audit.insert("bytes".into(), entry.size().into());
@@ -177,16 +210,17 @@ impl Threads {
                     .iter()
                     .position(|e| e.id == upto)
                     .ok_or_else(|| ThreadError::Upto(format!("the thread {id:?} has no entry {upto:?}")))?,
-                None => state
-                    .entries
-                    .iter()
-                    .rposition(|e| e.decision == Decision::UserInput)
-                    .ok_or_else(|| ThreadError::Upto(format!("the thread {id:?} has no user input to replay")))?,
+                None => {
+                    let last = history_of(&state.entries).into_iter().rev().find(|e| e.decision == Decision::UserInput);
+                    let no_input = || ThreadError::Upto(format!("the thread {id:?} has no user input to replay"));
+                    let last = last.ok_or_else(no_input)?.id.clone();
+                    state.entries.iter().position(|e| e.id == last).ok_or_else(no_input)?
+                }
             };
             let upto = state.entries[cut].id.clone();
-            let copied: Vec<AuditEntry> = state.entries[..=cut]
-                .iter()
-                .filter(|entry| entry.history().is_some())
+            // The history as it was at that entry.
+            let copied: Vec<AuditEntry> = history_of(&state.entries[..=cut])
+                .into_iter()
                 .map(|entry| {
                     let mut audit = entry.audit.clone();
                     audit.insert("replayed_from".into(), json!({"thread_id": id, "entry_id": entry.id}));
@@ -218,6 +252,52 @@ impl Threads {
                 self.delete(&new_id, owner);
                 Err(error)
             }
+        }
+    }
+}
+
+/// Where `turn`'s input goes in a thread in `state`: after the thread's history, or, for a client that sends
+/// its whole history, after the history it holds where that starts the thread or goes back in it.
+fn base(state: &State, turn: &Turn) -> Base {
+    let history: Vec<ChatMessage> = state.history().cloned().collect();
+    let Some(held) = &turn.history else {
+        return Base { prelude: Vec::new(), history, pending: state.pending.clone() };
+    };
+    if history.is_empty() {
+        // A thread that starts with what the client holds: the calls its last message made are open.
+        let mut audit = model(&turn.model);
+        audit.insert("source".into(), "client".into());
+        let prelude = held
+            .iter()
+            .map(|m| {
+                let decision = match m.role {
+                    Role::Assistant if !m.calls().is_empty() => Decision::ToolCall,
+                    Role::Assistant => Decision::Answer,
+                    _ => Decision::for_input(m),
+                };
+                let mut entry = AuditEntry::new(None, Some(m.clone()), decision, audit.clone());
+                entry.audit.insert("bytes".into(), entry.size().into());
+                entry
+            })
+            .collect();
+        let pending = held.last().map(|m| m.calls().to_vec()).unwrap_or_default();
+        return Base { prelude, history: held.clone(), pending };
+    }
+    // Where the client's history and the thread's part: after as many user messages as the client holds.
+    let users = held.iter().filter(|m| m.role == Role::User).count();
+    let mut user_positions = history.iter().enumerate().filter(|(_, m)| m.role == Role::User).map(|(i, _)| i);
+    match user_positions.nth(users) {
+        None => Base { prelude: Vec::new(), history, pending: state.pending.clone() },
+        Some(kept) => {
+            let mut audit = model(&turn.model);
+            audit.insert(
+                "reason".into(),
+                format!("the client's history holds {users} user messages of the thread's later ones").into(),
+            );
+            let rewind = AuditEntry::rewind(kept, history.len() - kept, audit);
+            let mut history = history;
+            history.truncate(kept);
+            Base { prelude: vec![rewind], history, pending: Vec::new() }
         }
     }
 }

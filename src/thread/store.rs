@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Map;
 use tokio::sync::Notify;
 
-use super::audit::{AuditEntry, Decision};
+use super::audit::{AuditEntry, Decision, history_of};
 use super::{ThreadConfig, ThreadError, check_id};
 use crate::agent::Agents;
 use crate::conversation::{ChatMessage, ToolCall, validate_user_input};
@@ -93,7 +93,7 @@ impl Thread {
 impl State {
     /// The conversation so far.
     pub(super) fn history(&self) -> impl Iterator<Item = &ChatMessage> {
-        self.entries.iter().filter_map(AuditEntry::history)
+        history_of(&self.entries).into_iter().filter_map(AuditEntry::history)
     }
 }
 
@@ -312,6 +312,13 @@ impl Threads {
     /// The thread `id`, if `owner` may see it.
     pub(super) fn find(&self, id: &str, owner: Option<&str>) -> Option<Arc<Thread>> {
         self.map().get(id).filter(|thread| thread.owned_by(owner)).cloned()
+    }
+
+    /// The run going on in thread `id`, if `owner` may see the thread and one is.
+    pub fn running(&self, id: &str, owner: Option<&str>) -> Option<Arc<Stream>> {
+        let thread = self.find(id, owner)?;
+        let state = thread.lock();
+        state.run.as_ref().map(|run| Arc::clone(&run.stream)).filter(|stream| stream.outcome().is_none())
     }
 
     pub(super) fn transcript(&self, thread: &Thread, state: &State) -> Transcript {

@@ -33,7 +33,7 @@ class PlainState {
   }
 }
 
-function chat(ai, { id, model, requests, data }) {
+function chat(ai, { id, model, requests, data, options = {} }) {
   const state = new PlainState();
   const logged = async (url, init) => {
     const response = await fetch(url, init);
@@ -45,9 +45,11 @@ function chat(ai, { id, model, requests, data }) {
     });
     return response;
   };
-  const transport = new ai.DefaultChatTransport({ api: `${config.base}/v1/ui/chat`, body: { model }, fetch: logged });
+  // `model` may be a function: the transport resolves its body before each request.
+  const body = typeof model === 'function' ? () => ({ model: model() }) : { model };
+  const transport = new ai.DefaultChatTransport({ api: `${config.base}/v1/ui/chat`, body, fetch: logged });
   const Chat = class extends ai.AbstractChat {};
-  const instance = new Chat({ id, transport, state, onData: (part) => data.push(part.type) });
+  const instance = new Chat({ id, transport, state, onData: (part) => data.push(part.type), ...options });
   return { instance, state };
 }
 
@@ -58,6 +60,13 @@ async function until(condition, what) {
     if (waited > 10000) throw new Error(`timed out waiting for ${what}`);
     await sleep(10);
   }
+}
+
+/** The server-side thread the chat's id names, as `GET /v1/threads/{id}` shows it, and its audit's decisions. */
+async function thread(id) {
+  const transcript = await (await fetch(`${config.base}/v1/threads/${id}`)).json();
+  const audit = await (await fetch(`${config.base}/v1/threads/${id}/audit`)).json();
+  return { transcript, decisions: audit.entries.map((entry) => entry.decision) };
 }
 
 function outcome(state, extra) {
@@ -88,6 +97,38 @@ for (const name of config.packages) {
       return outcome(state);
     });
   }
+  // Two turns, then a regenerate of the last answer: the chat's thread holds each message once, and goes
+  // back for the regenerate.
+  await run('turns', async (requests, data) => {
+    const id = `${name}-turns`;
+    const { instance, state } = chat(ai, { id, model: 'echo', requests, data });
+    await instance.sendMessage({ text: 'first' });
+    await instance.sendMessage({ text: 'second' });
+    const before = await thread(id);
+    await instance.regenerate();
+    return outcome(state, { before, after: await thread(id) });
+  });
+  // A tool the page runs: the run ends on a call nobody on the server runs; the page's `onToolCall` answers
+  // it, and the chat sends the result by itself (`sendAutomaticallyWhen`) for the next run, on another agent.
+  await run('page-tool', async (requests, data) => {
+    const id = `${name}-page-tool`;
+    let model = 'replay/tool-call-fragments';
+    const calls = [];
+    const options = {
+      sendAutomaticallyWhen: ai.lastAssistantMessageIsCompleteWithToolCalls,
+      onToolCall: ({ toolCall }) => {
+        calls.push({ name: toolCall.toolName, id: toolCall.toolCallId, input: toolCall.input });
+        model = 'echo';
+        const output = { tool: toolCall.toolName, toolCallId: toolCall.toolCallId, output: { temp_c: 18 } };
+        // Not awaited, as the package asks of an `onToolCall`.
+        (instance.addToolOutput ?? instance.addToolResult).call(instance, output);
+      },
+    };
+    const { instance, state } = chat(ai, { id, model: () => model, requests, data, options });
+    await instance.sendMessage({ text: 'weather in Paris?' });
+    await until(() => requests.length === 2 && state.status === 'ready', 'the result to go back and be answered');
+    return outcome(state, { calls, thread: await thread(id) });
+  });
   // A cancel: the page asks agentmux to cancel the run it watches (the id from the response header).
   await run('cancel', async (requests, data) => {
     const { instance, state } = chat(ai, { id: `${name}-cancel`, model: 'demo', requests, data });
