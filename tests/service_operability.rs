@@ -120,6 +120,49 @@ async fn publish_to_deliver_counts_what_was_published_to_a_subscriber_not_its_re
     server.stop().await.expect("stops");
 }
 
+/// Each format renders a stream's messages once, however many subscribers read them:
+/// `agentmux_messages_rendered_total` moves by the log's length per format, with three subscribers in each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_format_renders_each_message_once_whatever_its_subscribers() {
+    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let before = scrape(&client, &server).await;
+    let created: Value =
+        client.post(server.url("/v1/streams")).send().await.expect("create").json().await.expect("json");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let formats = ["cui", "openai", "ui-message", "ag-ui", "anthropic", "responses"];
+    let mut readers = Vec::new();
+    for format in formats.iter().cycle().take(3 * formats.len()) {
+        let url = server.url(&format!("/v1/streams/{id}/events?format={format}"));
+        readers.push(client.get(url).send().await.expect("subscribe"));
+    }
+    let messages = server.url(&format!("/v1/streams/{id}/messages"));
+    for word in ["one", "two", "three"] {
+        let delta = json!({"type": "text", "props": {"content": word}, "message_id": "m", "delta": true});
+        assert_eq!(client.post(&messages).json(&delta).send().await.expect("append").status(), 200);
+    }
+    assert_eq!(client.post(server.url(&format!("/v1/streams/{id}/end"))).send().await.expect("end").status(), 200);
+    let mut bodies = Vec::new();
+    for reader in readers {
+        bodies.push(String::from_utf8(read_body(reader).await).expect("utf-8"));
+    }
+    // A CUI event per message of the log, each with its sequence as its id.
+    let logged = bodies[0].lines().filter(|line| line.starts_with("id: ")).count();
+    assert!(logged >= 5, "the start, three deltas, the end: {}", bodies[0]);
+    let after = scrape(&client, &server).await;
+    let rendered: Vec<(&String, f64)> = after
+        .keys()
+        .filter(|k| k.starts_with("agentmux_messages_rendered_total{"))
+        .map(|k| (k, delta(&before, &after, k)))
+        .collect();
+    assert_eq!(rendered.len(), formats.len(), "a rendering per format: {rendered:?}");
+    for (render, count) in rendered {
+        assert_eq!(count, logged as f64, "{render}: once per message, not once per subscriber");
+    }
+    server.stop().await.expect("stops");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_turns_away_new_clients_once_the_service_stops() {
     let settings = Settings { shutdown_grace: Duration::from_secs(3), ..Settings::default() };

@@ -13,7 +13,7 @@
 //! ```
 //!
 //! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
-//! - `scenarios.rs`: fan-out, latency, many streams, idle connections, OpenAI mix, chat;
+//! - `scenarios.rs`: fan-out, latency, many streams, idle connections, OpenAI mix, every format at once, chat;
 //! - `stall.rs`: the first OpenAI subscriber to a long stream, and the producer's POST latency meanwhile;
 //! - `ws_idle.rs`: the server memory that SSE and WebSocket subscribers which never read cost;
 //! - `soak/`: about 10,000 connections of every kind for ten minutes while streams come and go, and whether
@@ -161,7 +161,17 @@ fn default_server() -> PathBuf {
 }
 
 fn fanout(name: &str, cui: usize, openai: usize, messages: usize) -> Scenario {
-    Scenario { name: name.into(), kind: Kind::Fanout { cui, openai, messages }, ceiling: true, nchan: true }
+    let formats = vec![("", cui), ("openai", openai)].into_iter().filter(|(_, count)| *count > 0).collect();
+    Scenario { name: name.into(), kind: Kind::Fanout { formats, messages }, ceiling: true, nchan: true }
+}
+
+/// Fan-out with the subscribers spread evenly over every format agentmux speaks (agentmux alone: the others
+/// speak one), and how many times each format rendered each message.
+fn formats(subscribers: usize, messages: usize) -> Scenario {
+    let names = ["", "openai", "ui-message", "ag-ui", "anthropic", "responses"];
+    let formats = names.iter().map(|&name| (name, subscribers / names.len())).collect();
+    let name = format!("formats-{subscribers}");
+    Scenario { name, kind: Kind::Fanout { formats, messages }, ceiling: false, nchan: false }
 }
 
 /// Token streaming: a delta at a time, posted (against the ceiling and nchan too) or emitted in-process
@@ -241,6 +251,7 @@ fn standard(quick: bool) -> Vec<Scenario> {
             other("many-streams-2000", Kind::ManyStreams { streams: 2000, seconds: 3.0 }),
             idle("idle-2000", 2000, 1.0),
             fanout("openai-mix-1000", 500, 500, 10_000),
+            formats(1200, 10_000),
             tokens(100, 20_000, TokenSource::Post),
             tokens(100, 20_000, TokenSource::Output),
             tokens(1000, 3000, TokenSource::Post),
@@ -265,6 +276,7 @@ fn standard(quick: bool) -> Vec<Scenario> {
             other("many-streams-10000", Kind::ManyStreams { streams: 10_000, seconds: 10.0 }),
             idle("idle-10000", 10_000, 5.0),
             fanout("openai-mix-2000", 1000, 1000, 15_000),
+            formats(3000, 15_000),
             tokens(100, 50_000, TokenSource::Post),
             tokens(100, 50_000, TokenSource::Output),
             tokens(1000, 10_000, TokenSource::Post),
@@ -599,6 +611,16 @@ fn notes(row: &RunResult, rows: &[RunResult]) -> String {
     }
     if let Some(mib) = get("received_mib_per_s") {
         parts.push(format!("{mib:.0} MiB/s"));
+    }
+    if let Some(most) = get("renders_per_message_max") {
+        let each: Vec<String> = row
+            .extra
+            .iter()
+            .filter_map(|(key, value)| Some((key.strip_prefix("renders_per_message_")?, value)))
+            .filter(|(format, _)| *format != "max")
+            .map(|(format, value)| format!("{format} {value:.3}"))
+            .collect();
+        parts.push(format!("renders per message: at most {most:.3} ({})", each.join(", ")));
     }
     if let Some(server) = get("server_rss_kib_per_conn") {
         parts.push(format!(

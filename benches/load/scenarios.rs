@@ -42,8 +42,9 @@ pub(crate) struct Settings {
 
 #[derive(Debug, Clone)]
 pub(crate) enum Kind {
-    /// One stream, `cui` + `openai` SSE subscribers, `messages` text deltas as fast as the server takes them.
-    Fanout { cui: usize, openai: usize, messages: usize },
+    /// One stream, SSE subscribers in each format (`?format=` value, `""` for CUI) as many as given,
+    /// `messages` text deltas as fast as the server takes them.
+    Fanout { formats: Vec<(&'static str, usize)>, messages: usize },
     /// One stream, `subscribers` CUI subscribers, one message per POST at `rate` per second.
     Latency { subscribers: usize, rate: f64, seconds: f64 },
     /// Token streaming: one stream, `subscribers` CUI subscribers, `messages` text deltas as fast as the
@@ -91,7 +92,7 @@ impl Scenario {
     /// File descriptors the client needs (the server as many).
     pub(crate) fn connections(&self) -> usize {
         match self.kind {
-            Kind::Fanout { cui, openai, .. } => cui + openai,
+            Kind::Fanout { ref formats, .. } => formats.iter().map(|(_, count)| count).sum(),
             Kind::Latency { subscribers, .. } => subscribers,
             Kind::Tokens { subscribers, .. } => subscribers,
             Kind::ManyStreams { streams, .. } => streams,
@@ -530,21 +531,24 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
     let mut result = RunResult::new(scenario, target, run);
     let overflows = procfs::listen_overflows();
     match scenario.kind {
-        Kind::Fanout { cui, openai, messages } => {
+        Kind::Fanout { ref formats, messages } => {
             let producer = Producer::Http { target, pace: Pace::Burst { messages, batch: settings.batch } };
-            fanout(&server, settings, cui, openai, producer, &mut result).await?;
+            let id = fanout(&server, settings, formats, producer, &mut result).await?;
+            if target == Target::Agentmux && formats.len() > 1 {
+                renders_per_message(&server, &id, formats, &mut result).await?;
+            }
         }
         Kind::Tokens { subscribers, messages, .. } => {
             let producer = match emitter {
                 Some(emitter) => Producer::InProcess { emitter, messages },
                 None => Producer::Http { target, pace: Pace::Burst { messages, batch: 1 } },
             };
-            fanout(&server, settings, subscribers, 0, producer, &mut result).await?;
+            fanout(&server, settings, &[("", subscribers)], producer, &mut result).await?;
             result.per_message_cpu();
         }
         Kind::Latency { subscribers, rate, seconds } => {
             let producer = Producer::Http { target, pace: Pace::Steady { rate, seconds } };
-            fanout(&server, settings, subscribers, 0, producer, &mut result).await?;
+            fanout(&server, settings, &[("", subscribers)], producer, &mut result).await?;
             result.burst_floor(subscribers);
         }
         Kind::ManyStreams { streams, seconds } => {
@@ -576,16 +580,15 @@ enum Producer {
     InProcess { emitter: crate::output_server::Emitter, messages: usize },
 }
 
-/// One stream, its subscribers, and a producer: a burst's latency is sampled (one event in
-/// `settings.sample_every`), a steady producer's every event.
+/// One stream, its subscribers (so many in each format), and a producer: a burst's latency is sampled (one
+/// event in `settings.sample_every`), a steady producer's every event. Returns the stream's id.
 async fn fanout(
     server: &Server,
     settings: &Settings,
-    cui: usize,
-    openai: usize,
+    formats: &[(&'static str, usize)],
     producer: Producer,
     result: &mut RunResult,
-) -> io::Result<()> {
+) -> io::Result<String> {
     let sample_every = match producer {
         Producer::Http { pace: Pace::Steady { .. }, .. } => 1,
         _ => settings.sample_every,
@@ -594,19 +597,22 @@ async fn fanout(
     let id = create_stream(&mut control).await?;
     let ctx = Arc::new(Ctx { latency: Histogram::default(), sample_every });
     let cancel = CancellationToken::new();
-    // Alternate the formats so both kinds of subscriber are spread over the handshakes.
-    let paths: Vec<String> = (0..cui + openai)
-        .map(|i| {
-            let as_openai = if i < 2 * cui.min(openai) { i % 2 == 1 } else { openai > cui };
-            let query = if as_openai { "?format=openai" } else { "" };
-            format!("/v1/streams/{id}/events{query}")
-        })
-        .collect();
+    // Take the formats in turn, so that each kind of subscriber is spread over the handshakes.
+    let mut left: Vec<(&str, usize)> = formats.to_vec();
+    let mut paths = Vec::new();
+    while left.iter().any(|(_, count)| *count > 0) {
+        for (format, count) in left.iter_mut().filter(|(_, count)| *count > 0) {
+            *count -= 1;
+            let query = if format.is_empty() { String::new() } else { format!("?format={format}") };
+            paths.push(format!("/v1/streams/{id}/events{query}"));
+        }
+    }
     let readers = subscribe_all(server.addr, paths, &ctx, &cancel).await;
     let window = Window::start(server);
     let (addr, dpm, durable) = (server.addr, settings.deltas_per_message, settings.durable_acks);
     let published = match producer {
         Producer::Http { target, pace } => {
+            let id = id.clone();
             on_own_thread(move || publish(addr, target, id, pace, dpm, durable)).await.unwrap_or_default()
         }
         Producer::InProcess { emitter, messages } => match emitter.emit(&id, messages, dpm).await {
@@ -626,6 +632,40 @@ async fn fanout(
     result.published(&readers, published, &ctx.latency, false);
     let bytes: u64 = readers.iter().map(|r| r.bytes).sum();
     result.extra.insert("received_mib_per_s".into(), bytes as f64 / (1 << 20) as f64 / result.seconds.max(1e-9));
+    Ok(id)
+}
+
+/// How many times each format rendered each message of stream `id`, from agentmux's
+/// `agentmux_messages_rendered_total` (the server runs this one stream only): `renders_per_message_<format>`,
+/// 1.00 when every subscriber of a format shares its one rendition, and `renders_per_message_max`.
+async fn renders_per_message(
+    server: &Server,
+    id: &str,
+    formats: &[(&'static str, usize)],
+    result: &mut RunResult,
+) -> io::Result<()> {
+    let mut conn = Conn::open(server.addr, source_ip(0)).await?;
+    let (_, snapshot) = conn.request("GET", &format!("/v1/streams/{id}"), None, b"").await?;
+    let snapshot: serde_json::Value = serde_json::from_slice(&snapshot).map_err(io::Error::other)?;
+    let logged = snapshot["last_sequence"].as_u64().ok_or_else(|| io::Error::other("no last_sequence"))?;
+    let (_, metrics) = conn.request("GET", "/metrics", None, b"").await?;
+    let metrics = String::from_utf8_lossy(&metrics);
+    let mut most = 0.0f64;
+    for (format, _) in formats {
+        let render = if format.is_empty() { "cui" } else { format };
+        let rendered: f64 = metrics
+            .lines()
+            .filter(|line| line.starts_with("agentmux_messages_rendered_total{"))
+            .filter(|line| {
+                line.contains(&format!("render=\"{render}@sse\"")) || line.contains(&format!("render=\"{render}/"))
+            })
+            .filter_map(|line| line.rsplit_once(' ').and_then(|(_, value)| value.parse::<f64>().ok()))
+            .sum();
+        let per_message = rendered / logged.max(1) as f64;
+        most = most.max(per_message);
+        result.extra.insert(format!("renders_per_message_{render}"), per_message);
+    }
+    result.extra.insert("renders_per_message_max".into(), most);
     Ok(())
 }
 

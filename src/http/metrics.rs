@@ -42,6 +42,7 @@ struct Families {
     deliver_seconds: Histogram,
     runs: Family<Labels, Counter>,
     runs_ended: Family<Labels, Counter>,
+    rendered: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -90,6 +91,13 @@ impl Metrics {
         registry.register("runs", "Chat runs started, by model", runs.clone());
         let runs_ended = Family::<Labels, Counter>::default();
         registry.register("runs_ended", "Chat runs ended, by model and status", runs_ended.clone());
+        let rendered = Family::<Labels, Counter>::default();
+        registry.register(
+            "messages_rendered",
+            "Messages rendered, by rendering (format and transport encoding): once per message per rendering in \
+             use on a stream, however many subscribers read it",
+            rendered.clone(),
+        );
         Metrics(Arc::new(Families {
             registry,
             requests,
@@ -105,6 +113,7 @@ impl Metrics {
             deliver_seconds,
             runs,
             runs_ended,
+            rendered,
         }))
     }
 
@@ -165,6 +174,10 @@ impl Metrics {
         self.0.streams.clear();
         for (status, count) in hub.count_by_status() {
             self.0.streams.get_or_create(&vec![("status", status.as_str().to_owned())]).set(count as i64);
+        }
+        for (render, count) in hub.rendered() {
+            let counter = self.0.rendered.get_or_create(&vec![("render", render)]);
+            counter.inc_by(count.saturating_sub(counter.get()));
         }
         let mut text = String::new();
         // Writing to a String cannot fail.

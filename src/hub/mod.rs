@@ -261,6 +261,8 @@ pub(crate) struct Shared {
     /// [`NONE_OPEN`] when none was open, [`NOT_SWEPT`] before the first.
     next_idle_ms: AtomicU64,
     clients: Mutex<HashMap<String, ClientUse>>,
+    /// Messages rendered, by render key (see [`Hub::rendered`]).
+    renders: Mutex<Vec<(String, Arc<AtomicU64>)>>,
 }
 
 /// One client's streams: open now, and created in the current minute.
@@ -272,6 +274,17 @@ struct ClientUse {
 }
 
 impl Shared {
+    /// The count of messages rendered in `key`.
+    pub(crate) fn renders_of(&self, key: &str) -> Arc<AtomicU64> {
+        let mut renders = self.renders.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, count)) = renders.iter().find(|(k, _)| k == key) {
+            return Arc::clone(count);
+        }
+        let count = Arc::new(AtomicU64::new(0));
+        renders.push((key.to_owned(), Arc::clone(&count)));
+        count
+    }
+
     /// Counts `bytes` against the hub limit; `false` (and nothing counted) when they do not fit.
     fn reserve(&self, bytes: u64) -> bool {
         let limit = self.config.limits.hub_bytes;
@@ -441,6 +454,7 @@ impl Inner {
                 ended: Mutex::new(VecDeque::new()),
                 next_idle_ms: AtomicU64::new(NOT_SWEPT),
                 clients: Mutex::new(HashMap::new()),
+                renders: Mutex::new(Vec::new()),
             }),
             streams: Mutex::new(HashMap::new()),
         }
@@ -531,6 +545,15 @@ impl Hub {
             }
         }
         counts
+    }
+
+    /// Messages rendered so far, by render key ([`Render::key`]), over every stream. A stream renders its log
+    /// once per key in use, whatever the number of subscribers, so this grows by one per message per format
+    /// watched; more only for subscribers that read from before a rendition's window (each of those renders
+    /// again for itself) and for streams read again after a restart.
+    pub fn rendered(&self) -> Vec<(String, u64)> {
+        let renders = self.inner.shared.renders.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        renders.iter().map(|(key, count)| (key.clone(), count.load(Ordering::Relaxed))).collect()
     }
 
     /// The streams still open.

@@ -28,7 +28,7 @@
 //! the hub's limit as it is rendered, after the stream counted an estimate for it when the entry was
 //! appended (see `stream.rs`); the estimate is given back as the real figure is counted.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use bytes::{Bytes, BytesMut};
@@ -50,6 +50,8 @@ pub(crate) type ReaderAt = Arc<AtomicUsize>;
 
 pub(crate) struct Rendition {
     renderer: Box<dyn Renderer>,
+    /// Messages rendered in this rendition's render key, hub-wide (see [`super::Hub::rendered`]).
+    renders: Arc<AtomicU64>,
     /// The frames kept, back to back in blocks; `starts[b]` is the number of the first frame of `blocks[b]`.
     blocks: Vec<Bytes>,
     starts: Vec<usize>,
@@ -88,9 +90,10 @@ pub(crate) struct Counted {
 
 impl Rendition {
     /// A rendition its subscribers share, trimmed behind them.
-    pub(crate) fn new(renderer: Box<dyn Renderer>) -> Self {
+    pub(crate) fn new(renderer: Box<dyn Renderer>, renders: Arc<AtomicU64>) -> Self {
         Rendition {
             renderer,
+            renders,
             blocks: Vec::new(),
             starts: Vec::new(),
             offsets: vec![0],
@@ -109,8 +112,13 @@ impl Rendition {
     }
 
     /// A rendition of one subscriber's own, which it trims as it reads ([`Rendition::trim_before`]).
-    pub(crate) fn private(renderer: Box<dyn Renderer>) -> Self {
-        Rendition { shared: false, ..Rendition::new(renderer) }
+    pub(crate) fn private(renderer: Box<dyn Renderer>, renders: Arc<AtomicU64>) -> Self {
+        Rendition { shared: false, ..Rendition::new(renderer, renders) }
+    }
+
+    /// The count of messages rendered it adds to.
+    pub(crate) fn renders(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.renders)
     }
 
     /// Registers a reader at frame `at`: the rendition keeps what it may still ask for. The reader moves it
@@ -155,6 +163,7 @@ impl Rendition {
             return false;
         }
         let (first, mut frames, mut block) = (self.len(), std::mem::take(&mut self.frames), BytesMut::new());
+        let messages = self.ends.len();
         for entry in entries.drain(..) {
             let entry = &entry;
             self.renderer.render(entry, &mut frames);
@@ -174,6 +183,7 @@ impl Rendition {
                 break;
             }
         }
+        self.renders.fetch_add((self.ends.len() - messages) as u64, Ordering::Relaxed);
         counted.added += block.len() as u64 + BOOKKEEPING * (self.len() - first) as u64;
         let held = self.renderer.held_bytes();
         counted.added += held.saturating_sub(self.held);
@@ -340,7 +350,7 @@ mod tests {
     /// a fresh adapter, frame by frame.
     fn rendered(format: Format, count: u64, pieces: &[u64]) -> (Rendition, Vec<Bytes>) {
         let render: Arc<dyn Render> = format.into();
-        let mut rendition = Rendition::new(render.renderer(&info()));
+        let mut rendition = Rendition::new(render.renderer(&info()), Arc::default());
         let log = MemoryLog::default();
         let mut next = 1;
         let mut counted = Counted::default();
@@ -390,7 +400,7 @@ mod tests {
     #[test]
     fn a_long_log_is_rendered_a_chunk_at_a_time_and_counted() {
         let render: Arc<dyn Render> = Format::Cui.into();
-        let mut rendition = Rendition::new(render.renderer(&info()));
+        let mut rendition = Rendition::new(render.renderer(&info()), Arc::default());
         let log = MemoryLog::default();
         log.append((1..=2_500).map(entry).collect());
         let mut counted = Counted::default();
@@ -405,7 +415,7 @@ mod tests {
     #[test]
     fn a_forgotten_log_leaves_the_rendition_gone_where_its_frames_end() {
         let render: Arc<dyn Render> = Format::Cui.into();
-        let mut rendition = Rendition::new(render.renderer(&info()));
+        let mut rendition = Rendition::new(render.renderer(&info()), Arc::default());
         let log = MemoryLog::default();
         log.append((1..=3).map(entry).collect());
         let mut counted = Counted::default();

@@ -852,13 +852,13 @@ impl Stream {
             let mut counted = Counted::default();
             while rendition.rendered() < after && rendition.catch_up(&*self.log, &mut counted) {}
             self.count(counted);
-            rendition.frame_after(after)
+            (rendition.frame_after(after), rendition.renders())
         };
         let (cursor, private) = match shared {
-            Some(cursor) => (cursor, None),
-            None => {
+            (Some(cursor), _) => (cursor, None),
+            (None, renders) => {
                 // Its frames are behind the shared rendition's window: rendered again for this subscriber.
-                let mut private = Rendition::private(render.renderer(&self.info));
+                let mut private = Rendition::private(render.renderer(&self.info), renders);
                 let mut counted = Counted::default();
                 while private.rendered() < after && private.catch_up(&*self.log, &mut counted) {
                     let rendered = private.rendered();
@@ -880,7 +880,8 @@ impl Stream {
         if !self.add_reader(true) {
             return Err(SubscribeError::HubFull { limit: self.shared.config.limits.hub_bytes });
         }
-        let rendition = Arc::new(Mutex::new(Rendition::new(render.renderer(&self.info))));
+        let renders = self.shared.renders_of(render.key());
+        let rendition = Arc::new(Mutex::new(Rendition::new(render.renderer(&self.info), renders)));
         renditions.push((render.key().to_owned(), Arc::clone(&rendition)));
         Ok(rendition)
     }

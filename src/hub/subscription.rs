@@ -11,7 +11,7 @@
 //! write. Waiting uses the log's `watch` channel: mark the version seen, look, and only then wait, so an
 //! entry appended between the look and the wait is never missed.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -104,6 +104,8 @@ pub struct Subscription {
     private: Option<Rendition>,
     /// Makes the private rendition's renderer.
     render: Arc<dyn Render>,
+    /// The count of messages rendered its private renditions add to, as the shared one does.
+    renders: Arc<AtomicU64>,
     /// The next frame to take: the same frame in the shared rendition and the private one.
     cursor: usize,
     /// Where it reads in the shared rendition, which keeps what it may still ask for: the first frame of
@@ -138,9 +140,13 @@ impl Subscription {
         cursor: usize,
         changes: watch::Receiver<u64>,
     ) -> Self {
-        let at = super::stream::lock(&rendition).reader(if private.is_some() { usize::MAX } else { cursor });
+        let (at, renders) = {
+            let mut shared = super::stream::lock(&rendition);
+            (shared.reader(if private.is_some() { usize::MAX } else { cursor }), shared.renders())
+        };
         let probes = stream.probes().cursor();
-        Subscription { stream, rendition, private, render, cursor, at, changes, done: false, live: false, probes }
+        let (done, live) = (false, false);
+        Subscription { stream, rendition, private, render, renders, cursor, at, changes, done, live, probes }
     }
 
     /// The stream subscribed to.
@@ -200,8 +206,10 @@ impl Subscription {
     /// what was taken.
     fn take_private(&mut self) -> Option<Batch> {
         let cursor = self.cursor;
-        let mut private =
-            self.private.take().unwrap_or_else(|| Rendition::private(self.render.renderer(self.stream.info())));
+        let mut private = self
+            .private
+            .take()
+            .unwrap_or_else(|| Rendition::private(self.render.renderer(self.stream.info()), Arc::clone(&self.renders)));
         // Not counted against the hub: it holds at most a chunk of frames beyond what this reader takes.
         let mut counted = Counted::default();
         while cursor >= private.len() && private.catch_up(self.stream.log(), &mut counted) {
