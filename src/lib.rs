@@ -41,6 +41,7 @@ pub mod http;
 pub mod hub;
 pub mod output;
 pub mod render;
+pub mod schema;
 pub mod store;
 pub mod thread;
 

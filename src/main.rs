@@ -65,6 +65,12 @@ enum Command {
         #[arg(long)]
         outcome: Option<String>,
     },
+    /// Write the contract's JSON Schemas (the output message, the outcome, the error envelope) into DIR.
+    Schemas {
+        /// Where to write them.
+        #[arg(long, default_value = "docs/schemas")]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -254,7 +260,22 @@ fn main() -> ExitCode {
         Command::Render { format, model, include_usage, reasoning, outcome } => {
             render_command(format, model, include_usage, reasoning, outcome)
         }
+        Command::Schemas { out } => write_schemas(&out),
     }
+}
+
+fn write_schemas(out: &std::path::Path) -> ExitCode {
+    if let Err(e) = std::fs::create_dir_all(out) {
+        return fail(&format!("creating {}: {e}", out.display()));
+    }
+    for (name, schema) in agentmux::schema::schemas() {
+        let path = out.join(&name);
+        if let Err(e) = std::fs::write(&path, agentmux::schema::render(&schema)) {
+            return fail(&format!("writing {}: {e}", path.display()));
+        }
+        println!("{}", path.display());
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_serve(serve: Serve) -> ExitCode {

@@ -18,10 +18,11 @@
 //! code.
 
 use indexmap::IndexMap;
-use serde_json::{Map, Value, json};
 
-use super::stream::Status;
-use crate::output::{ErrorProps, EventProps, FinishReason, NAME_BYTES, Outcome, OutputMessage, Usage};
+use crate::output::{
+    BlockEnd, BlockStart, ErrorProps, FinishReason, LifecycleEvent, MessageEnd, MessageStart, NAME_BYTES, Outcome,
+    OutputMessage, StreamEnd, Usage,
+};
 
 /// The bytes of an error's message, and of its code, that the room reserved for `stream_end` holds: what an
 /// end the stream cannot refuse (a shutdown, a cancel, an agent's error) always keeps. More is kept when the
@@ -48,15 +49,8 @@ struct OpenBlock {
 
 impl OpenMessage {
     fn end_event(&self, chunk_count: u64, duration_ms: u64) -> OutputMessage {
-        let mut end = event(
-            "message_end",
-            object(json!({
-                "message_id": self.id,
-                "type": self.kind,
-                "chunk_count": chunk_count,
-                "duration_ms": duration_ms,
-            })),
-        );
+        let data = MessageEnd { message_id: self.id.clone(), kind: self.kind.clone(), chunk_count, duration_ms };
+        let mut end = data.event();
         end.block_id.clone_from(&self.block_id);
         end.thread_id.clone_from(&self.thread_id);
         end
@@ -65,14 +59,7 @@ impl OpenMessage {
 
 impl OpenBlock {
     fn end_event(&self, message_count: u64, duration_ms: u64) -> OutputMessage {
-        let mut end = event(
-            "block_end",
-            object(json!({
-                "block_id": self.id,
-                "message_count": message_count,
-                "duration_ms": duration_ms,
-            })),
-        );
+        let mut end = BlockEnd { block_id: self.id.clone(), message_count, duration_ms }.event();
         end.block_id = Some(self.id.clone());
         end.thread_id.clone_from(&self.thread_id);
         end
@@ -115,19 +102,6 @@ pub(crate) enum Opened {
     Block,
 }
 
-/// An `event` message with the given name and data.
-pub(crate) fn event(name: &str, data: Map<String, Value>) -> OutputMessage {
-    OutputMessage::builtin(EventProps { event: name.to_owned(), message: None, data: Some(data) })
-}
-
-/// A JSON object's map (empty for anything else).
-pub(crate) fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
-
 impl Lifecycle {
     /// The events that go before `message` (stamped with its ids), which is `new` when it starts a message,
     /// each with the widest event that will close what it opens. What it changes is recorded in `undo`.
@@ -144,7 +118,7 @@ impl Lifecycle {
                 open.messages += 1;
                 undo.push(Opened::BlockMessage(index));
             } else {
-                let mut start = event("block_start", object(json!({ "block_id": block })));
+                let mut start = BlockStart { block_id: block.clone() }.event();
                 start.block_id = Some(block.clone());
                 start.thread_id.clone_from(&message.thread_id);
                 let open = OpenBlock {
@@ -163,7 +137,7 @@ impl Lifecycle {
             open.chunks += 1;
             undo.push(Opened::Chunk(index));
         } else if message.delta && new {
-            let mut start = event("message_start", object(json!({ "message_id": id, "type": message.kind })));
+            let mut start = MessageStart { message_id: id.to_owned(), kind: message.kind.clone() }.event();
             start.block_id.clone_from(&message.block_id);
             start.thread_id.clone_from(&message.thread_id);
             let open = OpenMessage {
@@ -243,17 +217,8 @@ impl Lifecycle {
 
 /// `stream_end` for a stream that ended with `outcome` after `duration_ms`.
 pub(crate) fn stream_end(outcome: &Outcome, duration_ms: u64) -> OutputMessage {
-    let mut data = json!({ "status": Status::of(Some(outcome)), "duration_ms": duration_ms });
-    if let Some(reason) = outcome.finish_reason {
-        data["finish_reason"] = json!(reason);
-    }
-    if let Some(usage) = &outcome.usage {
-        data["usage"] = json!(usage);
-    }
-    if let Some(error) = &outcome.error {
-        data["error"] = json!(error);
-    }
-    event("stream_end", object(data))
+    let Outcome { status, finish_reason, usage, error } = outcome.clone();
+    StreamEnd { status, duration_ms, finish_reason, usage, error }.event()
 }
 
 /// The widest outcome an end that cannot be refused keeps whole: the longest status, finish reason and

@@ -60,10 +60,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::lifecycle::{self, Closing, Lifecycle, Opened, Opening, event, object};
+use super::lifecycle::{self, Closing, Lifecycle, Opened, Opening};
 use super::log::{Entry, Gone, Log};
 use super::probes::Probes;
 use super::render::{Render, StreamInfo};
@@ -71,7 +70,8 @@ use super::rendition::{Counted, Rendition};
 use super::subscription::Subscription;
 use super::{HubError, Shared};
 use crate::output::{
-    DeltaError, EndStatus, ErrorProps, Metadata, Outcome, OutputMessage, Reducer, Undo, ValidationError,
+    DeltaError, EndStatus, ErrorProps, LifecycleEvent, Metadata, Outcome, OutputMessage, Reducer, StreamStart, Undo,
+    ValidationError,
 };
 
 /// Why an append was refused. Nothing of the batch was appended.
@@ -300,10 +300,8 @@ impl Stream {
             active_ms: AtomicU64::new(now_ms),
             probes: Probes::default(),
         });
-        let start = event(
-            "stream_start",
-            object(json!({ "stream_id": stream.info.id, "epoch": stream.info.epoch, "model": model })),
-        );
+        let (stream_id, epoch) = (stream.info.id.clone(), stream.info.epoch.clone());
+        let start = StreamStart { stream_id, epoch, model: model.to_owned() }.event();
         let limits = &stream.shared.config.limits;
         let mut producer = stream.lock();
         let id = stream.new_id("m");

@@ -28,7 +28,7 @@ use super::validate::{self, ValidationError};
 /// let parsed = OutputMessage::from_json(r#"{"type":"image","props":{"url":"ftp://x"}}"#);
 /// assert_eq!(parsed.unwrap_err().field(), Some("props.url"));
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct OutputMessage {
     /// The message type: a built-in one (`text`, `tool_call`, ...) or any custom name.
     #[serde(rename = "type", default)]
@@ -66,7 +66,7 @@ pub struct OutputMessage {
 }
 
 /// How a delta changes the value at its `delta_path`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DeltaAction {
     /// Concatenate a string, or extend an array.
@@ -93,7 +93,7 @@ impl DeltaAction {
 }
 
 /// What the stream stamps on a message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct Metadata {
     /// Position in the stream, from 1, without gaps.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -13,7 +13,10 @@
 //! - The delta reducer (`reducer.rs`): [`Reducer`] applies `append | replace | merge | set` deltas in order
 //!   and keeps the current state of every message.
 //! - How a stream ends (`outcome.rs`): [`Outcome`], with the finish reason and token [`Usage`].
+//! - The lifecycle events a stream adds by itself (`lifecycle.rs`): [`StreamStart`], [`StreamEnd`] and the
+//!   others, the `data` of their `event` messages.
 
+mod lifecycle;
 mod message;
 mod outcome;
 mod path;
@@ -21,6 +24,7 @@ mod props;
 mod reducer;
 mod validate;
 
+pub use lifecycle::{BlockEnd, BlockStart, LifecycleEvent, MessageEnd, MessageStart, StreamEnd, StreamStart};
 pub use message::{DeltaAction, Metadata, OutputMessage};
 pub use outcome::{EndStatus, FinishReason, Outcome, Usage};
 pub(crate) use path::kind_name;

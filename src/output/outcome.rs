@@ -11,7 +11,7 @@ use super::ErrorProps;
 use super::validate::{ValidationError, check_name};
 
 /// The end of a stream.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct Outcome {
     /// How it ended.
     pub status: EndStatus,
@@ -59,7 +59,7 @@ impl Outcome {
 }
 
 /// A stream's status once it has ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EndStatus {
     /// The agent finished.
@@ -72,7 +72,7 @@ pub enum EndStatus {
 }
 
 /// Why a completed stream stopped, in OpenAI's words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// A natural end.
@@ -99,7 +99,7 @@ impl FinishReason {
 }
 
 /// Token counts, all three as OpenAI clients require.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct Usage {
     /// Tokens in the prompt.
     pub prompt_tokens: u64,

@@ -54,21 +54,21 @@ pub fn main_field(kind: &str) -> Option<&'static str> {
 }
 
 /// `text`: plain text or Markdown.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct TextProps {
     /// The text.
     pub content: String,
 }
 
 /// `thinking`: the model's reasoning.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct ThinkingProps {
     /// The reasoning text.
     pub content: String,
 }
 
 /// `loading`: a progress indicator (searching, fetching ...).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct LoadingProps {
     /// What is happening.
     pub message: String,
@@ -78,7 +78,7 @@ pub struct LoadingProps {
 }
 
 /// `tool_call`: a call of a tool the model chose.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct ToolCallProps {
     /// The call's id, which its result will name.
     pub id: String,
@@ -94,7 +94,7 @@ pub struct ToolCallProps {
 }
 
 /// `tool_result`: what a tool the agent ran returned, answering the `tool_call` whose `id` is `call_id`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct ToolResultProps {
     /// The `id` of the call it answers.
     pub call_id: String,
@@ -110,7 +110,7 @@ pub struct ToolResultProps {
 }
 
 /// Why a tool failed: `{"message", "code"?}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct ToolError {
     /// For a person (and the model).
     pub message: String,
@@ -120,7 +120,7 @@ pub struct ToolError {
 }
 
 /// `error`: something went wrong.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct ErrorProps {
     /// What went wrong, for a person.
     pub message: String,
@@ -133,7 +133,7 @@ pub struct ErrorProps {
 }
 
 /// `image`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct ImageProps {
     /// http(s) or `data:` URL.
     pub url: String,
@@ -152,7 +152,7 @@ pub struct ImageProps {
 }
 
 /// `audio`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct AudioProps {
     /// http(s) or `data:` URL.
     pub url: String,
@@ -174,7 +174,7 @@ pub struct AudioProps {
 }
 
 /// `video`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct VideoProps {
     /// http(s) or `data:` URL.
     pub url: String,
@@ -205,7 +205,7 @@ pub struct VideoProps {
 }
 
 /// `file`: a document (PDF, spreadsheet ...).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct FileProps {
     /// http(s) or `data:` URL.
     pub url: String,
@@ -221,7 +221,7 @@ pub struct FileProps {
 }
 
 /// `action`: a command for the client's UI (open a panel, navigate); silent in OpenAI clients.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct ActionProps {
     /// The action's name.
     pub name: String,
@@ -231,7 +231,7 @@ pub struct ActionProps {
 }
 
 /// `event`: a lifecycle event; silent in OpenAI clients.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct EventProps {
     /// The event's name (`stream_start`, `message_end` ...).
     pub event: String,

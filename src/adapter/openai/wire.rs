@@ -124,7 +124,7 @@ pub(crate) struct Function<'a> {
 /// OpenAI's error object: the body of `{"error": ...}`, in a stream or as a response.
 ///
 /// `code` stays a string or null (async-openai reads `Option<String>`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ApiError {
     /// For a person.
     pub message: String,

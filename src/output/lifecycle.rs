@@ -1,0 +1,121 @@
+//! The data of the lifecycle events a stream adds by itself: `event` messages named as in the peer
+//! framework, whose `props.data` is one of these. The hub writes them from these types (`hub/lifecycle.rs`)
+//! and the published schemas are generated from them (`crate::schema`), so the two cannot drift.
+//!
+//! ```
+//! use agentmux::output::{LifecycleEvent, StreamStart};
+//!
+//! let start = StreamStart { stream_id: "s".into(), epoch: "e".into(), model: "demo".into() };
+//! let message = start.event();
+//! assert_eq!(message.kind, "event");
+//! assert_eq!(message.props["event"], "stream_start");
+//! assert_eq!(message.props["data"]["model"], "demo");
+//! ```
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::{EndStatus, ErrorProps, EventProps, FinishReason, OutputMessage, Usage};
+
+/// One lifecycle event's data: its name, and the `event` message that carries it.
+pub trait LifecycleEvent: Serialize + JsonSchema {
+    /// The event's name, `props.event`.
+    const NAME: &'static str;
+
+    /// The `event` message with this as its data.
+    fn event(&self) -> OutputMessage {
+        // A struct of strings and numbers serialises to an object.
+        let data = match serde_json::to_value(self) {
+            Ok(Value::Object(data)) => data,
+            _ => Map::new(),
+        };
+        OutputMessage::builtin(EventProps { event: Self::NAME.to_owned(), message: None, data: Some(data) })
+    }
+}
+
+/// `stream_start`: the first message of every stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamStart {
+    /// The stream.
+    pub stream_id: String,
+    /// Its epoch: a reader that resumes checks it is still the same history.
+    pub epoch: String,
+    /// The agent (model) that runs it, or what its producer named.
+    pub model: String,
+}
+
+/// `stream_end`: the last message of every stream, with its outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StreamEnd {
+    /// How it ended.
+    pub status: EndStatus,
+    /// From its start to its end.
+    pub duration_ms: u64,
+    /// Why a completed stream stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+    /// Token usage, when the agent knew it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// What went wrong, for status `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorProps>,
+}
+
+/// `message_start`: before the first chunk of a message that arrives in deltas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MessageStart {
+    /// The message.
+    pub message_id: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// `message_end`: after its last chunk (when its block or the stream ends, or the producer ends it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MessageEnd {
+    /// The message.
+    pub message_id: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Its chunks.
+    pub chunk_count: u64,
+    /// From its first chunk to its end.
+    pub duration_ms: u64,
+}
+
+/// `block_start`: before the first message of a block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BlockStart {
+    /// The block.
+    pub block_id: String,
+}
+
+/// `block_end`: after its last message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct BlockEnd {
+    /// The block.
+    pub block_id: String,
+    /// Its messages.
+    pub message_count: u64,
+    /// From its first message to its end.
+    pub duration_ms: u64,
+}
+
+macro_rules! named {
+    ($($data:ty => $name:literal),* $(,)?) => {
+        $(impl LifecycleEvent for $data { const NAME: &'static str = $name; })*
+    };
+}
+
+named! {
+    StreamStart => "stream_start",
+    StreamEnd => "stream_end",
+    MessageStart => "message_start",
+    MessageEnd => "message_end",
+    BlockStart => "block_start",
+    BlockEnd => "block_end",
+}
