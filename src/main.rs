@@ -65,11 +65,15 @@ enum Command {
         #[arg(long)]
         outcome: Option<String>,
     },
-    /// Write the contract's JSON Schemas (the output message, the outcome, the error envelope) into DIR.
+    /// Write the contract's JSON Schemas (the output message, the outcome, the error envelope) and the
+    /// OpenAPI document of every endpoint.
     Schemas {
-        /// Where to write them.
+        /// Where to write the schemas.
         #[arg(long, default_value = "docs/schemas")]
         out: std::path::PathBuf,
+        /// Where to write the OpenAPI document.
+        #[arg(long, default_value = "docs/openapi.json")]
+        openapi: std::path::PathBuf,
     },
 }
 
@@ -260,17 +264,17 @@ fn main() -> ExitCode {
         Command::Render { format, model, include_usage, reasoning, outcome } => {
             render_command(format, model, include_usage, reasoning, outcome)
         }
-        Command::Schemas { out } => write_schemas(&out),
+        Command::Schemas { out, openapi } => write_schemas(&out, &openapi),
     }
 }
 
-fn write_schemas(out: &std::path::Path) -> ExitCode {
+fn write_schemas(out: &std::path::Path, openapi: &std::path::Path) -> ExitCode {
     if let Err(e) = std::fs::create_dir_all(out) {
         return fail(&format!("creating {}: {e}", out.display()));
     }
-    for (name, schema) in agentmux::schema::schemas() {
-        let path = out.join(&name);
-        if let Err(e) = std::fs::write(&path, agentmux::schema::render(&schema)) {
+    let schemas = agentmux::schema::schemas().into_iter().map(|(name, schema)| (out.join(name), schema));
+    for (path, document) in schemas.chain([(openapi.to_owned(), agentmux::http::openapi_json())]) {
+        if let Err(e) = std::fs::write(&path, agentmux::schema::render(&document)) {
             return fail(&format!("writing {}: {e}", path.display()));
         }
         println!("{}", path.display());

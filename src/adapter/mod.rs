@@ -32,6 +32,7 @@ pub use ag_ui::{AgUiAdapter, AgUiOptions};
 pub use anthropic::{AnthropicAdapter, AnthropicOptions};
 pub use cui::CuiAdapter;
 pub use frame::{Frame, Payload};
+pub(crate) use openai::Envelope;
 pub use openai::{AgentTools, ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 pub use responses::{ResponsesAdapter, ResponsesOptions};
 pub use ui::{UiMessageAdapter, UiMessageOptions};

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// An OpenAI chat completion request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct ChatRequest {
     /// The agent to run; empty means the service's default model.
     #[serde(default)]
@@ -27,7 +27,7 @@ pub struct ChatRequest {
 }
 
 /// `stream_options`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct StreamOptions {
     /// Send a usage chunk at the end.
     #[serde(default)]
@@ -35,7 +35,7 @@ pub struct StreamOptions {
 }
 
 /// Who said a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Instructions from the application developer (OpenAI's newer name for system).
@@ -51,7 +51,7 @@ pub enum Role {
 }
 
 /// One message of the conversation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ChatMessage {
     /// Who said it.
     pub role: Role,
@@ -72,7 +72,7 @@ pub struct ChatMessage {
 /// A tool call of an assistant message: `{"id", "type": "function", "function": {"name", "arguments"}}`.
 ///
 /// Missing fields parse as empty, so that validation can name them (`messages[2].tool_calls[0].id`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolCall {
     /// The call's id, which the tool message answering it repeats.
     #[serde(default)]
@@ -86,7 +86,7 @@ pub struct ToolCall {
 }
 
 /// The function a tool call names, and its arguments as the JSON text the model wrote.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct FunctionCall {
     /// The tool's name.
     #[serde(default)]
@@ -141,7 +141,7 @@ impl ToolCall {
 }
 
 /// Message content: a string, or parts (`text`, `image_url`, `input_audio`, `file`, and any other).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Content {
     /// Plain text.

@@ -316,7 +316,7 @@ impl Grant {
 
 /// What a route needs, by its template.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Needs {
+pub(crate) enum Needs {
     /// Nothing.
     Nothing,
     /// This access to the stream in the path.
@@ -327,7 +327,7 @@ enum Needs {
     Key,
 }
 
-fn needs(route: &str) -> Needs {
+pub(crate) fn needs(route: &str) -> Needs {
     match route {
         "/healthz" | "/readyz" | "/v1/version" => Needs::Nothing,
         "/v1/streams/{id}" | "/v1/streams/{id}/events" | "/v1/streams/{id}/ws" => Needs::Stream(Access::Read),

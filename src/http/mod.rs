@@ -27,6 +27,7 @@ mod error;
 mod extract;
 mod format;
 mod metrics;
+mod openapi;
 mod responses;
 mod server;
 mod sse;
@@ -40,10 +41,11 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, delete, get, post};
 use tracing::Instrument;
 
 pub use auth::{Access, Credentials, KeyError, KeySpec, budgets, check_key};
@@ -56,6 +58,8 @@ use crate::agent::Agents;
 use crate::hub::Hub;
 use crate::store::Store;
 use crate::thread::{ThreadConfig, Threads};
+use openapi::Operation;
+use schemars::Schema;
 use server::Lifetime;
 
 /// Transport settings.
@@ -120,7 +124,6 @@ pub struct App {
     pub credentials: Arc<Credentials>,
     /// What `GET /metrics` shows.
     pub metrics: Metrics,
-    /// The `useChat` turns running, for the resume endpoint.
     /// The store, if streams and threads are kept in one.
     store: Option<Arc<Store>>,
     /// Where the service is in its shutdown.
@@ -150,32 +153,315 @@ impl App {
     }
 }
 
+/// One endpoint: where it is, what handles it, and what the OpenAPI document says of it (`openapi.rs`).
+pub(crate) struct Endpoint {
+    pub(crate) method: Method,
+    pub(crate) path: &'static str,
+    handler: MethodRouter<App>,
+    pub(crate) operation: Operation,
+}
+
+/// Every endpoint, once: the router and the OpenAPI document are both made from this.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    use openapi::Content::{EventStream, Foreign, Json, Text};
+    let endpoint = |method: Method, path, handler, operation| Endpoint { method, path, handler, operation };
+    let op = |summary, tag, request, answers| Operation { summary, tag, request, answers };
+    let chat_request: openapi::SchemaOf = |g| g.subschema_for::<crate::conversation::ChatRequest>();
+    let snapshot: openapi::SchemaOf = |g| g.subschema_for::<crate::hub::Snapshot>();
+    let transcript: openapi::SchemaOf = |g| g.subschema_for::<crate::thread::Transcript>();
+    let audit: openapi::SchemaOf = |g| {
+        let entries = g.subschema_for::<Vec<crate::thread::AuditEntry>>().to_value();
+        let object = serde_json::json!({"type": "object", "required": ["thread_id", "object", "entries"], "properties": {
+            "thread_id": {"type": "string"}, "object": {"const": "thread.audit"}, "entries": entries}});
+        Schema::from(object.as_object().cloned().unwrap_or_default())
+    };
+    let outcome: openapi::SchemaOf = |g| g.subschema_for::<crate::output::Outcome>();
+    // One message, or an array of them (or NDJSON, one per line).
+    let messages: openapi::SchemaOf = |g| {
+        let one = crate::schema::message(g).to_value();
+        Schema::from(
+            serde_json::json!({"anyOf": [one, {"type": "array", "items": one}]})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        )
+    };
+    const RUN: &str = "The run's stream from its start, in the front door's own format (see docs/http-api.md)";
+    vec![
+        endpoint(
+            Method::GET,
+            "/healthz",
+            get(|| async { "ok" }),
+            op("The process answers", "operate", None, vec![(200, "ok", vec![Text])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/readyz",
+            get(ready),
+            op("The service takes work", "operate", None, vec![(200, "ready", vec![Text])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/metrics",
+            get(scrape),
+            op("Prometheus metrics", "operate", None, vec![(200, "OpenMetrics text", vec![Text])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/openapi.json",
+            get(openapi_document),
+            op("This document", "operate", None, vec![(200, "OpenAPI 3.1", vec![Foreign("OpenAPI 3.1 document")])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/version",
+            get(version),
+            op(
+                "The service's name and version",
+                "operate",
+                None,
+                vec![(200, "{name, version}", vec![Foreign("{name, version}")])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/models",
+            get(streams::models),
+            op(
+                "The agents, as OpenAI models",
+                "chat",
+                None,
+                vec![(200, "OpenAI's model list", vec![Foreign("OpenAI model list")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/chat/completions",
+            post(chat::completions),
+            op(
+                "Run the agent a model names, answered as OpenAI does",
+                "chat",
+                Some((Json(chat_request), true)),
+                vec![(
+                    200,
+                    "A chat.completion, or its chunks as SSE with stream: true (or CUI messages with accept=cui)",
+                    vec![Foreign("chat.completion (stream: false)"), EventStream],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/ui/chat",
+            post(ui_chat::chat),
+            op(
+                "The AI SDK's useChat turn",
+                "front doors",
+                Some((
+                    Foreign(
+                        "useChat's request: {id, messages: UIMessage[], trigger, messageId} and the body option's fields",
+                    ),
+                    true,
+                )),
+                vec![(200, RUN, vec![EventStream])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/ui/chat/{chat_id}/stream",
+            get(ui_chat::resume),
+            op(
+                "Resume a useChat turn",
+                "front doors",
+                None,
+                vec![(200, RUN, vec![EventStream]), (204, "No turn running", vec![])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/ag-ui",
+            post(ag_ui::run),
+            op(
+                "An AG-UI run",
+                "front doors",
+                Some((Foreign("AG-UI RunAgentInput"), true)),
+                vec![(200, RUN, vec![EventStream])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/messages",
+            post(anthropic::messages),
+            op(
+                "Anthropic Messages",
+                "front doors",
+                Some((Foreign("An Anthropic Messages request"), true)),
+                vec![(
+                    200,
+                    "A message, or its stream events with stream: true",
+                    vec![Foreign("An Anthropic message"), EventStream],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/responses",
+            post(responses::create),
+            op(
+                "OpenAI Responses",
+                "front doors",
+                Some((Foreign("An OpenAI Responses request"), true)),
+                vec![(
+                    200,
+                    "A response, or its stream events with stream: true",
+                    vec![Foreign("An OpenAI response"), EventStream],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams",
+            post(streams::create),
+            op(
+                "Create a stream for an outside producer",
+                "streams",
+                Some((Json(|g| g.subschema_for::<streams::CreateBody>()), false)),
+                vec![(
+                    201,
+                    "{id, epoch, read_token, write_token, token_expires_at?}",
+                    vec![Foreign("The stream and its tokens")],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/streams/{id}",
+            get(streams::status),
+            op(
+                "A stream's snapshot: every message with its deltas applied",
+                "streams",
+                None,
+                vec![(200, "The snapshot", vec![Json(snapshot)])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/messages",
+            post(streams::append),
+            op(
+                "Append messages (JSON, an array, or NDJSON); answered once they are kept",
+                "streams",
+                Some((Json(messages), true)),
+                vec![(200, "{sequences}", vec![Foreign("The sequences the messages got")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/end",
+            post(streams::end),
+            op(
+                "End a stream with its outcome",
+                "streams",
+                Some((Json(outcome), false)),
+                vec![(200, "{id, status, last_sequence}", vec![Foreign("The ended stream")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/cancel",
+            post(streams::cancel),
+            op(
+                "Cancel the run behind a stream",
+                "streams",
+                None,
+                vec![(202, "Cancelled", vec![Foreign("The stream")])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/streams/{id}/events",
+            get(streams::events),
+            op(
+                "Subscribe: the stream in a format (?format=cui|openai|ui-message|ag-ui|anthropic|responses), resumable",
+                "streams",
+                None,
+                vec![
+                    (200, "Server-sent events; each CUI event's data is an OutputMessage", vec![EventStream]),
+                    (204, "Nothing to send: resumed at the end of an ended stream", vec![]),
+                ],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/streams/{id}/ws",
+            get(ws::one),
+            op("Subscribe over a WebSocket", "streams", None, vec![(101, "Switching protocols", vec![])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/ws",
+            get(ws::many),
+            op(
+                "One WebSocket for many streams, and producers",
+                "streams",
+                None,
+                vec![(101, "Switching protocols", vec![])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/threads",
+            post(threads::create),
+            op(
+                "Create a server-side thread",
+                "threads",
+                Some((Json(|g| g.subschema_for::<threads::CreateBody>()), false)),
+                vec![(201, "Its transcript", vec![Json(transcript)])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/threads/{id}",
+            get(threads::get),
+            op("A thread's transcript", "threads", None, vec![(200, "The transcript", vec![Json(transcript)])]),
+        ),
+        endpoint(
+            Method::DELETE,
+            "/v1/threads/{id}",
+            delete(threads::delete),
+            op(
+                "Delete a thread",
+                "threads",
+                None,
+                vec![(200, "{id, object: thread.deleted, deleted: true}", vec![Foreign("The deleted thread")])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/threads/{id}/audit",
+            get(threads::audit),
+            op("A thread's audit log", "threads", None, vec![(200, "The audit log", vec![Json(audit)])]),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/threads/{id}/replay",
+            post(threads::replay),
+            op(
+                "Replay a thread's history on another model",
+                "threads",
+                Some((Json(|g| g.subschema_for::<threads::ReplayBody>()), true)),
+                vec![(201, "The new thread and its run's stream", vec![Foreign("The replay")])],
+            ),
+        ),
+    ]
+}
+
 /// Every route.
 pub fn router(app: App) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(ready))
-        .route("/metrics", get(scrape))
-        .route("/v1/version", get(version))
-        .route("/v1/models", get(streams::models))
-        .route("/v1/chat/completions", post(chat::completions))
-        .route("/v1/ui/chat", post(ui_chat::chat))
-        .route("/v1/ag-ui", post(ag_ui::run))
-        .route("/v1/messages", post(anthropic::messages))
-        .route("/v1/responses", post(responses::create))
-        .route("/v1/ui/chat/{chat_id}/stream", get(ui_chat::resume))
-        .route("/v1/streams", post(streams::create))
-        .route("/v1/streams/{id}", get(streams::status))
-        .route("/v1/streams/{id}/messages", post(streams::append))
-        .route("/v1/streams/{id}/end", post(streams::end))
-        .route("/v1/streams/{id}/cancel", post(streams::cancel))
-        .route("/v1/streams/{id}/events", get(streams::events))
-        .route("/v1/streams/{id}/ws", get(ws::one))
-        .route("/v1/ws", get(ws::many))
-        .route("/v1/threads", post(threads::create))
-        .route("/v1/threads/{id}", get(threads::get).delete(threads::delete))
-        .route("/v1/threads/{id}/audit", get(threads::audit))
-        .route("/v1/threads/{id}/replay", post(threads::replay))
+    let mut router = Router::new();
+    for endpoint in endpoints() {
+        router = router.route(endpoint.path, endpoint.handler);
+    }
+    router
         .fallback(|| async {
             HttpError::new(
                 axum::http::StatusCode::NOT_FOUND,
@@ -245,6 +531,17 @@ async fn scrape(State(app): State<App>) -> Response {
     let text = app.metrics.render(&app.hub);
     ([(axum::http::header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text)
         .into_response()
+}
+
+/// `GET /openapi.json`: the OpenAPI document of every endpoint.
+async fn openapi_document() -> axum::Json<serde_json::Value> {
+    axum::Json(openapi_json())
+}
+
+/// The OpenAPI 3.1 document of every endpoint, as `GET /openapi.json` serves it (and `docs/openapi.json`
+/// holds it).
+pub fn openapi_json() -> serde_json::Value {
+    openapi::document()
 }
 
 /// `GET /v1/version`: `{"name", "version"}`.

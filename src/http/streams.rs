@@ -31,8 +31,9 @@ pub(crate) fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
     app.hub.get(id).ok_or_else(|| HttpError::unknown_stream(id))
 }
 
-#[derive(Debug, Deserialize, Default)]
-struct CreateBody {
+#[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
+#[schemars(rename = "CreateStream")]
+pub(crate) struct CreateBody {
     model: Option<String>,
     /// Seconds the stream's tokens are good for (none: as long as the stream).
     token_ttl: Option<u64>,

@@ -20,8 +20,9 @@ use crate::conversation::ChatMessage;
 use crate::thread::ThreadError;
 
 /// `POST /v1/threads`: `{"id"?, "messages"?}`, both optional; an empty body makes an empty thread.
-#[derive(Debug, Deserialize, Default)]
-struct CreateBody {
+#[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
+#[schemars(rename = "CreateThread")]
+pub(crate) struct CreateBody {
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
@@ -80,8 +81,9 @@ pub(crate) async fn audit(
 }
 
 /// `POST /v1/threads/{id}/replay`: `{"model", "upto"?}`.
-#[derive(Debug, Deserialize)]
-struct ReplayBody {
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[schemars(rename = "ReplayThread")]
+pub(crate) struct ReplayBody {
     model: String,
     #[serde(default)]
     upto: Option<String>,

@@ -146,7 +146,7 @@ pub enum SubscribeError {
 }
 
 /// A stream's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Messages may still come.
@@ -182,7 +182,7 @@ impl Status {
 }
 
 /// What `GET /v1/streams/{id}` shows: the status and every message's current state.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Snapshot {
     /// The stream id.
     pub id: String,

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use crate::conversation::{ChatMessage, Role};
 
 /// What an entry records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Decision {
@@ -60,7 +60,7 @@ impl Decision {
 ///
 /// `message` is the chat message (`null` for a run's end); `audit` holds the metadata (model, sizes,
 /// durations, the error).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditEntry {
     /// A UUID.
     pub id: String,

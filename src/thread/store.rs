@@ -98,7 +98,7 @@ impl State {
 }
 
 /// A thread as `GET /v1/threads/{id}` shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct Transcript {
     /// The thread's id.
     pub id: String,

@@ -1,4 +1,5 @@
-//! Python clients for the tests: the official `openai` and `anthropic` packages, in a virtualenv at
+//! Python packages for the tests: the official `openai` and `anthropic` clients and the OpenAPI validator
+//! `openapi-spec-validator`, in a virtualenv at
 //! `target/py-venv`, made with `python3 -m venv` and `pip install` the first time (or when an import fails)
 //! and reused afterwards; a lock file keeps two test processes from building it at once. Nothing is skipped:
 //! without `python3` or PyPI a test fails and says why. Scripts live in `tests/python/` and talk to 127.0.0.1
@@ -15,10 +16,10 @@ use serde_json::Value;
 use super::command::{expect_success, run};
 
 /// The pins: `openai` 1.97.2 is the first release that does not wrap named SSE events (wire-compat.md §1);
-/// `anthropic` 2 is the current major.
-const REQUIREMENTS: &[&str] = &["openai>=1.97.2,<4", "anthropic>=2,<3"];
+/// `anthropic` 2 is the current major; `openapi-spec-validator` 0.7 is the first that validates OpenAPI 3.1.
+const REQUIREMENTS: &[&str] = &["openai>=1.97.2,<4", "anthropic>=2,<3", "openapi-spec-validator>=0.7,<1"];
 /// Exits 0 when the venv's packages import and satisfy [`REQUIREMENTS`].
-const CHECK: &str = "import sys, openai, anthropic
+const CHECK: &str = "import sys, openai, anthropic, openapi_spec_validator
 version = lambda m: tuple(int(p) for p in m.__version__.split('.')[:3] if p.isdigit())
 sys.exit(0 if (1, 97, 2) <= version(openai) < (4,) and (2,) <= version(anthropic) < (3,) else 3)";
 const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);

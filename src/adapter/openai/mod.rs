@@ -36,6 +36,7 @@ mod wire;
 pub use completion::OpenAiCompletion;
 pub use stream::OpenAiAdapter;
 pub use wire::ApiError;
+pub(crate) use wire::Envelope;
 
 /// What the OpenAI adapters need to know beyond the messages: fixed per stream, so output is deterministic.
 #[derive(Debug, Clone, PartialEq, Eq)]

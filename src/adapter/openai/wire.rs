@@ -137,9 +137,11 @@ pub struct ApiError {
     pub code: Option<String>,
 }
 
-#[derive(Serialize)]
-struct Envelope<'a> {
-    error: &'a ApiError,
+/// `{"error": {...}}`: every HTTP error's body, and an OpenAI-format stream's error event.
+#[derive(Serialize, schemars::JsonSchema)]
+#[schemars(rename = "ErrorEnvelope")]
+pub(crate) struct Envelope<'a> {
+    pub(crate) error: &'a ApiError,
 }
 
 impl ApiError {
