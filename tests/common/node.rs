@@ -33,13 +33,18 @@ fn node_ready() -> bool {
     run(Command::new("node").args(["-e", check]), Duration::from_secs(30)).is_ok_and(|output| output.status.success())
 }
 
-/// `target/node-clients`, with Node and every package installed.
-fn ensure_packages() -> PathBuf {
-    let dir = target().join("node-clients");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-    let lock_path = target().join("node-clients.lock");
-    let lock = File::options().create(true).truncate(false).write(true).open(&lock_path).expect("the install lock");
+/// Held while installing: one test process installs Node or packages at a time (apt and npm each want to
+/// be alone).
+pub(crate) fn install_lock() -> File {
+    let path = target().join("node-clients.lock");
+    std::fs::create_dir_all(target()).unwrap_or_else(|e| panic!("create {}: {e}", target().display()));
+    let lock = File::options().create(true).truncate(false).write(true).open(&path).expect("the install lock");
     lock.lock().expect("lock");
+    lock
+}
+
+/// Node 20 or later on the path (call it holding [`install_lock`]): installs Debian's `nodejs` and `npm` with apt-get when it is not.
+pub(crate) fn ensure_node() {
     if !node_ready() {
         let install = |args: &[&str]| {
             Command::new("apt-get")
@@ -55,6 +60,14 @@ fn ensure_packages() -> PathBuf {
         );
         assert!(node_ready(), "nodejs installed, but `node` is missing or older than 20");
     }
+}
+
+/// `target/node-clients`, with Node and every package installed.
+fn ensure_packages() -> PathBuf {
+    let dir = target().join("node-clients");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let _lock = install_lock();
+    ensure_node();
     let installed = |alias: &str, name: &str, major: &str| {
         std::fs::read(dir.join("node_modules").join(alias).join("package.json"))
             .ok()

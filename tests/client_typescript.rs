@@ -1,0 +1,33 @@
+//! The TypeScript client (`clients/typescript`) passes its own tests, `npm test` in its folder, against the
+//! agentmux binary cargo built: its generated types equal what `docs/schemas` generate, it compiles, every
+//! fixture case reduced by its `reduce` serialises to the service's snapshot, and its watcher resumes a cut
+//! connection exactly once, reads with a read token and is refused a write through one, sees a cancel and an
+//! end, stops on an abort, and starts and watches a chat run. Node and the package's dependencies are
+//! installed here when missing.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::command::{expect_success, run};
+
+#[test]
+fn the_typescript_client_passes_its_own_tests() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients").join("typescript");
+    {
+        let _lock = common::node::install_lock();
+        common::node::ensure_node();
+        let mut install = Command::new("npm");
+        install.args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(&dir);
+        expect_success("npm install (clients/typescript)", run(&mut install, Duration::from_secs(600)));
+    }
+    let mut test = Command::new("npm");
+    test.args(["test"]).current_dir(&dir).env("AGENTMUX_BIN", env!("CARGO_BIN_EXE_agentmux"));
+    let output = expect_success("npm test (clients/typescript)", run(&mut test, Duration::from_secs(600)));
+    let out = String::from_utf8_lossy(&output.stdout);
+    let passed = out.lines().find_map(|line| line.strip_prefix("# pass ")).and_then(|n| n.trim().parse::<u32>().ok());
+    assert!(passed.is_some_and(|n| n >= 25), "npm test passed {passed:?} tests:\n{out}");
+    assert!(out.contains("# fail 0"), "{out}");
+}
