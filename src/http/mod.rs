@@ -318,6 +318,21 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
             ),
         ),
         endpoint(
+            Method::GET,
+            "/v1/streams",
+            get(streams::list),
+            op(
+                "The streams held, newest first, a page at a time (?limit=1..500, ?after=<next>)",
+                "streams",
+                None,
+                vec![(
+                    200,
+                    "{object: list, data: [{id, status, epoch, model, created_ms, last_sequence}], has_more, next}",
+                    vec![Foreign("A page of streams")],
+                )],
+            ),
+        ),
+        endpoint(
             Method::POST,
             "/v1/streams",
             post(streams::create),

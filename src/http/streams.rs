@@ -39,6 +39,48 @@ pub(crate) struct CreateBody {
     token_ttl: Option<u64>,
 }
 
+/// `GET /v1/streams` query: `limit` (1 to 500, default 50) and `after`, the `next` of the page before.
+#[derive(Debug, Deserialize, Default)]
+pub(crate) struct ListQuery {
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+/// The most streams a page lists.
+const PAGE_LIMIT: usize = 500;
+
+/// `GET /v1/streams`: the streams held (open, or ended within their retention), newest first, a page at a
+/// time: `{"object": "list", "data": [{id, status, epoch, model, created_ms, last_sequence}], "has_more",
+/// "next"}`; `next` (when more follow) is the `after` of the next page. Any key reads any stream, so the
+/// list is every stream; it needs a key where keys are configured.
+pub(crate) async fn list(State(app): State<App>, Params(query): Params<ListQuery>) -> Result<Response, HttpError> {
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=PAGE_LIMIT).contains(&limit) {
+        let message = format!("limit must be 1 to {PAGE_LIMIT}");
+        return Err(HttpError::bad_request(message, Some("limit".into()), "invalid_value"));
+    }
+    let after = match query.after.as_deref() {
+        None | Some("") => None,
+        Some(cursor) => {
+            let parsed = cursor.split_once('.').and_then(|(ms, id)| Some((ms.parse::<u64>().ok()?, id)));
+            let invalid =
+                || HttpError::bad_request("after is the next of a page before", Some("after".into()), "invalid_value");
+            Some(parsed.ok_or_else(invalid)?)
+        }
+    };
+    let (page, more) = app.hub.page(after, limit);
+    let next = more.then(|| page.last().map(|s| format!("{}.{}", s.info().created_ms, s.id()))).flatten();
+    let data: Vec<Value> = page
+        .iter()
+        .map(|s| {
+            let info = s.info();
+            json!({"id": s.id(), "status": s.status(), "epoch": info.epoch, "model": info.model,
+                   "created_ms": info.created_ms, "last_sequence": s.last_sequence()})
+        })
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data, "has_more": more, "next": next})).into_response())
+}
+
 /// `POST /v1/streams`: `201 {"id", "epoch", "read_token", "write_token"}` (and `token_expires_at`, Unix
 /// seconds, when the body asked for a `token_ttl`).
 pub(crate) async fn create(

@@ -556,6 +556,27 @@ impl Hub {
         renders.iter().map(|(key, count)| (key.clone(), count.load(Ordering::Relaxed))).collect()
     }
 
+    /// A page of the streams held, newest first (by creation, then id): at most `limit` of those that come
+    /// after `after` in that order (`(created_ms, id)` of the last one of the page before; none: from the
+    /// newest). Also whether more follow.
+    pub fn page(&self, after: Option<(u64, &str)>, limit: usize) -> (Vec<Arc<Stream>>, bool) {
+        self.evict_expired();
+        let mut streams: Vec<Arc<Stream>> = self.streams().values().cloned().collect();
+        let key = |s: &Arc<Stream>| (std::cmp::Reverse(s.info().created_ms), std::cmp::Reverse(s.id().to_owned()));
+        streams.sort_by_cached_key(key);
+        let start = match after {
+            Some((created_ms, id)) => {
+                let cursor = (std::cmp::Reverse(created_ms), std::cmp::Reverse(id.to_owned()));
+                streams.partition_point(|s| key(s) <= cursor)
+            }
+            None => 0,
+        };
+        let mut page: Vec<Arc<Stream>> = streams.drain(start..).take(limit.saturating_add(1)).collect();
+        let more = page.len() > limit;
+        page.truncate(limit);
+        (page, more)
+    }
+
     /// The streams still open.
     pub fn open_streams(&self) -> Vec<Arc<Stream>> {
         self.streams().values().filter(|s| s.status() == Status::Open).cloned().collect()
