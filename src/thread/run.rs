@@ -264,9 +264,9 @@ fn base(state: &State, turn: &Turn) -> Base {
         return Base { prelude: Vec::new(), history, pending: state.pending.clone() };
     };
     if history.is_empty() {
-        // A thread that starts with what the client holds: the calls its last message made are open.
-        let mut audit = model(&turn.model);
-        audit.insert("source".into(), "client".into());
+        // A thread that starts with what the client holds (no model of ours said it): the calls its last
+        // message made are open.
+        let audit = Map::from_iter([("source".to_owned(), Value::from("client"))]);
         let prelude = held
             .iter()
             .map(|m| {
