@@ -12,14 +12,14 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentmux::agent::Agents;
 use agentmux::http::{Origins, Settings};
 use agentmux::hub::HubConfig;
+use common::browser::{browser, start_driver, until};
 use common::http::create_with_key;
 use common::server::TestServer;
 use serde_json::{Value, json};
@@ -27,77 +27,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const KEY: &str = "sk-browser";
-
-/// Installs Chromium and its driver when missing (as root, with apt-get), once per machine; panics saying
-/// why when it cannot.
-fn ensure_chromium() {
-    let ready =
-        || std::path::Path::new("/usr/bin/chromium").exists() && std::path::Path::new("/usr/bin/chromedriver").exists();
-    if ready() {
-        return;
-    }
-    let lock_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chromium-install.lock");
-    let lock = std::fs::File::create(&lock_path).expect("the install lock");
-    lock.lock().expect("lock");
-    if ready() {
-        return;
-    }
-    let install = |args: &[&str]| {
-        Command::new("apt-get").args(args).env("DEBIAN_FRONTEND", "noninteractive").status().is_ok_and(|s| s.success())
-    };
-    let packages = ["install", "-y", "chromium", "chromium-driver"];
-    assert!(
-        install(&packages) || (install(&["update"]) && install(&packages)),
-        "Chromium is needed: `apt-get install chromium chromium-driver` failed (run the tests as root with apt)"
-    );
-    assert!(ready(), "chromium and chromedriver installed but not in /usr/bin");
-}
-
-/// A free loopback port (bound, then let go).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a port")
-}
-
-/// chromedriver on a loopback port; killed when dropped.
-struct Driver {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn start_driver() -> Driver {
-    ensure_chromium();
-    let port = free_port();
-    let child = Command::new("/usr/bin/chromedriver")
-        .args([format!("--port={port}"), "--allowed-ips=127.0.0.1".into()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromedriver");
-    let driver = Driver { child, url: format!("http://127.0.0.1:{port}") };
-    let started = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not listen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    driver
-}
-
-async fn browser(driver: &Driver) -> fantoccini::Client {
-    let mut capabilities = serde_json::Map::new();
-    capabilities.insert(
-        "goog:chromeOptions".into(),
-        json!({"binary": "/usr/bin/chromium", "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}),
-    );
-    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    fantoccini::ClientBuilder::new(connector).capabilities(capabilities).connect(&driver.url).await.expect("a session")
-}
 
 /// Serves one HTML page (`body`) at `/` on a loopback port of its own: another origin.
 async fn page(body: String) -> (String, tokio::task::JoinHandle<()>) {
@@ -156,19 +85,6 @@ async fn proxy(server: String) -> Proxy {
         }
     });
     proxy
-}
-
-/// Waits until `script` (a JS expression) is truthy in the page, and returns it.
-async fn until(browser: &fantoccini::Client, script: &str, within: Duration) -> Value {
-    let started = Instant::now();
-    loop {
-        let value = browser.execute(&format!("return {script};"), vec![]).await.expect("execute");
-        if !(value.is_null() || value == json!(false)) {
-            return value;
-        }
-        assert!(started.elapsed() < within, "`{script}` never held");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn append(client: &reqwest::Client, server: &TestServer, id: &str, texts: &[&str]) {

@@ -467,13 +467,14 @@ async fn every_malformed_query_path_method_and_upgrade_gets_the_envelope() {
     // A wrong method on every route: 405, the envelope, and `Allow` kept.
     const GET: &[&str] = &["GET", "HEAD"];
     const POST: &[&str] = &["POST"];
+    const GET_POST: &[&str] = &["GET", "HEAD", "POST"];
     let routes: Vec<(Method, String, &'static [&'static str])> = vec![
         (Method::POST, "/healthz".into(), GET),
         (Method::POST, "/v1/models".into(), GET),
         (Method::GET, "/v1/chat/completions".into(), POST),
         (Method::OPTIONS, "/v1/chat/completions".into(), POST),
-        (Method::GET, "/v1/streams".into(), POST),
-        (Method::PATCH, "/v1/streams".into(), POST),
+        (Method::DELETE, "/v1/streams".into(), GET_POST),
+        (Method::PATCH, "/v1/streams".into(), GET_POST),
         (Method::DELETE, format!("/v1/streams/{id}"), GET),
         (Method::GET, format!("/v1/streams/{id}/messages"), POST),
         (Method::PUT, format!("/v1/streams/{id}/messages"), POST),

@@ -8,7 +8,8 @@
 //! - reading a stream (its status, its events, its WebSocket) with its **read token** (or its write token);
 //! - appending to, ending or cancelling a stream with its **write token**;
 //! - `/healthz`, `/readyz` and `/v1/version`, which say only that the process answers, takes work, and
-//!   which version it is (`/metrics` needs a key: a scraper sends it as a bearer).
+//!   which version it is (`/metrics` needs a key: a scraper sends it as a bearer); and the viewer's page and
+//!   assets (`/ui`), which hold no data: what the page reads needs a credential.
 //!
 //! A credential comes as `Authorization: Bearer <key or token>` (or `x-api-key: <key or token>`, as
 //! Anthropic's clients send it), or for reads as `?token=` (a browser's `EventSource` cannot set headers). A token is told from a key by its form: `amr.` (read) or `amw.`
@@ -329,7 +330,14 @@ pub(crate) enum Needs {
 
 pub(crate) fn needs(route: &str) -> Needs {
     match route {
-        "/healthz" | "/readyz" | "/v1/version" => Needs::Nothing,
+        // The viewer's page and assets hold no data; what they read needs a credential.
+        "/healthz"
+        | "/readyz"
+        | "/v1/version"
+        | "/ui"
+        | "/ui/streams/{id}"
+        | "/ui/assets/viewer.js"
+        | "/ui/assets/viewer.css" => Needs::Nothing,
         "/v1/streams/{id}" | "/v1/streams/{id}/events" | "/v1/streams/{id}/ws" => Needs::Stream(Access::Read),
         "/v1/streams/{id}/messages" | "/v1/streams/{id}/end" | "/v1/streams/{id}/cancel" => {
             Needs::Stream(Access::Write)

@@ -33,6 +33,7 @@ mod server;
 mod sse;
 mod streams;
 mod threads;
+mod ui;
 mod ui_chat;
 mod ws;
 
@@ -163,7 +164,7 @@ pub(crate) struct Endpoint {
 
 /// Every endpoint, once: the router and the OpenAPI document are both made from this.
 pub(crate) fn endpoints() -> Vec<Endpoint> {
-    use openapi::Content::{EventStream, Foreign, Json, Text};
+    use openapi::Content::{EventStream, Foreign, Html, Json, Text};
     let endpoint = |method: Method, path, handler, operation| Endpoint { method, path, handler, operation };
     let op = |summary, tag, request, answers| Operation { summary, tag, request, answers };
     let chat_request: openapi::SchemaOf = |g| g.subschema_for::<crate::conversation::ChatRequest>();
@@ -211,6 +212,35 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
             "/openapi.json",
             get(openapi_document),
             op("This document", "operate", None, vec![(200, "OpenAPI 3.1", vec![Foreign("OpenAPI 3.1 document")])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/ui",
+            get(ui::page),
+            op("The viewer: the streams", "viewer", None, vec![(200, "The page", vec![Html])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/ui/streams/{id}",
+            get(ui::page),
+            op(
+                "The viewer: one run live (?token= for a read token)",
+                "viewer",
+                None,
+                vec![(200, "The page", vec![Html])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/ui/assets/viewer.js",
+            get(ui::script),
+            op("The viewer's script", "viewer", None, vec![(200, "JavaScript", vec![Text])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/ui/assets/viewer.css",
+            get(ui::style),
+            op("The viewer's style", "viewer", None, vec![(200, "CSS", vec![Text])]),
         ),
         endpoint(
             Method::GET,

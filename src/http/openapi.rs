@@ -25,8 +25,10 @@ pub(crate) enum Content {
     Foreign(&'static str),
     /// Server-sent events.
     EventStream,
-    /// Plain text.
+    /// Plain text (or a script or a style sheet).
     Text,
+    /// A page.
+    Html,
 }
 
 /// What the document says of one operation.
@@ -122,6 +124,7 @@ fn media(contents: &[Content], generator: &mut SchemaGenerator) -> Value {
             Content::Foreign(what) => ("application/json", json!({"type": "object", "description": what})),
             Content::EventStream => ("text/event-stream", json!({"type": "string"})),
             Content::Text => ("text/plain", json!({"type": "string"})),
+            Content::Html => ("text/html", json!({"type": "string"})),
         };
         media.insert(kind.into(), json!({"schema": schema}));
     }

@@ -2,6 +2,7 @@
 //! sends, one per line) and an optional `outcome.json` (how the stream ended; completed when absent).
 #![allow(dead_code)]
 
+pub(crate) mod browser;
 pub(crate) mod command;
 pub(crate) mod doubles;
 pub(crate) mod http;

@@ -1,0 +1,92 @@
+//! Headless Chromium for the tests: Debian's `chromium` and `chromium-driver`, installed with apt-get when
+//! missing (never skipped), chromedriver on a loopback port, and a session driven by `fantoccini`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+
+/// Installs Chromium and its driver when missing (as root, with apt-get), once per machine; panics saying
+/// why when it cannot.
+pub(crate) fn ensure_chromium() {
+    let ready =
+        || std::path::Path::new("/usr/bin/chromium").exists() && std::path::Path::new("/usr/bin/chromedriver").exists();
+    if ready() {
+        return;
+    }
+    let lock_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chromium-install.lock");
+    let lock = std::fs::File::create(&lock_path).expect("the install lock");
+    lock.lock().expect("lock");
+    if ready() {
+        return;
+    }
+    let install = |args: &[&str]| {
+        Command::new("apt-get").args(args).env("DEBIAN_FRONTEND", "noninteractive").status().is_ok_and(|s| s.success())
+    };
+    let packages = ["install", "-y", "chromium", "chromium-driver"];
+    assert!(
+        install(&packages) || (install(&["update"]) && install(&packages)),
+        "Chromium is needed: `apt-get install chromium chromium-driver` failed (run the tests as root with apt)"
+    );
+    assert!(ready(), "chromium and chromedriver installed but not in /usr/bin");
+}
+
+/// A free loopback port (bound, then let go).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a port")
+}
+
+/// chromedriver on a loopback port; killed when dropped.
+pub(crate) struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub(crate) async fn start_driver() -> Driver {
+    ensure_chromium();
+    let port = free_port();
+    let child = Command::new("/usr/bin/chromedriver")
+        .args([format!("--port={port}"), "--allowed-ips=127.0.0.1".into()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start chromedriver");
+    let driver = Driver { child, url: format!("http://127.0.0.1:{port}") };
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    driver
+}
+
+pub(crate) async fn browser(driver: &Driver) -> fantoccini::Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        json!({"binary": "/usr/bin/chromium", "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    fantoccini::ClientBuilder::new(connector).capabilities(capabilities).connect(&driver.url).await.expect("a session")
+}
+
+/// Waits until `script` (a JS expression) is truthy in the page, and returns it.
+pub(crate) async fn until(browser: &fantoccini::Client, script: &str, within: Duration) -> Value {
+    let started = Instant::now();
+    loop {
+        let value = browser.execute(&format!("return {script};"), vec![]).await.expect("execute");
+        if !(value.is_null() || value == json!(false)) {
+            return value;
+        }
+        assert!(started.elapsed() < within, "`{script}` never held");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,221 @@
+//! The viewer (`/ui`) in headless Chromium, against the real server: a run with every built-in type shows
+//! each as a person expects it (Markdown rendered, thinking folded, a tool call with its result, an image, an
+//! audio player, an error, a custom type as JSON, actions and events on the timeline, the outcome); a run
+//! watched live while its producer appends; the list of streams; and a stream full of hostile content
+//! (script tags, `onerror` attributes, `javascript:` links in text and media, HTML in tool arguments and
+//! custom props) executes nothing, under a Content-Security-Policy that forbids inline script. Screenshots go
+//! to `target/screenshots/`. And the committed bundle is what `clients/viewer`'s sources build.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use agentmux::agent::Agents;
+use agentmux::http::Settings;
+use agentmux::hub::HubConfig;
+use common::browser::{browser, start_driver, until};
+use common::command::{expect_success, run};
+use common::server::TestServer;
+use serde_json::{Value, json};
+
+/// A one-pixel PNG and a tiny WAV, as data URLs.
+const PNG: &str = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const WAV: &str = "data:audio/wav;base64,UklGRiQAAABXQVZFZm10IBAAAAABAAEARKwAAIhYAQACABAAZGF0YQAAAAA=";
+
+async fn stream(client: &reqwest::Client, server: &TestServer, messages: &[Value], end: Option<Value>) -> String {
+    let created: Value =
+        client.post(server.url("/v1/streams")).send().await.expect("create").json().await.expect("json");
+    let id = created["id"].as_str().expect("id").to_owned();
+    if !messages.is_empty() {
+        let url = server.url(&format!("/v1/streams/{id}/messages"));
+        let response = client.post(url).json(&messages).send().await.expect("append");
+        assert_eq!(response.status(), 200, "{}", response.text().await.unwrap_or_default());
+    }
+    if let Some(outcome) = end {
+        let response = client.post(server.url(&format!("/v1/streams/{id}/end"))).json(&outcome).send().await;
+        assert_eq!(response.expect("end").status(), 200);
+    }
+    id
+}
+
+async fn screenshot(browser: &fantoccini::Client, name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("screenshots");
+    std::fs::create_dir_all(&dir).expect("screenshots");
+    let png = browser.screenshot().await.expect("a screenshot");
+    std::fs::write(dir.join(format!("{name}.png")), png).expect("write the screenshot");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_viewer_shows_every_type_live_and_runs_nothing_hostile() {
+    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let driver = start_driver().await;
+    let browser = browser(&driver).await;
+    browser.set_window_size(1400, 900).await.expect("window size");
+
+    // Every built-in type.
+    let every = [
+        json!({"type": "thinking", "props": {"content": "First, the weather."}, "block_id": "b1"}),
+        json!({"type": "loading", "props": {"message": "Fetching the forecast"}, "message_id": "l1", "block_id": "b1"}),
+        json!({"type": "tool_call", "props": {"id": "c1", "name": "weather", "arguments": "{\"city\":\"Paris\"}"}, "block_id": "b1"}),
+        json!({"type": "tool_result", "props": {"call_id": "c1", "name": "weather", "result": {"temp_c": 18}}, "block_id": "b1"}),
+        json!({"type": "text", "props": {"content": "It is **18 °C** in Paris."}, "message_id": "t1"}),
+        json!({"type": "image", "props": {"url": PNG, "alt": "a pixel"}}),
+        json!({"type": "audio", "props": {"url": WAV}}),
+        json!({"type": "file", "props": {"url": "https://example.com/report.pdf", "name": "report.pdf"}}),
+        json!({"type": "action", "props": {"name": "open_panel", "payload": {"panel": "map"}}}),
+        json!({"type": "weather_card", "props": {"city": "Paris", "temp_c": 18}}),
+        json!({"type": "error", "props": {"message": "The radar is down", "code": "radar"}}),
+    ];
+    let id = stream(&client, &server, &every, Some(json!({"status": "completed"}))).await;
+    browser.goto(&server.url(&format!("/ui/streams/{id}"))).await.expect("open the viewer");
+    until(&browser, "document.querySelector('.outcome.completed')", Duration::from_secs(20)).await;
+    let found = browser
+        .execute(
+            "const q = (s) => document.querySelector(s); return {
+                bold: q('.message.text strong')?.textContent,
+                thinkingClosed: q('.message.thinking details') && !q('.message.thinking details').open,
+                loadingDone: q('.message.loading')?.classList.contains('done'),
+                toolResult: q('.message.tool_call .tool-result')?.textContent,
+                image: q('.message.image img')?.src?.slice(0, 15),
+                audio: !!q('.message.audio audio[controls]'),
+                file: q('.message.file a')?.href,
+                custom: q('.message.weather_card .json')?.textContent,
+                error: q('.message.error')?.textContent,
+                action: q('.timeline-item.action')?.textContent,
+                events: document.querySelectorAll('.timeline-item.event').length,
+                block: document.querySelectorAll('.block .message').length,
+            };",
+            vec![],
+        )
+        .await
+        .expect("inspect");
+    assert_eq!(found["bold"], "18 °C", "{found}");
+    assert_eq!(found["thinkingClosed"], true, "{found}");
+    assert_eq!(found["loadingDone"], true, "the loading resolved when its block ended: {found}");
+    assert!(found["toolResult"].as_str().unwrap_or("").contains("\"temp_c\": 18"), "{found}");
+    assert_eq!(found["image"], "data:image/png;", "{found}");
+    assert_eq!(found["audio"], true, "{found}");
+    assert_eq!(found["file"], "https://example.com/report.pdf", "{found}");
+    assert!(found["custom"].as_str().unwrap_or("").contains("\"city\": \"Paris\""), "{found}");
+    assert!(found["error"].as_str().unwrap_or("").contains("The radar is down"), "{found}");
+    assert!(found["action"].as_str().unwrap_or("").contains("open_panel"), "{found}");
+    assert!(found["events"].as_u64().unwrap_or(0) >= 4, "stream_start, block_start, block_end, stream_end: {found}");
+    assert_eq!(found["block"], 3, "thinking, loading and the tool call grouped in their block: {found}");
+    // The frames pane shows the same run as OpenAI chunks.
+    until(
+        &browser,
+        "document.querySelector('.frames-text').textContent.includes('chat.completion.chunk')",
+        Duration::from_secs(10),
+    )
+    .await;
+    screenshot(&browser, "viewer-every-type").await;
+
+    // Live: the page is open before the producer appends.
+    let live = stream(&client, &server, &[], None).await;
+    browser.goto(&server.url(&format!("/ui/streams/{live}"))).await.expect("open");
+    until(&browser, "document.querySelector('.timeline-item.event')", Duration::from_secs(10)).await;
+    let url = server.url(&format!("/v1/streams/{live}/messages"));
+    for word in ["Hello", ", ", "world"] {
+        let delta = json!({"type": "text", "props": {"content": word}, "message_id": "m", "delta": true});
+        assert_eq!(client.post(&url).json(&delta).send().await.expect("append").status(), 200);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    until(
+        &browser,
+        "document.querySelector('.message.text')?.textContent.includes('Hello, world')",
+        Duration::from_secs(10),
+    )
+    .await;
+    let ended = client.post(server.url(&format!("/v1/streams/{live}/end"))).send().await.expect("end");
+    assert_eq!(ended.status(), 200);
+    until(&browser, "document.querySelector('.outcome.completed')", Duration::from_secs(10)).await;
+    let texts =
+        browser.execute("return document.querySelectorAll('.message.text').length;", vec![]).await.expect("count");
+    assert_eq!(texts, json!(1), "one message, its deltas applied");
+
+    // Hostile content: nothing runs.
+    let hostile = [
+        json!({"type": "text", "props": {"content": "<img src=x onerror=\"window.__pwned='img'\"><script>window.__pwned='script'</script>[click me](javascript:window.__pwned='link') <a href=\"javascript:window.__pwned='a'\">a</a> <iframe src=\"javascript:window.__pwned='frame'\"></iframe>"}}),
+        // The service refuses a javascript: URL in media (below); a data: URL of another kind gets through
+        // to the page, which does not load it.
+        json!({"type": "image", "props": {"url": "data:text/html,<script>window.__pwned='image'</script>"}}),
+        json!({"type": "video", "props": {"url": "data:text/html,<script>window.__pwned='video'</script>"}}),
+        json!({"type": "file", "props": {"url": "data:text/html,<script>window.__pwned='file'</script>", "name": "<b onmouseover=x>f</b>"}}),
+        json!({"type": "tool_call", "props": {"id": "h", "name": "<img src=x onerror=\"window.__pwned='tool'\">", "arguments": "<script>window.__pwned='args'</script>"}}),
+        json!({"type": "custom_html", "props": {"html": "<img src=x onerror=\"window.__pwned='custom'\">"}}),
+        json!({"type": "error", "props": {"message": "<svg onload=\"window.__pwned='svg'\">"}}),
+    ];
+    let bad = stream(&client, &server, &hostile, Some(json!({"status": "completed"}))).await;
+    let refused = json!({"type": "image", "props": {"url": "javascript:window.__pwned='image'"}});
+    let response = client.post(server.url(&format!("/v1/streams/{bad}/messages"))).json(&refused).send().await;
+    assert_eq!(response.expect("append").status(), 400, "no javascript: URL ever enters a stream");
+    browser.goto(&server.url(&format!("/ui/streams/{bad}"))).await.expect("open");
+    until(&browser, "document.querySelector('.outcome')", Duration::from_secs(10)).await;
+    // Click every link the page made, as a curious person would.
+    browser
+        .execute("document.querySelectorAll('a').forEach((a) => a.click()); return true;", vec![])
+        .await
+        .expect("click");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let verdict = browser
+        .execute(
+            "return {
+                pwned: window.__pwned ?? null,
+                handlers: [...document.querySelectorAll('*')].filter((n) => [...n.attributes].some((a) => a.name.startsWith('on'))).length,
+                scripts: document.querySelectorAll('script:not([src])').length,
+                javascriptUrls: [...document.querySelectorAll('[href],[src]')].filter((n) => /^\\s*javascript:/i.test(n.getAttribute('href') ?? n.getAttribute('src') ?? '')).length,
+                frames: document.querySelectorAll('iframe').length,
+                blocked: document.querySelectorAll('.blocked').length,
+                shownAsText: document.querySelector('.message.tool_call .tool-arguments')?.textContent,
+            };",
+            vec![],
+        )
+        .await
+        .expect("inspect");
+    assert_eq!(verdict["pwned"], Value::Null, "{verdict}");
+    assert_eq!(verdict["handlers"], 0, "{verdict}");
+    assert_eq!(verdict["scripts"], 0, "{verdict}");
+    assert_eq!(verdict["javascriptUrls"], 0, "{verdict}");
+    assert_eq!(verdict["frames"], 0, "{verdict}");
+    assert_eq!(verdict["blocked"], 3, "the image, the video and the file not loaded: {verdict}");
+    assert_eq!(verdict["shownAsText"], "<script>window.__pwned='args'</script>", "{verdict}");
+    screenshot(&browser, "viewer-hostile").await;
+
+    // The list, newest first.
+    browser.goto(&server.url("/ui")).await.expect("open the list");
+    until(&browser, "document.querySelectorAll('table.streams tr.stream').length >= 3", Duration::from_secs(10)).await;
+    let first =
+        browser.execute("return document.querySelector('table.streams tr.stream a').textContent;", vec![]).await;
+    assert_eq!(first.expect("first"), json!(bad));
+    screenshot(&browser, "viewer-list").await;
+
+    // Every answer of the viewer forbids inline script.
+    for path in ["/ui", "/ui/streams/x", "/ui/assets/viewer.js", "/ui/assets/viewer.css"] {
+        let response = client.get(server.url(path)).send().await.expect("get");
+        assert_eq!(response.status(), 200, "{path}");
+        let policy = response.headers()["content-security-policy"].to_str().expect("ascii");
+        assert!(policy.contains("script-src 'self'") && !policy.contains("unsafe-inline"), "{path}: {policy}");
+    }
+    browser.close().await.expect("close");
+    server.stop().await.expect("stops");
+}
+
+/// The committed bundle (`src/http/ui/viewer.js`, `viewer.css`) is what `clients/viewer` builds.
+#[test]
+fn the_committed_bundle_is_what_the_sources_build() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients").join("viewer");
+    {
+        let _lock = common::node::install_lock();
+        common::node::ensure_node();
+        let mut install = Command::new("npm");
+        install.args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(&dir);
+        expect_success("npm install (clients/viewer)", run(&mut install, Duration::from_secs(600)));
+    }
+    let mut check = Command::new("node");
+    check.args(["build.mjs", "--check"]).current_dir(&dir);
+    expect_success("node build.mjs --check (clients/viewer)", run(&mut check, Duration::from_secs(120)));
+}
