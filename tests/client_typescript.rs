@@ -16,13 +16,7 @@ use common::command::{expect_success, run};
 #[test]
 fn the_typescript_client_passes_its_own_tests() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients").join("typescript");
-    {
-        let _lock = common::node::install_lock();
-        common::node::ensure_node();
-        let mut install = Command::new("npm");
-        install.args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(&dir);
-        expect_success("npm install (clients/typescript)", run(&mut install, Duration::from_secs(600)));
-    }
+    common::node::npm_install(&dir);
     let mut test = Command::new("npm");
     test.args(["test"]).current_dir(&dir).env("AGENTMUX_BIN", env!("CARGO_BIN_EXE_agentmux"));
     let output = expect_success("npm test (clients/typescript)", run(&mut test, Duration::from_secs(600)));

@@ -208,13 +208,7 @@ async fn the_viewer_shows_every_type_live_and_runs_nothing_hostile() {
 #[test]
 fn the_committed_bundle_is_what_the_sources_build() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients").join("viewer");
-    {
-        let _lock = common::node::install_lock();
-        common::node::ensure_node();
-        let mut install = Command::new("npm");
-        install.args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(&dir);
-        expect_success("npm install (clients/viewer)", run(&mut install, Duration::from_secs(600)));
-    }
+    common::node::npm_install(&dir);
     let mut check = Command::new("node");
     check.args(["build.mjs", "--check"]).current_dir(&dir);
     expect_success("node build.mjs --check (clients/viewer)", run(&mut check, Duration::from_secs(120)));

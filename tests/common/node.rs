@@ -62,6 +62,15 @@ pub(crate) fn ensure_node() {
     }
 }
 
+/// Node, and the packages of the package in `dir` (`npm install`, as its lock file pins them).
+pub(crate) fn npm_install(dir: &Path) {
+    let _lock = install_lock();
+    ensure_node();
+    let mut install = Command::new("npm");
+    install.args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).current_dir(dir);
+    expect_success(&format!("npm install ({})", dir.display()), run(&mut install, Duration::from_secs(600)));
+}
+
 /// `target/node-clients`, with Node and every package installed.
 fn ensure_packages() -> PathBuf {
     let dir = target().join("node-clients");
