@@ -103,15 +103,18 @@ async fn a_websocket_reader_handed_the_whole_stream_before_its_eviction_closes_w
     let (server, clock, client, id, last) = ended_stream().await;
     let url = format!("ws://{}/v1/streams/{id}/ws", server.addr);
     let (mut ws, _) = tokio_tungstenite::connect_async(url.as_str()).await.expect("WebSocket subscriber");
-    // The connection takes its first batch (the whole stream) once the upgrade is done, which the client may
-    // see before: the first frame says it was handed the stream.
-    let first = tokio::time::timeout(PATIENCE, ws.next()).await.expect("a frame in time");
-    let WsMessage::Text(first) = first.expect("the connection is open").expect("a frame") else {
-        panic!("the first message of the stream first")
-    };
+    // The connection takes the stream once the upgrade is done, which the client may see before, and a busy
+    // machine may hand it over in more than one batch: evict once every message has reached the client.
+    let mut frames = Vec::new();
+    while frames.last().is_none_or(|f: &Value| f["seq"] != json!(last)) {
+        let frame = tokio::time::timeout(PATIENCE, ws.next()).await.expect("a frame in time");
+        let WsMessage::Text(text) = frame.expect("the connection is open").expect("a frame") else {
+            panic!("every message of the stream first")
+        };
+        frames.push(serde_json::from_str::<Value>(text.as_str()).expect("JSON"));
+    }
     evict(&client, &server, &clock, &id).await;
 
-    let mut frames = vec![serde_json::from_str::<Value>(first.as_str()).expect("JSON")];
     let close = loop {
         let message = tokio::time::timeout(PATIENCE, ws.next()).await.expect("a frame in time");
         match message.expect("the connection is open").expect("a frame") {
