@@ -213,3 +213,189 @@ fn the_committed_bundle_is_what_the_sources_build() {
     check.args(["build.mjs", "--check"]).current_dir(&dir);
     expect_success("node build.mjs --check (clients/viewer)", run(&mut check, Duration::from_secs(120)));
 }
+
+/// What the page shows of a run: every conversation element with what identifies it, the timeline's length,
+/// the outcome's status.
+const INSPECT: &str = "return {
+    messages: [...document.querySelectorAll('.conversation .message')].map((n) => ({
+        type: n.dataset.type,
+        id: n.dataset.messageId ?? null,
+        text: n.textContent,
+        thinkingOpen: n.querySelector('details')?.open ?? null,
+        thinking: n.querySelector('.thinking-text')?.textContent ?? null,
+        toolName: n.querySelector('.tool-name')?.textContent ?? null,
+        arguments: n.querySelector('.tool-arguments')?.textContent ?? null,
+        result: n.querySelector('.tool-result')?.textContent ?? null,
+        pending: !!n.querySelector('.tool-result.pending'),
+        done: n.classList.contains('done'),
+        src: n.querySelector('img,audio,video')?.getAttribute('src') ?? null,
+        controls: n.querySelector('audio,video')?.controls ?? null,
+        href: n.querySelector('a')?.getAttribute('href') ?? null,
+        customType: n.querySelector('.custom-type')?.textContent ?? null,
+        json: n.querySelector('.json')?.textContent ?? null,
+        errorText: n.querySelector('.error-text')?.textContent ?? null,
+    })),
+    timeline: document.querySelectorAll('.timeline-item').length,
+    outcome: document.querySelector('.outcome')?.className ?? null,
+};";
+
+/// Letters and digits only, one space apart: what Markdown's rendering keeps of a text.
+fn words(text: &str) -> String {
+    text.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// JSON as the page indents it (`JSON.stringify(value, null, 2)`).
+fn indented(value: &Value) -> String {
+    serde_json::to_string_pretty(value).expect("json")
+}
+
+/// Checks the page's view of a run against the service's snapshot of it, message by message.
+fn check_view(case: &str, snapshot: &Value, view: &Value) {
+    let messages = snapshot["messages"].as_array().expect("messages");
+    let shown = view["messages"].as_array().expect("shown");
+    let timeline = messages.iter().filter(|m| matches!(m["type"].as_str(), Some("event" | "action"))).count();
+    assert_eq!(view["timeline"], timeline, "{case}: every event and action on the timeline once: {view}");
+    let status = snapshot["status"].as_str().expect("status");
+    assert_eq!(view["outcome"], format!("outcome {status}"), "{case}: {view}");
+    let calls: Vec<&Value> = messages.iter().filter(|m| m["type"] == "tool_call").collect();
+    let mut expected = 0;
+    for message in messages {
+        let kind = message["type"].as_str().expect("type");
+        let props = &message["props"];
+        if matches!(kind, "event" | "action") {
+            continue;
+        }
+        if kind == "tool_result" {
+            if let Some(call) = calls.iter().find(|c| c["props"]["id"] == props["call_id"]) {
+                let node = shown.iter().find(|n| n["type"] == "tool_call" && n["id"] == call["message_id"]);
+                let node = node.unwrap_or_else(|| panic!("{case}: the call of {message} shown: {view}"));
+                assert_eq!(node["pending"], false, "{case}: {node}");
+                let result = node["result"].as_str().expect("result");
+                if let Some(error) = props["error"]["message"].as_str() {
+                    assert!(result.contains(error), "{case}: the tool's error shown: {node}");
+                } else {
+                    let value = props.get("result").or_else(|| props.get("content")).unwrap_or(props);
+                    assert_eq!(result, indented(value), "{case}: the tool's result under its call: {node}");
+                }
+                continue;
+            }
+        }
+        let node = &shown.get(expected).unwrap_or_else(|| panic!("{case}: {message} not shown: {view}"));
+        expected += 1;
+        assert_eq!(node["type"], kind, "{case}: shown in order: {node} for {message}");
+        assert_eq!(node["id"], message["message_id"], "{case}: {node}");
+        let is = |field: &str| props[field].as_str().unwrap_or_default();
+        match kind {
+            "text" => assert_eq!(words(node["text"].as_str().expect("text")), words(is("content")), "{case}: {node}"),
+            "thinking" => {
+                assert_eq!(node["thinkingOpen"], false, "{case}: thinking folded: {node}");
+                assert_eq!(node["thinking"], is("content"), "{case}: {node}");
+            }
+            "loading" => assert_eq!(node["done"], true, "{case}: the loading resolved: {node}"),
+            "tool_call" => {
+                assert_eq!(node["arguments"], is("arguments"), "{case}: {node}");
+                assert!(node["toolName"].as_str().is_some_and(|n| n.contains(is("name"))), "{case}: {node}");
+            }
+            "tool_result" => assert!(!node["result"].as_str().unwrap_or_default().is_empty(), "{case}: {node}"),
+            "error" => assert!(node["errorText"].as_str().is_some_and(|t| t.contains(is("message"))), "{case}: {node}"),
+            "image" => assert_eq!(node["src"], is("url"), "{case}: {node}"),
+            "audio" | "video" => {
+                assert_eq!(node["src"], is("url"), "{case}: {node}");
+                assert_eq!(node["controls"], true, "{case}: a player: {node}");
+            }
+            "file" => assert_eq!(node["href"], is("url"), "{case}: {node}"),
+            _ => {
+                assert_eq!(node["customType"], kind, "{case}: {node}");
+                assert_eq!(node["json"], indented(props), "{case}: a custom type as JSON: {node}");
+            }
+        }
+    }
+    assert_eq!(shown.len(), expected, "{case}: nothing shown beyond the messages: {view}");
+}
+
+/// Every fixture case, posted to a stream and opened in the viewer, shows each of its messages as its type
+/// is shown (compared with the service's snapshot of the same stream), every event and action on the
+/// timeline once, and the outcome. A screenshot of each goes to `target/screenshots/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fixture_case_shows_its_expected_elements() {
+    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let driver = start_driver().await;
+    let browser = browser(&driver).await;
+    browser.set_window_size(1400, 900).await.expect("window size");
+    let cases = common::cases();
+    assert!(cases.len() >= 15, "{cases:?}");
+    for case in &cases {
+        let input = String::from_utf8(common::read(case, "input.jsonl")).expect("utf-8");
+        let messages: Vec<Value> =
+            input.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("json")).collect();
+        let outcome = common::fixtures_dir().join(case).join("outcome.json");
+        let outcome = match std::fs::read(&outcome) {
+            Ok(bytes) => serde_json::from_slice(&bytes).expect("outcome.json"),
+            Err(_) => json!({"status": "completed"}),
+        };
+        let id = stream(&client, &server, &messages, Some(outcome)).await;
+        let snapshot: Value = client
+            .get(server.url(&format!("/v1/streams/{id}")))
+            .send()
+            .await
+            .expect("snapshot")
+            .json()
+            .await
+            .expect("json");
+        browser.goto(&server.url(&format!("/ui/streams/{id}"))).await.expect("open the viewer");
+        until(&browser, "document.querySelector('.outcome')", Duration::from_secs(20)).await;
+        let view = browser.execute(INSPECT, vec![]).await.expect("inspect");
+        check_view(case, &snapshot, &view);
+        screenshot(&browser, &format!("viewer-case-{case}")).await;
+    }
+    browser.close().await.expect("close");
+    server.stop().await.expect("stops");
+}
+
+/// The viewer, opened through a proxy that drops its event stream in the middle of an event while the run
+/// is live, resumes it: the text whole with no word twice, every event once, the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_viewer_resumes_a_cut_connection_without_duplicates() {
+    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    // The CUI event stream (its frames begin `{"type"`; the frames pane's are another format's) drops after
+    // the `id:` line of sequence 10, before that event's data.
+    let proxy = common::proxy::CuttingProxy::start(server.addr, b"\nid: 10\ndata: {\"type\"").await;
+    let client = reqwest::Client::new();
+    let driver = start_driver().await;
+    let browser = browser(&driver).await;
+    let id = stream(&client, &server, &[], None).await;
+    browser.goto(&proxy.url(&format!("/ui/streams/{id}"))).await.expect("open the viewer through the proxy");
+    until(&browser, "document.querySelector('.timeline-item.event')", Duration::from_secs(10)).await;
+    let url = server.url(&format!("/v1/streams/{id}/messages"));
+    let words: Vec<String> = (0..30).map(|i| format!("word{i} ")).collect();
+    for chunk in words.chunks(3) {
+        let deltas: Vec<Value> = chunk
+            .iter()
+            .map(|w| json!({"type": "text", "props": {"content": w}, "message_id": "m", "delta": true}))
+            .collect();
+        assert_eq!(client.post(&url).json(&deltas).send().await.expect("append").status(), 200);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ended = client.post(server.url(&format!("/v1/streams/{id}/end"))).send().await.expect("end");
+    assert_eq!(ended.status(), 200);
+    until(&browser, "document.querySelector('.outcome.completed')", Duration::from_secs(20)).await;
+    assert!(proxy.has_cut(), "the event stream was cut");
+    let snapshot: Value = client
+        .get(server.url(&format!("/v1/streams/{id}")))
+        .send()
+        .await
+        .expect("snapshot")
+        .json()
+        .await
+        .expect("json");
+    let view = browser.execute(INSPECT, vec![]).await.expect("inspect");
+    check_view("cut", &snapshot, &view);
+    let text = view["messages"][0]["text"].as_str().expect("text");
+    assert_eq!(text.trim(), words.concat().trim(), "every word once, in order");
+    screenshot(&browser, "viewer-cut-resumed").await;
+    browser.close().await.expect("close");
+    server.stop().await.expect("stops");
+}

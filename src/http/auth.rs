@@ -337,7 +337,8 @@ pub(crate) fn needs(route: &str) -> Needs {
         | "/ui"
         | "/ui/streams/{id}"
         | "/ui/assets/viewer.js"
-        | "/ui/assets/viewer.css" => Needs::Nothing,
+        | "/ui/assets/viewer.css"
+        | "/ui/assets/client.js" => Needs::Nothing,
         "/v1/streams/{id}" | "/v1/streams/{id}/events" | "/v1/streams/{id}/ws" => Needs::Stream(Access::Read),
         "/v1/streams/{id}/messages" | "/v1/streams/{id}/end" | "/v1/streams/{id}/cancel" => {
             Needs::Stream(Access::Write)

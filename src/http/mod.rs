@@ -238,6 +238,17 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
         ),
         endpoint(
             Method::GET,
+            "/ui/assets/client.js",
+            get(ui::client),
+            op(
+                "The TypeScript client as one ES module, for a page to import",
+                "viewer",
+                None,
+                vec![(200, "JavaScript", vec![Text])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
             "/ui/assets/viewer.css",
             get(ui::style),
             op("The viewer's style", "viewer", None, vec![(200, "CSS", vec![Text])]),

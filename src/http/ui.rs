@@ -2,7 +2,8 @@
 //! live, beside its frames in any other format. The page's script and style are built from
 //! `clients/viewer` (its sources, the TypeScript client, and the Markdown and sanitizing packages it pins)
 //! and embedded here, so the binary needs no Node and the page loads nothing from another host; a test
-//! checks that building the sources gives the committed files.
+//! checks that building the sources gives the committed files. The same build gives the TypeScript client as
+//! one module (`/ui/assets/client.js`), which a page imports without a build step of its own.
 //!
 //! Agent output is untrusted: the page renders it inert (Markdown through DOMPurify, media and links only to
 //! http(s) or a data URL of the media's kind, everything else as text), and every answer here carries a
@@ -17,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 const PAGE: &str = include_str!("ui/index.html");
 const SCRIPT: &str = include_str!("ui/viewer.js");
 const STYLE: &str = include_str!("ui/viewer.css");
+const CLIENT: &str = include_str!("ui/client.js");
 
 /// Scripts and styles from this origin only, never inline; API calls to this origin; images and media
 /// wherever an agent put them (http(s) and data URLs); nothing else, and never in a frame.
@@ -32,6 +34,12 @@ pub(crate) async fn page() -> Response {
 /// `GET /ui/assets/viewer.js`.
 pub(crate) async fn script() -> Response {
     answer("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// `GET /ui/assets/client.js`: the TypeScript client (`clients/typescript`) as one ES module, for a page to
+/// import without a build of its own (from another origin, one listed with `--cors-origin`).
+pub(crate) async fn client() -> Response {
+    answer("text/javascript; charset=utf-8", CLIENT)
 }
 
 /// `GET /ui/assets/viewer.css`.

@@ -72,7 +72,11 @@ pub(crate) async fn browser(driver: &Driver) -> fantoccini::Client {
     let mut capabilities = serde_json::Map::new();
     capabilities.insert(
         "goog:chromeOptions".into(),
-        json!({"binary": "/usr/bin/chromium", "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]}),
+        // Nothing outside loopback is ever reached (an image at https://example.com in a fixture stays unloaded).
+        json!({"binary": "/usr/bin/chromium", "args": [
+            "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+        ]}),
     );
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
     fantoccini::ClientBuilder::new(connector).capabilities(capabilities).connect(&driver.url).await.expect("a session")

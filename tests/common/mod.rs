@@ -8,6 +8,7 @@ pub(crate) mod doubles;
 pub(crate) mod http;
 pub(crate) mod node;
 pub(crate) mod process;
+pub(crate) mod proxy;
 pub(crate) mod python;
 pub(crate) mod server;
 pub(crate) mod upstream;

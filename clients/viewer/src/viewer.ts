@@ -109,6 +109,7 @@ async function run(id: string): Promise<void> {
   const status = header.querySelector('.status') as HTMLElement;
 
   const nodes = new Map<number, HTMLElement>();
+  const items = new Map<number, HTMLElement>();
   const blocks = new Map<string, HTMLElement>();
   const calls = new Map<string, HTMLElement>();
   const place = (message: OutputMessage): HTMLElement => {
@@ -130,8 +131,16 @@ async function run(id: string): Promise<void> {
     status.textContent = `${state.status} · ${state.last_sequence} messages`;
     const message = update.message;
     const props = (message.props ?? {}) as Record<string, unknown>;
+    // The message's state: the reduced one, where later deltas add to it.
+    const slot = message.message_id ? state.messages.findIndex((m) => m.message_id === message.message_id) : state.messages.length - 1;
+    const current = state.messages[slot] ?? message;
     if (message.type === 'event' || message.type === 'action') {
-      events.append(timeline(message));
+      // One entry per message: an action's deltas update its entry.
+      const item = timeline(current);
+      const previous = items.get(slot);
+      if (previous) previous.replaceWith(item);
+      else events.append(item);
+      items.set(slot, item);
       if (message.type === 'event' && (props.event === 'block_end' || props.event === 'message_end')) {
         const data = (props.data ?? {}) as Record<string, unknown>;
         const block = typeof data.block_id === 'string' ? blocks.get(data.block_id) : undefined;
@@ -141,9 +150,6 @@ async function run(id: string): Promise<void> {
       }
       continue;
     }
-    // The message's state: the reduced one, where later deltas add to it.
-    const slot = message.message_id ? state.messages.findIndex((m) => m.message_id === message.message_id) : state.messages.length - 1;
-    const current = state.messages[slot] ?? message;
     if (current.type === 'tool_result') {
       const call = calls.get(String(((current.props ?? {}) as Record<string, unknown>).call_id));
       if (call) {
