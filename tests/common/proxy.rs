@@ -67,14 +67,14 @@ async fn pass(client: TcpStream, upstream: TcpStream, marker: &'static [u8], cut
         let chunk = &buffer[..read];
         if !cut.load(Ordering::Acquire) {
             let seen = [tail.as_slice(), chunk].concat();
-            if let Some(at) = finder.find(&seen) {
-                if cut.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                    let keep = (at + marker.len()).saturating_sub(tail.len());
-                    let _ = client_write.write_all(&chunk[..keep]).await;
-                    // Both ends dropped here: the client sees its response stop mid-event.
-                    requests.abort();
-                    return;
-                }
+            if let Some(at) = finder.find(&seen)
+                && cut.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
+                let keep = (at + marker.len()).saturating_sub(tail.len());
+                let _ = client_write.write_all(&chunk[..keep]).await;
+                // Both ends dropped here: the client sees its response stop mid-event.
+                requests.abort();
+                return;
             }
             tail = seen[seen.len().saturating_sub(marker.len())..].to_vec();
         }
