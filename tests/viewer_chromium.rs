@@ -265,20 +265,20 @@ fn check_view(case: &str, snapshot: &Value, view: &Value) {
         if matches!(kind, "event" | "action") {
             continue;
         }
-        if kind == "tool_result" {
-            if let Some(call) = calls.iter().find(|c| c["props"]["id"] == props["call_id"]) {
-                let node = shown.iter().find(|n| n["type"] == "tool_call" && n["id"] == call["message_id"]);
-                let node = node.unwrap_or_else(|| panic!("{case}: the call of {message} shown: {view}"));
-                assert_eq!(node["pending"], false, "{case}: {node}");
-                let result = node["result"].as_str().expect("result");
-                if let Some(error) = props["error"]["message"].as_str() {
-                    assert!(result.contains(error), "{case}: the tool's error shown: {node}");
-                } else {
-                    let value = props.get("result").or_else(|| props.get("content")).unwrap_or(props);
-                    assert_eq!(result, indented(value), "{case}: the tool's result under its call: {node}");
-                }
-                continue;
+        if kind == "tool_result"
+            && let Some(call) = calls.iter().find(|c| c["props"]["id"] == props["call_id"])
+        {
+            let node = shown.iter().find(|n| n["type"] == "tool_call" && n["id"] == call["message_id"]);
+            let node = node.unwrap_or_else(|| panic!("{case}: the call of {message} shown: {view}"));
+            assert_eq!(node["pending"], false, "{case}: {node}");
+            let result = node["result"].as_str().expect("result");
+            if let Some(error) = props["error"]["message"].as_str() {
+                assert!(result.contains(error), "{case}: the tool's error shown: {node}");
+            } else {
+                let value = props.get("result").or_else(|| props.get("content")).unwrap_or(props);
+                assert_eq!(result, indented(value), "{case}: the tool's result under its call: {node}");
             }
+            continue;
         }
         let node = &shown.get(expected).unwrap_or_else(|| panic!("{case}: {message} not shown: {view}"));
         expected += 1;
