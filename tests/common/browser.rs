@@ -1,6 +1,7 @@
 //! Headless Chromium for the tests: Debian's `chromium` and `chromium-driver`, installed with apt-get when
 //! missing (never skipped), chromedriver on a loopback port, and a session driven by `fantoccini`.
 
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,7 +45,11 @@ pub(crate) struct Driver {
 }
 
 impl Drop for Driver {
+    /// Kills chromedriver's whole process group: the Chromium it started goes too, even when its session was
+    /// not closed (a failed test), rather than live on as an orphan.
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -55,6 +60,8 @@ pub(crate) async fn start_driver() -> Driver {
     let port = free_port();
     let child = Command::new("/usr/bin/chromedriver")
         .args([format!("--port={port}"), "--allowed-ips=127.0.0.1".into()])
+        // A group of its own, with the browsers it starts: see `Drop`.
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
