@@ -3,8 +3,11 @@
 //! audio player, an error, a custom type as JSON, actions and events on the timeline, the outcome); a run
 //! watched live while its producer appends; the list of streams; and a stream full of hostile content
 //! (script tags, `onerror` attributes, `javascript:` links in text and media, HTML in tool arguments and
-//! custom props) executes nothing, under a Content-Security-Policy that forbids inline script. Screenshots go
-//! to `target/screenshots/`. And the committed bundle is what `clients/viewer`'s sources build.
+//! custom props) executes nothing, under a Content-Security-Policy that forbids inline script. Every fixture
+//! case shows each of its messages as the service's snapshot of it says; a run whose event stream a proxy
+//! drops mid-event resumes with nothing twice; with keys, the page asks for one and keeps it in the tab's
+//! session storage, and a read token in the address is enough for one run. Screenshots go to
+//! `target/screenshots/`. And the committed bundles are what `clients/viewer`'s sources build.
 
 mod common;
 
@@ -13,7 +16,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use agentmux::agent::Agents;
-use agentmux::http::Settings;
+use agentmux::http::{KeySpec, Settings, budgets};
 use agentmux::hub::HubConfig;
 use common::browser::{browser, start_driver, until};
 use common::command::{expect_success, run};
@@ -396,6 +399,90 @@ async fn the_viewer_resumes_a_cut_connection_without_duplicates() {
     let text = view["messages"][0]["text"].as_str().expect("text");
     assert_eq!(text.trim(), words.concat().trim(), "every word once, in order");
     screenshot(&browser, "viewer-cut-resumed").await;
+    browser.close().await.expect("close");
+    server.stop().await.expect("stops");
+}
+
+/// Where keys are configured: the list asks for a key, keeps it in the tab's session storage (never in the
+/// address), and shows the key's streams; a wrong key is asked for again; a stream's page opened with a read
+/// token alone (`?token=`) shows the run with no key at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_keys_the_viewer_asks_for_one_and_keeps_it_in_the_session() {
+    let keys: Vec<KeySpec> = ["sk-viewer"].iter().map(|line| line.parse().expect("a key")).collect();
+    let mut config = HubConfig::default();
+    config.limits.client_budgets = budgets(&keys, config.limits.streams_per_client, 0);
+    let settings = Settings { api_keys: keys, shutdown_grace: Duration::ZERO, ..Settings::default() };
+    let server = TestServer::with(config, settings, Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let created: Value = client
+        .post(server.url("/v1/streams"))
+        .bearer_auth("sk-viewer")
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("json");
+    let id = created["id"].as_str().expect("id");
+    let text = json!({"type": "text", "props": {"content": "for *key holders*"}});
+    let appended = client.post(server.url(&format!("/v1/streams/{id}/messages"))).bearer_auth("sk-viewer").json(&text);
+    assert_eq!(appended.send().await.expect("append").status(), 200);
+    let ended = client.post(server.url(&format!("/v1/streams/{id}/end"))).bearer_auth("sk-viewer").send().await;
+    assert_eq!(ended.expect("end").status(), 200);
+
+    let driver = start_driver().await;
+    let browser = browser(&driver).await;
+    let submit = |key: &'static str| {
+        let browser = browser.clone();
+        async move {
+            let input = browser.find(fantoccini::Locator::Css("form.key-form input")).await.expect("the key field");
+            input.send_keys(key).await.expect("type the key");
+            browser
+                .find(fantoccini::Locator::Css("form.key-form button"))
+                .await
+                .expect("button")
+                .click()
+                .await
+                .expect("submit");
+        }
+    };
+    browser.goto(&server.url("/ui")).await.expect("open the list");
+    until(&browser, "document.querySelector('form.key-form')", Duration::from_secs(10)).await;
+    submit("sk-wrong").await;
+    until(
+        &browser,
+        "document.querySelector('form.key-form')?.textContent.includes('needs an API key')",
+        Duration::from_secs(10),
+    )
+    .await;
+    submit("sk-viewer").await;
+    until(&browser, "document.querySelectorAll('table.streams tr.stream').length === 1", Duration::from_secs(10)).await;
+    let kept = browser
+        .execute("return {stored: sessionStorage.getItem('agentmux-key'), address: window.location.href};", vec![])
+        .await
+        .expect("inspect");
+    assert_eq!(kept["stored"], "sk-viewer", "{kept}");
+    assert!(!kept["address"].as_str().expect("href").contains("sk-viewer"), "never in the address: {kept}");
+    screenshot(&browser, "viewer-keyed-list").await;
+    // The stream's page in the same tab: the key from the session.
+    browser
+        .find(fantoccini::Locator::Css("table.streams tr.stream a"))
+        .await
+        .expect("link")
+        .click()
+        .await
+        .expect("open");
+    until(&browser, "document.querySelector('.outcome.completed')", Duration::from_secs(10)).await;
+    let shown = browser.execute("return document.querySelector('.message.text em')?.textContent;", vec![]).await;
+    assert_eq!(shown.expect("text"), json!("key holders"));
+    // No key, a read token in the address: the run, read with the token.
+    browser.execute("sessionStorage.clear(); return true;", vec![]).await.expect("forget the key");
+    let token = created["read_token"].as_str().expect("read token");
+    browser.goto(&server.url(&format!("/ui/streams/{id}?token={token}"))).await.expect("open with the token");
+    until(&browser, "document.querySelector('.outcome.completed')", Duration::from_secs(10)).await;
+    let stored = browser.execute("return sessionStorage.getItem('agentmux-key');", vec![]).await.expect("inspect");
+    assert_eq!(stored, Value::Null, "the token is not a key to keep");
     browser.close().await.expect("close");
     server.stop().await.expect("stops");
 }
