@@ -223,7 +223,7 @@ const INSPECT: &str = "return {
     messages: [...document.querySelectorAll('.conversation .message')].map((n) => ({
         type: n.dataset.type,
         id: n.dataset.messageId ?? null,
-        text: n.textContent,
+        text: n.innerText,
         thinkingOpen: n.querySelector('details')?.open ?? null,
         thinking: n.querySelector('.thinking-text')?.textContent ?? null,
         toolName: n.querySelector('.tool-name')?.textContent ?? null,
@@ -297,6 +297,12 @@ fn check_view(case: &str, snapshot: &Value, view: &Value) {
             "loading" => assert_eq!(node["done"], true, "{case}: the loading resolved: {node}"),
             "tool_call" => {
                 assert_eq!(node["arguments"], is("arguments"), "{case}: {node}");
+                assert_eq!(node["pending"], false, "{case}: no call shown running once the run ended: {node}");
+                let answered =
+                    messages.iter().any(|m| m["type"] == "tool_result" && m["props"]["call_id"] == props["id"]);
+                if !answered {
+                    assert_eq!(node["result"], "no result in this run", "{case}: {node}");
+                }
                 assert!(node["toolName"].as_str().is_some_and(|n| n.contains(is("name"))), "{case}: {node}");
             }
             "tool_result" => assert!(!node["result"].as_str().unwrap_or_default().is_empty(), "{case}: {node}"),

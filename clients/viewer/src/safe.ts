@@ -18,7 +18,8 @@ const LINKS = /^(?:https?:|mailto:)/i;
 
 /** Markdown as inert HTML. */
 export function markdown(text: string): DocumentFragment {
-  const html = marked.parse(text, { async: false, gfm: true }) as string;
+  // A line break in agent output is one on the page (as chat interfaces show it), not Markdown's soft break.
+  const html = marked.parse(text, { async: false, gfm: true, breaks: true }) as string;
   return purify.sanitize(html, {
     RETURN_DOM_FRAGMENT: true,
     ALLOWED_URI_REGEXP: LINKS,

@@ -174,6 +174,11 @@ async function run(id: string): Promise<void> {
     if (current.type === 'tool_call') calls.set(String(((current.props ?? {}) as Record<string, unknown>).id), node);
   }
   resolveLoading(conversation);
+  // A call the run ended without answering (one handed to the caller, or cut short) is not running any more.
+  conversation.querySelectorAll('.tool-result.pending').forEach((n) => {
+    n.classList.replace('pending', 'unanswered');
+    n.textContent = 'no result in this run';
+  });
   if (state) conversation.append(outcome(state));
 }
 
