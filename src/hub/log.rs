@@ -86,6 +86,11 @@ pub trait Log: Send + Sync + std::fmt::Debug {
         self.changes()
     }
 
+    /// Someone is about to wait for what was appended to become readable (an acknowledgement): a log that
+    /// makes entries readable later than they are appended (a store, at its commit) may do it now, on the
+    /// caller's thread, when nothing else is at it. By default, nothing.
+    fn hasten(&self) {}
+
     /// Drops the history (the stream was evicted): later reads are [`Gone`].
     fn forget(&self);
 

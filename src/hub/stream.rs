@@ -371,6 +371,9 @@ impl Stream {
     /// it (its disk failed): readers have it, a restart would not.
     pub async fn readable(&self, sequence: u64) -> bool {
         let mut changes = self.log.acknowledgements();
+        if self.log.last_sequence() < sequence {
+            self.log.hasten();
+        }
         loop {
             changes.borrow_and_update();
             if !self.log.keeps() {

@@ -205,6 +205,10 @@ impl Log for StoreLog {
         self.committed.acknowledgements.subscribe()
     }
 
+    fn hasten(&self) {
+        self.writer.hasten();
+    }
+
     fn forget(&self) {
         self.forgotten.store(true, Ordering::Release);
         self.committed.memory.forget();
