@@ -7,8 +7,9 @@
 //! acknowledgement, and every reader waiting on it, came next. This thread runs a passive checkpoint (one
 //! that never blocks the writer or a reader) ten times a second on a connection of its own, so the copying
 //! and syncing happen beside the writer. Under writes that never pause, a passive checkpoint may not reach the
-//! log's end, and the log starts over only after one has: the writer's own automatic checkpoint stays, at
-//! [`WRITER_PAGES`], as the bound, and then finds little left to copy. The writer also truncates the log
+//! log's end, and the log starts over only after one has: the writer's thread checkpoints too once the log
+//! passes [`WRITER_PAGES`] (in place of SQLite's automatic checkpoint, which would run in whichever thread
+//! committed), as the bound, and then finds little left to copy. The writer also truncates the log
 //! after deletions (`writer.rs`, compaction).
 
 use std::path::Path;
@@ -20,8 +21,17 @@ use rusqlite::{Connection, OpenFlags};
 /// How often the log is copied back.
 const EVERY: Duration = Duration::from_millis(100);
 
-/// The log's length, in pages, past which the writer's commit runs a checkpoint itself (16 MiB).
-pub(crate) const WRITER_PAGES: i64 = 4096;
+/// The log's length, in pages, past which the writer's thread copies it back itself (16 MiB).
+pub(crate) const WRITER_PAGES: u64 = 4096;
+
+/// Copies what it can of the log back into the database file, blocking no writer and no reader (a passive
+/// checkpoint).
+pub(crate) fn copy_back(connection: &Connection) {
+    let copied = connection.query_row("PRAGMA wal_checkpoint(PASSIVE);", [], |_| Ok(()));
+    if let Err(error) = copied {
+        tracing::warn!("the store could not copy its log back into the database: {error}");
+    }
+}
 
 /// The checkpointing thread; it stops when this is dropped.
 #[derive(Debug)]
@@ -37,10 +47,7 @@ impl Checkpointer {
             .map_err(std::io::Error::other)?;
         std::thread::Builder::new().name("agentmux-checkpoint".into()).spawn(move || {
             while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(EVERY) {
-                let copied = connection.query_row("PRAGMA wal_checkpoint(PASSIVE);", [], |_| Ok(()));
-                if let Err(error) = copied {
-                    tracing::warn!("the store could not copy its log back into the database: {error}");
-                }
+                copy_back(&connection);
             }
         })?;
         Ok(Checkpointer { _stop: stop })

@@ -173,8 +173,7 @@ impl Store {
             Ok(()) => StoreError::Sqlite { path: path.clone(), error },
         };
         let connection = open_connection(&path, OpenFlags::default()).map_err(sqlite)?;
-        // Checkpoints run beside the writer (`checkpoint.rs`); its own is the bound on the log's length.
-        connection.pragma_update(None, "wal_autocheckpoint", checkpoint::WRITER_PAGES).map_err(sqlite)?;
+        // Checkpoints run beside the writer (`checkpoint.rs`); the writer's thread bounds the log's length.
         schema::migrate(&connection).map_err(sqlite)?;
         let threads = threads::load(&connection).map_err(sqlite)?;
         let secret = secret(&connection, "tokens").map_err(sqlite)?;

@@ -16,7 +16,9 @@
 //! durable POST to 100 subscribers 172–196k → 251–319k deliveries/s; batched fan-out unchanged within its
 //! noise; to 1,000 subscribers one message per POST 0.89× (median of three pairs), where the commit now holds
 //! a runtime thread that has deliveries to make. A commit is a write to the WAL with no fsync (`mod.rs`), a
-//! few hundred microseconds at most; a write that fails there is left to the writer's thread.
+//! few hundred microseconds at most; a write that fails there is left to the writer's thread, and so is
+//! copying the log back into the file once it is long (SQLite's automatic checkpoint, which would run in the
+//! committing thread and sync, is replaced by the writer's own; see `Writer::start`).
 //!
 //! A write that fails (a full disk, a file gone read-only) is logged, and the batch is tried again once; if
 //! it fails again, the streams it touched are marked as not kept and their watermarks stay where the disk is
@@ -30,13 +32,16 @@
 //! not grow without bound as streams come and go.
 
 use std::collections::HashMap;
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rusqlite::hooks::Wal;
 use rusqlite::{Connection, params};
 
+use super::checkpoint;
 use super::log::Committed;
 use super::threads::ThreadWrite;
 use crate::hub::Entry;
@@ -126,6 +131,8 @@ struct Shared {
     failures: AtomicU64,
     /// The last write failed (and nothing was written since).
     failing: AtomicBool,
+    /// Pages in the write-ahead log after the last commit (SQLite's WAL hook says).
+    wal_pages: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -158,7 +165,19 @@ enum Drained {
 
 impl Writer {
     /// Starts the writer thread on `connection`.
-    pub(crate) fn start(connection: Connection) -> std::io::Result<Writer> {
+    ///
+    /// The connection's automatic checkpoint is replaced by a count of the log's pages: past
+    /// [`checkpoint::WRITER_PAGES`] the writer's thread copies the log back itself, so that no commit made on
+    /// a producer's thread ([`Writer::hasten`]) ever runs a checkpoint there.
+    pub(crate) fn start(mut connection: Connection) -> std::io::Result<Writer> {
+        let wal_pages = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&wal_pages);
+        connection
+            .wal_hook(Some(move |_: &mut Wal, pages: c_int| {
+                counted.store(u64::try_from(pages).unwrap_or_default(), Ordering::Relaxed);
+                Ok(())
+            }))
+            .map_err(std::io::Error::other)?;
         let (tx, rx) = channel();
         let desk = Desk { connection, rx, carried: Vec::new(), freed: false, compacted: Instant::now() };
         let shared = Arc::new(Shared {
@@ -167,6 +186,7 @@ impl Writer {
             wake: Condvar::new(),
             failures: AtomicU64::new(0),
             failing: AtomicBool::new(false),
+            wal_pages,
         });
         let thread = Arc::clone(&shared);
         std::thread::Builder::new().name("agentmux-store".into()).spawn(move || run(&thread))?;
@@ -176,8 +196,7 @@ impl Writer {
     pub(crate) fn send(&self, command: Command) {
         // The writer lives as long as any handle: a send fails only if it panicked, which it does not.
         let _ = self.tx.send(command);
-        *lock(&self.shared.sent) = true;
-        self.shared.wake.notify_one();
+        self.shared.wake();
     }
 
     /// Commits what was sent, here and now, when nobody else is committing (otherwise whoever is, or the
@@ -186,7 +205,11 @@ impl Writer {
     /// about 0.25 ms for the writer's thread to run once woken, and as much for the waiting task to be polled
     /// once woken from outside the runtime (`BENCHMARKS.md`, session 10), against about 0.1 ms to write and
     /// commit a 128-message POST. A write that fails here is left to the writer's thread, which tries again.
+    /// Not when the log is due to be copied back: that is the writer thread's.
     pub(crate) fn hasten(&self) {
+        if self.shared.log_is_long() {
+            return;
+        }
         let Ok(mut desk) = self.shared.desk.try_lock() else { return };
         commit(&mut desk, &self.shared, false);
     }
@@ -209,6 +232,19 @@ impl Writer {
     }
 }
 
+impl Shared {
+    /// The write-ahead log is past the length at which it is copied back.
+    fn log_is_long(&self) -> bool {
+        self.wal_pages.load(Ordering::Relaxed) >= checkpoint::WRITER_PAGES
+    }
+
+    /// Wakes the writer's thread.
+    fn wake(&self) {
+        *lock(&self.sent) = true;
+        self.wake.notify_one();
+    }
+}
+
 /// A lock that a panic elsewhere does not poison for good: what it guards is whole between statements.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -224,9 +260,15 @@ fn run(shared: &Shared) {
         if drained == Drained::Closed {
             break;
         }
+        if shared.log_is_long() {
+            checkpoint::copy_back(&desk.connection);
+            // Until the next commit says how long the log is now.
+            shared.wal_pages.store(0, Ordering::Relaxed);
+        }
         if desk.freed && (idle || desk.compacted.elapsed() >= COMPACT_EVERY) {
             compact(&desk.connection);
             (desk.freed, desk.compacted) = (false, Instant::now());
+            shared.wal_pages.store(0, Ordering::Relaxed);
         }
         drop(desk);
         if drained == Drained::Wrote {
@@ -267,9 +309,12 @@ fn commit(desk: &mut Desk, shared: &Shared, patient: bool) -> Drained {
     if !patient && written.is_err() {
         // Put back, first, for the writer's thread: it tries again, and says what failed.
         desk.carried = batch;
-        *lock(&shared.sent) = true;
-        shared.wake.notify_one();
+        shared.wake();
         return Drained::Wrote;
+    }
+    if !patient && shared.log_is_long() {
+        // This commit took the log past its bound: the writer's thread copies it back.
+        shared.wake();
     }
     if let Err(error) = &written {
         tracing::error!("the store could not write a batch ({error}); trying again");
