@@ -18,7 +18,7 @@ use std::time::Duration;
 use agentmux::agent::Agents;
 use agentmux::http::{KeySpec, Settings, budgets};
 use agentmux::hub::HubConfig;
-use common::browser::{browser, start_driver, until};
+use common::browser::{Driver, browser, start_driver, until};
 use common::command::{expect_success, run};
 use common::server::TestServer;
 use serde_json::{Value, json};
@@ -43,6 +43,23 @@ async fn stream(client: &reqwest::Client, server: &TestServer, messages: &[Value
     id
 }
 
+/// The server (the built-in agents, no shutdown grace), an HTTP client, chromedriver and a browser with a wide
+/// window.
+async fn setup(config: HubConfig, settings: Settings) -> (TestServer, reqwest::Client, Driver, fantoccini::Client) {
+    let settings = Settings { shutdown_grace: Duration::ZERO, ..settings };
+    let server = TestServer::with(config, settings, Agents::builtin()).await;
+    let driver = start_driver().await;
+    let browser = browser(&driver).await;
+    browser.set_window_size(1400, 900).await.expect("window size");
+    (server, reqwest::Client::new(), driver, browser)
+}
+
+/// The service's snapshot of a stream.
+async fn snapshot(client: &reqwest::Client, server: &TestServer, id: &str) -> Value {
+    let response = client.get(server.url(&format!("/v1/streams/{id}"))).send().await.expect("snapshot");
+    response.json().await.expect("json")
+}
+
 async fn screenshot(browser: &fantoccini::Client, name: &str) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target").join("screenshots");
     std::fs::create_dir_all(&dir).expect("screenshots");
@@ -52,12 +69,7 @@ async fn screenshot(browser: &fantoccini::Client, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_viewer_shows_every_type_live_and_runs_nothing_hostile() {
-    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
-    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
-    let client = reqwest::Client::new();
-    let driver = start_driver().await;
-    let browser = browser(&driver).await;
-    browser.set_window_size(1400, 900).await.expect("window size");
+    let (server, client, _driver, browser) = setup(HubConfig::default(), Settings::default()).await;
 
     // Every built-in type.
     let every = [
@@ -327,12 +339,7 @@ fn check_view(case: &str, snapshot: &Value, view: &Value) {
 /// timeline once, and the outcome. A screenshot of each goes to `target/screenshots/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fixture_case_shows_its_expected_elements() {
-    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
-    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
-    let client = reqwest::Client::new();
-    let driver = start_driver().await;
-    let browser = browser(&driver).await;
-    browser.set_window_size(1400, 900).await.expect("window size");
+    let (server, client, _driver, browser) = setup(HubConfig::default(), Settings::default()).await;
     let cases = common::cases();
     assert!(cases.len() >= 15, "{cases:?}");
     for case in &cases {
@@ -345,14 +352,7 @@ async fn every_fixture_case_shows_its_expected_elements() {
             Err(_) => json!({"status": "completed"}),
         };
         let id = stream(&client, &server, &messages, Some(outcome)).await;
-        let snapshot: Value = client
-            .get(server.url(&format!("/v1/streams/{id}")))
-            .send()
-            .await
-            .expect("snapshot")
-            .json()
-            .await
-            .expect("json");
+        let snapshot = snapshot(&client, &server, &id).await;
         browser.goto(&server.url(&format!("/ui/streams/{id}"))).await.expect("open the viewer");
         until(&browser, "document.querySelector('.outcome')", Duration::from_secs(20)).await;
         let view = browser.execute(INSPECT, vec![]).await.expect("inspect");
@@ -367,14 +367,10 @@ async fn every_fixture_case_shows_its_expected_elements() {
 /// is live, resumes it: the text whole with no word twice, every event once, the outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_viewer_resumes_a_cut_connection_without_duplicates() {
-    let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
-    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let (server, client, _driver, browser) = setup(HubConfig::default(), Settings::default()).await;
     // The CUI event stream (its frames begin `{"type"`; the frames pane's are another format's) drops after
     // the `id:` line of sequence 10, before that event's data.
     let proxy = common::proxy::CuttingProxy::start(server.addr, b"\nid: 10\ndata: {\"type\"").await;
-    let client = reqwest::Client::new();
-    let driver = start_driver().await;
-    let browser = browser(&driver).await;
     let id = stream(&client, &server, &[], None).await;
     browser.goto(&proxy.url(&format!("/ui/streams/{id}"))).await.expect("open the viewer through the proxy");
     until(&browser, "document.querySelector('.timeline-item.event')", Duration::from_secs(10)).await;
@@ -392,14 +388,7 @@ async fn the_viewer_resumes_a_cut_connection_without_duplicates() {
     assert_eq!(ended.status(), 200);
     until(&browser, "document.querySelector('.outcome.completed')", Duration::from_secs(20)).await;
     assert!(proxy.has_cut(), "the event stream was cut");
-    let snapshot: Value = client
-        .get(server.url(&format!("/v1/streams/{id}")))
-        .send()
-        .await
-        .expect("snapshot")
-        .json()
-        .await
-        .expect("json");
+    let snapshot = snapshot(&client, &server, &id).await;
     let view = browser.execute(INSPECT, vec![]).await.expect("inspect");
     check_view("cut", &snapshot, &view);
     let text = view["messages"][0]["text"].as_str().expect("text");
@@ -417,9 +406,7 @@ async fn with_keys_the_viewer_asks_for_one_and_keeps_it_in_the_session() {
     let keys: Vec<KeySpec> = ["sk-viewer"].iter().map(|line| line.parse().expect("a key")).collect();
     let mut config = HubConfig::default();
     config.limits.client_budgets = budgets(&keys, config.limits.streams_per_client, 0);
-    let settings = Settings { api_keys: keys, shutdown_grace: Duration::ZERO, ..Settings::default() };
-    let server = TestServer::with(config, settings, Agents::builtin()).await;
-    let client = reqwest::Client::new();
+    let (server, client, _driver, browser) = setup(config, Settings { api_keys: keys, ..Settings::default() }).await;
     let created: Value = client
         .post(server.url("/v1/streams"))
         .bearer_auth("sk-viewer")
@@ -437,8 +424,6 @@ async fn with_keys_the_viewer_asks_for_one_and_keeps_it_in_the_session() {
     let ended = client.post(server.url(&format!("/v1/streams/{id}/end"))).bearer_auth("sk-viewer").send().await;
     assert_eq!(ended.expect("end").status(), 200);
 
-    let driver = start_driver().await;
-    let browser = browser(&driver).await;
     let submit = |key: &'static str| {
         let browser = browser.clone();
         async move {
