@@ -474,6 +474,22 @@ async fn with_keys_the_viewer_asks_for_one_and_keeps_it_in_the_session() {
     until(&browser, "document.querySelector('.outcome.completed')", Duration::from_secs(10)).await;
     let stored = browser.execute("return sessionStorage.getItem('agentmux-key');", vec![]).await.expect("inspect");
     assert_eq!(stored, Value::Null, "the token is not a key to keep");
+    // A token that does not open the stream: said so, with the way back to a key (not a key prompt that a
+    // token in the address would always override).
+    browser.goto(&server.url(&format!("/ui/streams/{id}?token=garbage"))).await.expect("open with a bad token");
+    until(&browser, "document.querySelector('.failure')?.textContent.includes('read token')", Duration::from_secs(10))
+        .await;
+    let state = browser
+        .execute(
+            "return {form: !!document.querySelector('form.key-form'), status: document.querySelector('.status')?.textContent,
+                back: document.querySelector('.failure a')?.getAttribute('href')};",
+            vec![],
+        )
+        .await
+        .expect("inspect");
+    assert_eq!(state["form"], false, "{state}");
+    assert_eq!(state["status"], "failed", "{state}");
+    assert_eq!(state["back"], format!("/ui/streams/{id}"), "{state}");
     browser.close().await.expect("close");
     server.stop().await.expect("stops");
 }

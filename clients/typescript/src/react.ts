@@ -33,7 +33,7 @@ export interface StreamView {
  * function Run({ id, token }: { id: string; token?: string }) {
  *   const { state, error, done } = useStream(client, id, { token });
  *   if (error) return <p>{error.message}</p>;
- *   const text = state?.messages.filter((m) => m.type === 'text').map((m) => m.props.content).join('');
+ *   const text = state?.messages.filter((m) => m.type === 'text').map((m) => m.props?.content).join('');
  *   return <p>{text}{done ? '' : '…'}</p>;
  * }
  * ```

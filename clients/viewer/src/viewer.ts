@@ -35,7 +35,19 @@ function askForKey(then: () => void, why: string): void {
 }
 
 function failed(error: unknown, retry: () => void): void {
+  const status = app.querySelector('header .status');
+  if (status) status.textContent = 'failed';
+  const token = new URLSearchParams(window.location.search).get('token');
   if (error instanceof AgentmuxError && (error.status === 401 || error.status === 403)) {
+    if (token) {
+      // The token in the address is what was refused: a key typed here would not be used while it is there.
+      const note = el('p', 'failure', `This read token does not open the stream (${error.message}). `);
+      const without = el('a', undefined, 'Open it with an API key instead');
+      without.href = window.location.pathname;
+      note.append(without);
+      app.append(note);
+      return;
+    }
     askForKey(retry, error.status === 401 ? 'This service needs an API key.' : 'That key may not read this.');
     return;
   }
