@@ -16,7 +16,11 @@
 //! read token, the thread id, `Retry-After`). `--cors-origin '*'` lets any page read (`GET`: events,
 //! snapshots) but not write: its preflights for anything else get no CORS headers, and the guard above
 //! refuses what a page sends without one. Clients that are not browsers send no `Origin` and meet only the
-//! media-type rule.
+//! media-type rule. A read from a page on an unlisted origin is served (its browser hides the answer), and
+//! the log names each such origin once, so an operator whose page stays empty learns what to list.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{Request, State};
 use axum::http::header::{CONTENT_TYPE, HOST, ORIGIN};
@@ -33,7 +37,13 @@ use super::HttpError;
 pub struct Origins {
     exact: Vec<HeaderValue>,
     any_reads: bool,
+    /// Unlisted origins already named in the log (at most [`LOGGED_ORIGINS`]).
+    logged: Arc<Mutex<HashSet<HeaderValue>>>,
 }
+
+/// How many unlisted origins the log names, each once: a flood of made-up origins cannot grow memory or
+/// the log.
+const LOGGED_ORIGINS: usize = 64;
 
 impl Origins {
     /// From the flag's values: each an exact origin (scheme, host and port, no path), or `*`.
@@ -62,6 +72,12 @@ impl Origins {
 
     fn listed(&self, origin: &HeaderValue) -> bool {
         self.exact.iter().any(|o| o == origin)
+    }
+
+    /// True the first time an unlisted origin is seen (up to [`LOGGED_ORIGINS`] of them).
+    fn first_sighting(&self, origin: &HeaderValue) -> bool {
+        let mut logged = self.logged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        logged.len() < LOGGED_ORIGINS && logged.insert(origin.clone())
     }
 
     /// The CORS layer for these origins; none when no origin is listed (then no CORS header is sent).
@@ -120,6 +136,21 @@ fn check(origins: &Origins, request: &Request) -> Result<(), HttpError> {
             "origin_not_allowed",
         ));
     }
+    // A read from a page on an unlisted origin is served, but its browser hides the answer from the page
+    // (no CORS header): the page just stays empty. The operator gets one line per such origin.
+    if let Some(origin) = headers.get(ORIGIN)
+        && !changes
+        && !origins.listed(origin)
+        && !origins.any_reads
+        && !same_origin(origin, headers.get(HOST))
+        && origins.first_sighting(origin)
+    {
+        tracing::info!(
+            origin = %String::from_utf8_lossy(origin.as_bytes()),
+            "a page on an origin not listed with --cors-origin reads from this service: its browser will not \
+             show it the answers (list the origin with --cors-origin to let it)"
+        );
+    }
     if has_body(request) {
         let media = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
         let essence = media.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
@@ -167,6 +198,19 @@ mod tests {
         for bad in ["app.example.com", "https://app.example.com/path", "ftp://x", ""] {
             assert!(Origins::new(&[bad.into()]).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn an_unlisted_origin_is_named_once_and_only_so_many() {
+        let origins = Origins::new(&[]).expect("valid");
+        let page = HeaderValue::from_static("http://localhost:3000");
+        assert!(origins.first_sighting(&page));
+        assert!(!origins.first_sighting(&page), "once");
+        for n in 1..LOGGED_ORIGINS {
+            let other = HeaderValue::from_str(&format!("http://localhost:{n}")).expect("origin");
+            assert!(origins.first_sighting(&other));
+        }
+        assert!(!origins.first_sighting(&HeaderValue::from_static("http://one-too-many")), "bounded");
     }
 
     #[test]
