@@ -66,6 +66,16 @@ export const scenarios = {
     check(state.status === 'completed', 'completed', state.status);
   },
 
+  // A watcher asked to start after a sequence gets what follows it, and nothing before.
+  async 'a watcher from a sequence gets what follows it'({ lib, plain }) {
+    const client = lib.createClient({ baseUrl: plain });
+    const stream = await client.createStream();
+    await client.append(stream.id, ['a ', 'b ', 'c '].map((w) => text(w)), { writeToken: stream.write_token });
+    await client.end(stream.id, undefined, { writeToken: stream.write_token });
+    const { sequences } = await watchAll(client.watch(stream.id, { token: stream.read_token, from: 3 }));
+    check(same(sequences, [4, 5, 6, 7]), 'sequences 4 to the end', sequences);
+  },
+
   // With keys: the owner writes with the key; a watcher with nothing but a read token reads, and cannot write.
   async 'a read token reads, and a write through it is refused'({ lib, keyed }) {
     const owner = lib.createClient({ baseUrl: keyed.baseUrl, apiKey: keyed.key });
