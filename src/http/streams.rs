@@ -132,15 +132,17 @@ pub(crate) async fn append(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|t| t.contains("ndjson") || t.contains("jsonl") || t.contains("json-seq"));
     let messages = if ndjson { ndjson_messages(&bytes)? } else { json_messages(&bytes)? };
-    let sequences = stream.append_batch(messages)?;
     // The answer is the acknowledgement: it waits until the messages are kept (committed, with a store),
     // unless the producer said it need not (readers still receive them only once they are kept).
-    if let Some(&last) = sequences.last()
-        && query.durable.unwrap_or(true)
-        && !stream.readable(last).await
-    {
-        return Err(not_kept(&stream).await);
-    }
+    let sequences = if query.durable.unwrap_or(true) {
+        let (sequences, kept) = stream.append_batch_kept(messages).await?;
+        if !kept {
+            return Err(not_kept(&stream).await);
+        }
+        sequences
+    } else {
+        stream.append_batch(messages)?
+    };
     app.metrics.appended(sequences.len(), bytes.len(), started.elapsed().as_secs_f64());
     Ok(Json(json!({ "sequences": sequences })).into_response())
 }

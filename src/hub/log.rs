@@ -91,6 +91,14 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     /// caller's thread, when nothing else is at it. By default, nothing.
     fn hasten(&self) {}
 
+    /// Appends as [`Log::append`] does, for a caller that waits for these entries to become readable right
+    /// away and so calls [`Log::hasten`] next: a log that hands its writes to another thread may leave that
+    /// thread asleep, since the caller's `hasten` writes them (or wakes it, when it cannot). By default,
+    /// [`Log::append`].
+    fn append_awaited(&self, entries: Vec<Entry>) {
+        self.append(entries);
+    }
+
     /// Drops the history (the stream was evicted): later reads are [`Gone`].
     fn forget(&self);
 

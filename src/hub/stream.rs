@@ -573,6 +573,24 @@ impl Stream {
 
     /// Appends messages all or nothing; returns their sequences.
     pub fn append_batch(&self, messages: Vec<OutputMessage>) -> Result<Vec<u64>, BatchError> {
+        self.append_staged(messages, false)
+    }
+
+    /// Appends messages all or nothing, as [`Stream::append_batch`] does, and waits until they are kept
+    /// ([`Stream::readable`]): their sequences, and false when the store could not keep them. With a store,
+    /// the wait commits them on this thread when nothing else is committing, rather than handing them to the
+    /// store's writer and waiting to be woken back.
+    pub async fn append_batch_kept(&self, messages: Vec<OutputMessage>) -> Result<(Vec<u64>, bool), BatchError> {
+        let sequences = self.append_staged(messages, true)?;
+        let kept = match sequences.last() {
+            Some(&last) => self.readable(last).await,
+            None => true,
+        };
+        Ok((sequences, kept))
+    }
+
+    /// `awaited`: the caller waits for the batch to be readable next (see [`Log::append_awaited`]).
+    fn append_staged(&self, messages: Vec<OutputMessage>, awaited: bool) -> Result<Vec<u64>, BatchError> {
         for (index, message) in messages.iter().enumerate() {
             message.validate().map_err(|e| BatchError { index, error: e.into() })?;
         }
@@ -595,7 +613,11 @@ impl Stream {
             let stamped = message.metadata.as_ref().and_then(|m| m.timestamp);
             self.active_ms.store(stamped.unwrap_or_default(), Ordering::Release);
         }
-        self.log.append(staged.entries);
+        if awaited {
+            self.log.append_awaited(staged.entries);
+        } else {
+            self.log.append(staged.entries);
+        }
         self.probes.appended(producer.last);
         Ok(staged.sequences)
     }

@@ -82,6 +82,11 @@ impl Committed {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// The last sequence committed.
+    pub(crate) fn sequence(&self) -> u64 {
+        self.sequence.load(Ordering::Acquire)
+    }
+
     /// The writer committed up to `sequence` (and the end, when `ended`): readers may read it.
     pub(crate) fn advance(&self, sequence: u64, ended: bool) {
         // Written at last (a failed batch, once the disk is back): everything up to here is kept.
@@ -123,10 +128,10 @@ impl StoreLog {
     fn gone(&self, asked: u64) -> Gone {
         Gone { asked, kept_after: self.committed.memory.last_sequence() }
     }
-}
 
-impl Log for StoreLog {
-    fn append(&self, entries: Vec<Entry>) {
+    /// Keeps `entries` in memory and hands them to the writer; `wake`: wakes its thread (otherwise the caller
+    /// hastens next).
+    fn hand_over(&self, entries: Vec<Entry>, wake: bool) {
         let serialised = Serialised::of(&entries);
         let memory = &self.committed.memory;
         memory.append(entries);
@@ -136,11 +141,28 @@ impl Log for StoreLog {
             let committed = self.committed.sequence.load(Ordering::Acquire);
             memory.trim(committed.min(memory.last_sequence().saturating_sub(HOT)));
         }
-        self.writer.send(Command::Append {
+        let command = Command::Append {
             stream: self.stream.clone(),
             entries: serialised,
             committed: Arc::clone(&self.committed),
-        });
+        };
+        if wake {
+            self.writer.send(command);
+        } else {
+            self.writer.queue(command);
+        }
+    }
+}
+
+impl Log for StoreLog {
+    fn append(&self, entries: Vec<Entry>) {
+        self.hand_over(entries, true);
+    }
+
+    /// Queued without waking the writer's thread: the caller's [`Log::hasten`], next, commits it on its own
+    /// thread when nobody else is committing, and otherwise wakes the writer (`writer.rs`).
+    fn append_awaited(&self, entries: Vec<Entry>) {
+        self.hand_over(entries, false);
     }
 
     fn read(&self, after: u64, max: usize, into: &mut Vec<Entry>) -> Result<(), Gone> {
@@ -182,7 +204,7 @@ impl Log for StoreLog {
     }
 
     fn last_sequence(&self) -> u64 {
-        self.committed.sequence.load(Ordering::Acquire)
+        self.committed.sequence()
     }
 
     fn is_ended(&self) -> bool {
