@@ -24,6 +24,7 @@ mod browser;
 mod chat;
 mod edge;
 mod error;
+mod event_connection;
 mod extract;
 mod format;
 mod metrics;

@@ -26,13 +26,11 @@
 //!    never arrives) is dropped, and `serve` returns.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::response::IntoResponse;
 use hyper::server::conn::http1;
@@ -45,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
+use super::event_connection::{self, First};
 use super::{App, HttpError, router};
 use crate::hub::Hub;
 use crate::output::{ErrorProps, Outcome};
@@ -68,6 +67,9 @@ const OVERFLOW_ANSWERS: usize = 64;
 
 /// How long a connection past the cap gets to send its request head.
 const OVERFLOW_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a client gets to send a request's head (hyper's default, which needs a timer to apply).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How often the hub is swept (idle streams ended, expired ones evicted), at most.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -135,13 +137,30 @@ pub async fn serve(
             }
             continue;
         };
-        let service = with_peer(router.clone(), peer);
-        let connection = http
-            .serve_connection(TokioIo::new(Held { tcp, _permit: permit, _open: metrics.connection() }), service)
-            .with_upgrades();
-        let lifetime = lifetime.clone();
+        let service = axum::Extension(ConnectInfo(peer)).layer(router.clone());
+        let held = Held { tcp, _permit: permit, _open: metrics.connection() };
+        let (http, lifetime) = (http.clone(), lifetime.clone());
         connections.spawn(async move {
-            let mut connection = std::pin::pin!(connection);
+            // A GET of an event stream as the connection's first request is served without hyper (see
+            // `event_connection.rs`); the client gets as long to send that head as hyper gives it.
+            let first = tokio::select! {
+                first = tokio::time::timeout(HEAD_TIMEOUT, event_connection::first_request(held)) => first,
+                () = lifetime.closing.cancelled() => return,
+            };
+            let io = match first {
+                Ok(Ok(Some(First::Events(request, held)))) => {
+                    return event_connection::serve_events(held, request, service, lifetime.gone.clone()).await;
+                }
+                Ok(Ok(Some(First::Other(io)))) => io,
+                Ok(Ok(None)) | Err(_) => return,
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "connection closed before its first request");
+                    return;
+                }
+            };
+            // Boxed, so that the task of a connection served without hyper is not the size of hyper's.
+            let mut connection =
+                Box::pin(http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)).with_upgrades());
             let result = tokio::select! {
                 result = connection.as_mut() => result,
                 () = lifetime.closing.cancelled() => {
@@ -175,14 +194,6 @@ pub async fn serve(
     Ok(())
 }
 
-/// The router with the peer's address in every request, as axum's `ConnectInfo`.
-fn with_peer(
-    router: Router,
-    peer: SocketAddr,
-) -> TowerToHyperService<axum::middleware::AddExtension<Router, ConnectInfo<SocketAddr>>> {
-    TowerToHyperService::new(axum::Extension(ConnectInfo(peer)).layer(router))
-}
-
 /// Answers a connection past the cap with 503 `capacity` and closes it.
 async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone: CancellationToken) {
     let mut http = http1::Builder::new();
@@ -211,9 +222,9 @@ async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone:
 /// read and write buffers, its task and its response, about 4 KiB less per connection than `auto` kept.
 fn connection_builder() -> http1::Builder {
     let mut http = http1::Builder::new();
-    // A client gets 30 s to send a request's head (hyper's default, which needs a timer to apply). hyper's
-    // header count limit sits above the service's own (`edge.rs`), so that one answers with the envelope.
-    http.timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(30));
+    // A client gets `HEAD_TIMEOUT` to send a request's head. hyper's header count limit sits above the
+    // service's own (`edge.rs`), so that one answers with the envelope.
+    http.timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT);
     http
 }
 
@@ -264,8 +275,8 @@ async fn end_open_streams(hub: &Hub, grace: Duration) {
 
 /// A connection's socket with its permit of the cap: the permit is given back when the socket closes,
 /// whoever holds it then (hyper, or a WebSocket after the upgrade).
-struct Held {
-    tcp: TcpStream,
+pub(crate) struct Held {
+    pub(crate) tcp: TcpStream,
     _permit: OwnedSemaphorePermit,
     /// Counted as open in the metrics.
     _open: super::metrics::Open,

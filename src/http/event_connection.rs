@@ -1,0 +1,274 @@
+//! A connection whose first request is `GET /v1/streams/{id}/events`, served without hyper: [`first_request`]
+//! reads and parses a new connection's first request head, [`serve_events`] answers it.
+//!
+//! A subscriber to an event stream spends nearly all its life waiting. Held by hyper, a waiting subscriber
+//! keeps hyper's read buffer and its write buffer (8 KiB each, one page of each touched by the request and
+//! the response head) and its dispatcher: about 9 KiB of server memory per idle connection
+//! (`BENCHMARKS.md`), with no setting in hyper for less. Every SSE client opens a connection per stream
+//! (`EventSource`, the OpenAI and AI SDK clients, curl), so the first request of a connection is where an
+//! event stream is asked for. That one request is read here: its head parsed (`httparse`) out of a buffer
+//! sized to it and dropped once parsed, answered by the same router as every other request (every layer:
+//! keys, CORS, limits, metrics), and its response written here: the head, each body chunk in chunked
+//! encoding as it comes, then the connection closed (a client reconnects, as after any end of a stream).
+//! While the response waits for its next chunk, a read of a few bytes into the task's own state notices a
+//! client that went away.
+//!
+//! Anything else goes to hyper, which sees the connection from its first byte: the bytes read here are put
+//! back in front of the socket ([`Rewind`]). That is every other method or path, HTTP/1.0, a request with a
+//! body or an `Upgrade` (WebSocket) or `Expect`, bytes after the head (a pipelined request), a head that
+//! `httparse` refuses or that is longer than [`HEAD_LIMIT`] (hyper then answers as it does), and every
+//! request after the first on a kept-alive connection.
+
+use std::convert::Infallible;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::http::{HeaderName, HeaderValue, Method, Request, Response, Version, header};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio_util::sync::CancellationToken;
+use tower::{Service, ServiceExt};
+
+use super::server::Held;
+
+/// The longest first request head read here; a longer one goes to hyper, which answers it as it does.
+pub(crate) const HEAD_LIMIT: usize = 8 * 1024;
+
+/// Headers a request head read here may have; more go to hyper (and the service's own limit answers).
+const MAX_HEADERS: usize = 64;
+
+/// The first request of a new connection.
+pub(crate) enum First {
+    /// A GET of a stream's events, parsed: answered by [`serve_events`].
+    Events(Box<Request<Body>>, Held),
+    /// Anything else: hyper serves the connection, from its first byte.
+    Other(Rewind),
+}
+
+/// Reads a new connection's first request head and says who serves it; `Ok(None)` when the client closed
+/// the connection before sending a whole head. Nothing is allocated until the client sends something.
+pub(crate) async fn first_request(held: Held) -> io::Result<Option<First>> {
+    let mut head = Vec::new();
+    loop {
+        held.tcp.readable().await?;
+        if head.len() == head.capacity() {
+            head.reserve(if head.is_empty() { 1024 } else { head.capacity() });
+        }
+        match held.tcp.try_read_buf(&mut head) {
+            Ok(0) => return Ok(None),
+            Ok(_) => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(error) => return Err(error),
+        }
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut parsed = httparse::Request::new(&mut headers);
+        match parsed.parse(&head) {
+            Ok(httparse::Status::Complete(length)) if length == head.len() => {
+                return Ok(Some(match events_request(&parsed) {
+                    Some(request) => First::Events(Box::new(request), held),
+                    None => First::Other(Rewind::new(head, held)),
+                }));
+            }
+            Ok(httparse::Status::Partial) if head.len() < HEAD_LIMIT => {}
+            // Bytes after the head, a head too long, or one httparse refuses: hyper's.
+            _ => return Ok(Some(First::Other(Rewind::new(head, held)))),
+        }
+    }
+}
+
+/// The request, when it is a plain GET of a stream's events over HTTP/1.1.
+fn events_request(parsed: &httparse::Request<'_, '_>) -> Option<Request<Body>> {
+    if parsed.method != Some("GET") || parsed.version != Some(1) {
+        return None;
+    }
+    let target = parsed.path?;
+    let path = target.split_once('?').map_or(target, |(path, _)| path);
+    let segments: Vec<&str> = path.split('/').collect();
+    if !matches!(segments.as_slice(), ["", "v1", "streams", id, "events"] if !id.is_empty()) {
+        return None;
+    }
+    let mut request = Request::builder().method(Method::GET).uri(target).version(Version::HTTP_11);
+    for h in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
+        let bodiless = |value: &[u8]| value.iter().all(|b| b.is_ascii_whitespace() || *b == b'0');
+        let ours = match name {
+            header::UPGRADE | header::TRANSFER_ENCODING | header::EXPECT => false,
+            header::CONTENT_LENGTH => bodiless(h.value),
+            _ => true,
+        };
+        if !ours {
+            return None;
+        }
+        request = request.header(name, HeaderValue::from_bytes(h.value).ok()?);
+    }
+    request.body(Body::empty()).ok()
+}
+
+/// Answers `request` with `service` and writes the response on `held`, then closes it: when the body ends,
+/// when the client goes away, or when `gone` fires (the shutdown's drain is over).
+pub(crate) async fn serve_events<S>(mut held: Held, request: Box<Request<Body>>, service: S, gone: CancellationToken)
+where
+    S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
+{
+    // Boxed, as the head below: what a waiting subscriber holds is its body and its socket, nothing more.
+    let Ok(response) = Box::pin(service.oneshot(*request)).await;
+    let (parts, body) = response.into_parts();
+    let bodiless = parts.status.is_informational()
+        || parts.status == axum::http::StatusCode::NO_CONTENT
+        || parts.status == axum::http::StatusCode::NOT_MODIFIED;
+    let length = if bodiless { Some(0) } else { http_body::Body::size_hint(&body).exact() };
+    let head = response_head(&parts, length, bodiless);
+    drop(parts);
+    let (mut reader, mut writer) = held.tcp.split();
+    let relay = async {
+        writer.write_all(&head).await?;
+        drop(head);
+        if !bodiless {
+            relay_body(body, &mut writer, length.is_none()).await?;
+        }
+        writer.shutdown().await
+    };
+    let client_gone = async {
+        // Bytes a client sends after its request are read and dropped; the end of the stream is the client
+        // going away.
+        let mut scratch = [0u8; 64];
+        while let Ok(1..) = reader.read(&mut scratch).await {}
+    };
+    tokio::select! {
+        result = relay => if let Err(error) = result {
+            tracing::debug!(%error, "event stream connection closed with an error");
+        },
+        () = client_gone => {}
+        () = gone.cancelled() => {}
+    }
+}
+
+/// The status line and headers, with the framing chosen here: `content-length` when the body's length is
+/// known, chunked otherwise; and `connection: close`, since the connection ends with the response.
+fn response_head(parts: &axum::http::response::Parts, length: Option<u64>, bodiless: bool) -> Vec<u8> {
+    let mut head = Vec::with_capacity(256);
+    head.extend_from_slice(b"HTTP/1.1 ");
+    head.extend_from_slice(parts.status.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(parts.status.canonical_reason().unwrap_or("").as_bytes());
+    head.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if matches!(*name, header::CONNECTION | header::TRANSFER_ENCODING | header::CONTENT_LENGTH)
+            || name.as_str() == "keep-alive"
+        {
+            continue;
+        }
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        head.extend_from_slice(b"date: ");
+        head.extend_from_slice(httpdate::fmt_http_date(std::time::SystemTime::now()).as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    match length {
+        _ if bodiless => {}
+        Some(length) => head.extend_from_slice(format!("content-length: {length}\r\n").as_bytes()),
+        None => head.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    head.extend_from_slice(b"connection: close\r\n\r\n");
+    head
+}
+
+/// Writes each data frame of `body` as it comes (a chunk each when `chunked`, with the last chunk at the end).
+/// A body that fails ends the response without its last chunk, so the client sees it cut short.
+async fn relay_body(mut body: Body, writer: &mut (impl AsyncWrite + Unpin), chunked: bool) -> io::Result<()> {
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Err(io::Error::other("the response body failed"));
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        if data.is_empty() {
+            continue;
+        }
+        if chunked {
+            let size = format!("{:x}\r\n", data.len());
+            write_all_vectored(
+                writer,
+                &mut [IoSlice::new(size.as_bytes()), IoSlice::new(&data), IoSlice::new(b"\r\n")],
+            )
+            .await?;
+        } else {
+            writer.write_all(&data).await?;
+        }
+    }
+    if chunked {
+        writer.write_all(b"0\r\n\r\n").await?;
+    }
+    Ok(())
+}
+
+/// Writes every byte of `slices`, in as few writes as the socket takes.
+async fn write_all_vectored(writer: &mut (impl AsyncWrite + Unpin), mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !slices.is_empty() {
+        let written = writer.write_vectored(slices).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut slices, written);
+    }
+    Ok(())
+}
+
+/// A connection with the bytes already read from it put back in front: what hyper reads first.
+pub(crate) struct Rewind {
+    prefix: Option<Bytes>,
+    held: Held,
+}
+
+impl Rewind {
+    fn new(prefix: Vec<u8>, held: Held) -> Self {
+        Rewind { prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)), held }
+    }
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Some(prefix) = this.prefix.as_mut() {
+            let n = prefix.len().min(buf.remaining());
+            buf.put_slice(&prefix.split_to(n));
+            if prefix.is_empty() {
+                this.prefix = None;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.held).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().held).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().held).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.held.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().held).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().held).poll_shutdown(cx)
+    }
+}

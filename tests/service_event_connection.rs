@@ -1,0 +1,178 @@
+//! A connection whose first request is a GET of a stream's events, served without hyper, over raw sockets:
+//! a head that arrives a few bytes at a time, the response's framing (chunked, `connection: close`, the
+//! connection closed at the stream's end), a subscriber let go when its client leaves while it waits, and
+//! everything else on a first request (HEAD, a pipelined request, a head too long to read here, too many
+//! headers) still served by hyper from the connection's first byte.
+
+mod common;
+
+use std::time::Duration;
+
+use common::http::{PATIENCE, create_stream, end_stream, parse_sse, post_json};
+use common::server::TestServer;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Everything the server sends until it closes the connection.
+async fn read_to_close(tcp: &mut TcpStream) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    tokio::time::timeout(PATIENCE, tcp.read_to_end(&mut bytes)).await.expect("the server closes").expect("read");
+    bytes
+}
+
+/// The head (status line and headers, lower-cased) and the rest.
+fn split_head(bytes: &[u8]) -> (String, Vec<u8>) {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n").expect("a whole head") + 4;
+    (String::from_utf8_lossy(&bytes[..end]).to_lowercase(), bytes[end..].to_vec())
+}
+
+/// A chunked body, decoded; panics unless it ends with the last chunk.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&body[..line]).expect("ASCII"), 16).expect("hex");
+        body = &body[line + 2..];
+        if size == 0 {
+            assert_eq!(body, b"\r\n", "the last chunk ends the body");
+            return out;
+        }
+        out.extend_from_slice(&body[..size]);
+        assert_eq!(&body[size..size + 2], b"\r\n");
+        body = &body[size + 2..];
+    }
+}
+
+async fn subscribers(client: &reqwest::Client, server: &TestServer) -> u64 {
+    let text = client.get(server.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    text.lines()
+        .filter(|l| l.starts_with("agentmux_subscribers{") && l.contains("transport=\"sse\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_first_request_for_events_gets_a_chunked_answer_and_the_connection_closes_with_the_stream() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    // The head arrives a few bytes at a time.
+    let request = format!(
+        "GET /v1/streams/{id}/events?format=cui HTTP/1.1\r\nHost: agentmux\r\nAccept: text/event-stream\r\n\r\n"
+    );
+    for piece in request.as_bytes().chunks(7) {
+        tcp.write_all(piece).await.expect("write");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (status, _) = post_json(
+        &client,
+        &server.url(&format!("/v1/streams/{id}/messages")),
+        &json!([{"type": "text", "props": {"content": "Hello"}}, {"type": "text", "props": {"content": "again"}}]),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let last = end_stream(&client, &server, &id).await;
+    let (head, body) = split_head(&read_to_close(&mut tcp).await);
+    assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+    for line in ["content-type: text/event-stream", "transfer-encoding: chunked", "connection: close", "date: "] {
+        assert!(head.contains(line), "{line} in {head}");
+    }
+    assert!(head.contains(&format!("x-agentmux-stream-id: {id}")), "{head}");
+    let (events, _) = parse_sse(&dechunk(&body));
+    let ids: Vec<u64> = events.iter().filter_map(|e| e.id).collect();
+    assert_eq!(ids, (1..=last).collect::<Vec<_>>(), "every message once, in order, then the end");
+    assert!(events.iter().any(|e| e.data.contains("\"Hello\"")) && events.iter().any(|e| e.data.contains("\"again\"")));
+    assert!(events.last().is_some_and(|e| e.data.contains("stream_end")), "ends with stream_end");
+
+    // An error is a whole answer, with its length, and the connection closes after it.
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    tcp.write_all(b"GET /v1/streams/nope/events HTTP/1.1\r\nHost: agentmux\r\n\r\n").await.expect("write");
+    let (head, body) = split_head(&read_to_close(&mut tcp).await);
+    assert!(head.starts_with("http/1.1 404 not found\r\n") && head.contains("connection: close"), "{head}");
+    assert!(head.contains(&format!("content-length: {}", body.len())), "{head}");
+    let error: serde_json::Value = serde_json::from_slice(&body).expect("the envelope");
+    assert_eq!(error["error"]["code"], "stream_not_found");
+}
+
+#[tokio::test]
+async fn a_subscriber_whose_client_leaves_while_it_waits_is_let_go() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    tcp.write_all(format!("GET /v1/streams/{id}/events HTTP/1.1\r\nHost: agentmux\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let mut first = [0u8; 64];
+    let read = tokio::time::timeout(PATIENCE, tcp.read(&mut first)).await.expect("the head").expect("read");
+    assert!(first[..read].starts_with(b"HTTP/1.1 200 OK"));
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while subscribers(&client, &server).await != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(tcp);
+    while subscribers(&client, &server).await != 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the subscriber is let go once its client has left");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn every_other_first_request_is_served_by_hyper_from_its_first_byte() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    end_stream(&client, &server, &id).await;
+    let events = format!("/v1/streams/{id}/events");
+
+    // HEAD: the headers of the event stream, and no body.
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    tcp.write_all(format!("HEAD {events} HTTP/1.1\r\nHost: agentmux\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let (head, body) = split_head(&read_to_close(&mut tcp).await);
+    assert!(head.starts_with("http/1.1 200 ok\r\n") && head.contains("text/event-stream"), "{head}");
+    assert!(body.is_empty());
+
+    // Two requests in one write (pipelined): hyper answers both, in order, on the one connection.
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    tcp.write_all(
+        format!(
+            "GET {events} HTTP/1.1\r\nHost: agentmux\r\n\r\nGET /healthz HTTP/1.1\r\nHost: agentmux\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .expect("write");
+    let answers = String::from_utf8_lossy(&read_to_close(&mut tcp).await).to_string();
+    assert_eq!(answers.matches("HTTP/1.1 200 OK").count(), 2, "{answers}");
+    let (sse, health) = answers.split_at(answers.rfind("HTTP/1.1 200 OK").expect("the second answer"));
+    assert!(sse.contains("stream_end") && !sse.to_lowercase().contains("connection: close"), "{sse}");
+    assert!(health.contains("\r\n\r\n"), "{health}");
+
+    // A head longer than is read here: hyper reads it from the start, and the stream is served.
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let padding = "p".repeat(12 * 1024);
+    tcp.write_all(
+        format!("GET {events} HTTP/1.1\r\nHost: agentmux\r\nX-Padding: {padding}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .expect("write");
+    let (head, body) = split_head(&read_to_close(&mut tcp).await);
+    assert!(head.starts_with("http/1.1 200 ok\r\n") && head.contains("transfer-encoding: chunked"), "{head}");
+    assert!(String::from_utf8_lossy(&dechunk(&body)).contains("stream_end"));
+
+    // More headers than are read here: hyper takes them, and the service's own limit answers as before.
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let many: String = (0..70).map(|i| format!("X-H{i}: v\r\n")).collect();
+    tcp.write_all(format!("GET {events} HTTP/1.1\r\nHost: agentmux\r\n{many}Connection: close\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    let (head, body) = split_head(&read_to_close(&mut tcp).await);
+    assert!(head.starts_with("http/1.1 431"), "{head}");
+    assert!(String::from_utf8_lossy(&body).contains("headers_too_large"), "the envelope");
+}
