@@ -2,6 +2,8 @@
 //!
 //! - this file: [`App`] (what every handler shares), [`Settings`] and [`router`];
 //! - `server.rs`: [`serve`]: connections (the cap, the socket each holds), and the shutdown in phases;
+//! - `event_connection.rs`: a connection whose first request is a GET of an event stream, served without
+//!   hyper (so a waiting subscriber holds none of hyper's buffers); every other connection goes to hyper;
 //! - `edge.rs`: what every request meets first (head limits, the declared body size) and every error
 //!   response last (the envelope on whatever axum answered by itself);
 //! - `extract.rs`: the path, query and WebSocket-upgrade extractors, refusing with the envelope;

@@ -2,6 +2,9 @@
 //!
 //! # Connections
 //!
+//! A connection's first request head is read by `event_connection.rs`: a GET of an event stream is served
+//! there, without hyper; anything else goes to hyper, which reads the connection from its first byte.
+//!
 //! Every connection holds a permit of the cap ([`super::Settings::max_connections`]) for as long as its socket
 //! lives: the permit travels inside the socket ([`Held`]), so a connection upgraded to a WebSocket keeps
 //! counting after hyper has handed it over. Past the cap a new connection is read for its request head
@@ -218,8 +221,9 @@ async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone:
 /// How every connection is served: HTTP/1.1 only, with upgrades for WebSocket.
 ///
 /// hyper's own HTTP/1 connection rather than hyper-util's `auto` one (which would also take HTTP/2 over
-/// cleartext, which browsers and the OpenAI SDKs do not use): an idle SSE subscriber is then only hyper's
+/// cleartext, which browsers and the OpenAI SDKs do not use): a waiting connection is then only hyper's
 /// read and write buffers, its task and its response, about 4 KiB less per connection than `auto` kept.
+/// (A connection that opens with a GET of an event stream does without even those: `event_connection.rs`.)
 fn connection_builder() -> http1::Builder {
     let mut http = http1::Builder::new();
     // A client gets `HEAD_TIMEOUT` to send a request's head. hyper's header count limit sits above the

@@ -1,7 +1,7 @@
 //! Server-sent event responses from a [`Subscription`]: one body chunk per batch, `: ping` in silences.
 //!
 //! Each batch the hub hands out (every frame a subscriber is behind, up to the batch limit) becomes one body
-//! chunk, so hyper sends it in one write. A subscriber that keeps up with a fast producer gathers for a moment
+//! chunk, so it goes out in one write (hyper's, or `event_connection.rs`'s). A subscriber that keeps up with a fast producer gathers for a moment
 //! after each write ([`GATHER`]), so messages that come that fast share a write. After `keep_alive` without a
 //! batch (zero: never) a `: ping` comment goes out, which every SSE client and OpenAI SDK ignores. The body ends
 //! when the subscription does: after `data: [DONE]` for OpenAI, after `stream_end` or a `lagged` notice for CUI.
