@@ -35,7 +35,7 @@ use tower::{Service, ServiceExt};
 use super::server::Held;
 
 /// The longest first request head read here; a longer one goes to hyper, which answers it as it does.
-pub(crate) const HEAD_LIMIT: usize = 8 * 1024;
+const HEAD_LIMIT: usize = 8 * 1024;
 
 /// Headers a request head read here may have; more go to hyper (and the service's own limit answers).
 const MAX_HEADERS: usize = 64;
@@ -86,14 +86,14 @@ fn events_request(parsed: &httparse::Request<'_, '_>) -> Option<Request<Body>> {
     }
     let target = parsed.path?;
     let path = target.split_once('?').map_or(target, |(path, _)| path);
-    let segments: Vec<&str> = path.split('/').collect();
-    if !matches!(segments.as_slice(), ["", "v1", "streams", id, "events"] if !id.is_empty()) {
+    let id = path.strip_prefix("/v1/streams/")?.strip_suffix("/events")?;
+    if id.is_empty() || id.contains('/') {
         return None;
     }
+    let bodiless = |value: &[u8]| value.iter().all(|b| b.is_ascii_whitespace() || *b == b'0');
     let mut request = Request::builder().method(Method::GET).uri(target).version(Version::HTTP_11);
     for h in parsed.headers.iter() {
         let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
-        let bodiless = |value: &[u8]| value.iter().all(|b| b.is_ascii_whitespace() || *b == b'0');
         let ours = match name {
             header::UPGRADE | header::TRANSFER_ENCODING | header::EXPECT => false,
             header::CONTENT_LENGTH => bodiless(h.value),

@@ -138,7 +138,7 @@ impl StoreLog {
         // Trimmed here, on the producer's thread, which made what it frees (not on the one writer thread):
         // down to the last `HOT` entries, of those committed, once there are twice as many.
         if memory.len() as u64 >= 2 * HOT {
-            let committed = self.committed.sequence.load(Ordering::Acquire);
+            let committed = self.committed.sequence();
             memory.trim(committed.min(memory.last_sequence().saturating_sub(HOT)));
         }
         let command = Command::Append {
