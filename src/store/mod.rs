@@ -8,7 +8,8 @@
 //! - `writer.rs`: the one thread that writes, in batches (group commit), off every producer's path.
 //! - `log.rs`: [`StoreLog`], a stream's log: its hot part in memory, readable once committed, the rest read
 //!   back from the file; `read.rs`: reading entries back, on read-only connections of their own.
-//! - `checkpoint.rs`: copying the write-ahead log back into the file, beside the writer.
+//! - `checkpoint.rs`: copying the write-ahead log back into the file, beside the writer; `chunk.rs`: how
+//!   a commit's entries of a stream are kept in a row (compressed when long).
 //! - `schema.rs`: the migrations; `threads.rs`: threads and audit rows.
 //!
 //! # One history per (epoch, sequence)
@@ -38,6 +39,7 @@
 //! (see `log.rs`), so that guarantee holds there too.
 
 mod checkpoint;
+mod chunk;
 mod log;
 mod read;
 mod schema;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, params};
 
+use super::chunk;
 use crate::hub::Entry;
 use crate::output::OutputMessage;
 
@@ -70,7 +71,7 @@ impl Reader {
         self.with(|connection| {
             // From the row holding `after + 1` (the last row starting at or before it) on.
             let mut rows = connection.prepare_cached(
-                "SELECT first, messages FROM chunks WHERE stream = ?1 AND first >= \
+                "SELECT first, messages, bytes FROM chunks WHERE stream = ?1 AND first >= \
                  (SELECT COALESCE(MAX(first), 0) FROM chunks WHERE stream = ?1 AND first <= ?2) \
                  AND first <= ?3 ORDER BY first",
             )?;
@@ -80,7 +81,8 @@ impl Reader {
                 && let Some(row) = rows.next()?
             {
                 let first = row.get::<_, i64>(0)?.max(0) as u64;
-                let text = row.get_ref(1)?.as_str()?;
+                let text = chunk::lines(row.get_ref(1)?, row.get(2)?)
+                    .map_err(|e| rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Blob, e.into()))?;
                 for (sequence, line) in (first..).zip(text.split('\n')) {
                     if sequence <= after {
                         continue;
@@ -103,7 +105,7 @@ impl Reader {
     pub(crate) fn extent(&self, stream: &str) -> rusqlite::Result<(u64, u64)> {
         self.with(|connection| {
             let mut statement = connection.prepare_cached(
-                "SELECT COALESCE(MAX(last), 0), COALESCE(SUM(length(CAST(messages AS BLOB))), 0) \
+                "SELECT COALESCE(MAX(last), 0), COALESCE(SUM(COALESCE(bytes, length(CAST(messages AS BLOB)))), 0) \
                  FROM chunks WHERE stream = ?1",
             )?;
             statement.query_row(params![stream], |row| {

@@ -59,6 +59,10 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE chunks;
     ALTER TABLE chunks_by_rowid RENAME TO chunks;
     CREATE UNIQUE INDEX chunks_by_stream ON chunks (stream, first);",
+    // 5: a chunk's length as lines, since long chunks are kept compressed (`chunk.rs`): what a stream's
+    // entries count at start, and what a compressed value must decompress to. Rows from before are text,
+    // whose length is their own.
+    "ALTER TABLE chunks ADD COLUMN bytes INTEGER;",
 ];
 
 /// Brings the store to the latest version.
@@ -84,7 +88,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunks_written_before_version_4_are_read_the_same_after_it() {
+    fn chunks_written_before_versions_4_and_5_are_read_the_same_after_them() {
         let connection = Connection::open_in_memory().expect("open");
         for migration in &MIGRATIONS[..3] {
             connection.execute_batch(migration).expect("migrate to 3");
@@ -102,10 +106,13 @@ mod tests {
         migrate(&connection).expect("migrate to the latest");
         let version: i64 = connection.pragma_query_value(None, "user_version", |r| r.get(0)).expect("version");
         assert_eq!(version, MIGRATIONS.len() as i64);
+        // Read as the store reads them (`chunk.rs`): rows from before 5 are text, with no `bytes`.
         let mut statement =
-            connection.prepare("SELECT messages FROM chunks WHERE stream = ?1 ORDER BY first").expect("select");
+            connection.prepare("SELECT messages, bytes FROM chunks WHERE stream = ?1 ORDER BY first").expect("select");
         let mut read = |stream: &str| -> Vec<String> {
-            statement.query_map([stream], |r| r.get(0)).expect("query").map(|r| r.expect("row")).collect()
+            let lines =
+                |r: &rusqlite::Row<'_>| Ok(super::super::chunk::lines(r.get_ref(0)?, r.get(1)?).map(String::from));
+            statement.query_map([stream], lines).expect("query").map(|r| r.expect("row").expect("text")).collect()
         };
         assert_eq!(read("a"), ["a:1..128", "a:129..130"]);
         assert_eq!(read("b"), ["b:1..128", "b:129..129"]);

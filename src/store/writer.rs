@@ -48,6 +48,7 @@ use rusqlite::hooks::Wal;
 use rusqlite::{Connection, params};
 
 use super::checkpoint;
+use super::chunk::Stored;
 use super::log::Committed;
 use super::threads::ThreadWrite;
 use crate::hub::Entry;
@@ -407,15 +408,15 @@ struct Chunk {
 fn write(connection: &mut Connection, batch: &[Command]) -> rusqlite::Result<()> {
     let tx = connection.transaction()?;
     {
-        let mut insert =
-            tx.prepare_cached("INSERT OR REPLACE INTO chunks (stream, first, last, messages) VALUES (?1, ?2, ?3, ?4)")?;
+        let mut insert = tx.prepare_cached(
+            "INSERT OR REPLACE INTO chunks (stream, first, last, messages, bytes) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
         let mut flush = |stream: &str, chunk: Chunk| -> rusqlite::Result<()> {
             if chunk.lines.is_empty() {
                 return Ok(());
             }
-            // Bound as text (the column is read back as such): serde_json writes UTF-8.
-            let lines = std::str::from_utf8(&chunk.lines).unwrap_or_default();
-            insert.execute(params![stream, chunk.first as i64, chunk.last as i64, lines]).map(drop)
+            let (first, last, bytes) = (chunk.first as i64, chunk.last as i64, chunk.lines.len() as i64);
+            insert.execute(params![stream, first, last, Stored::of(&chunk.lines), bytes]).map(drop)
         };
         // A stream's entries in this batch become one row: a commit writes a row per stream, not per message.
         let mut open: HashMap<&str, Chunk> = HashMap::new();
