@@ -192,10 +192,10 @@ async fn relay_body(mut body: Body, writer: &mut (impl AsyncWrite + Unpin), chun
             continue;
         }
         if chunked {
-            let size = format!("{:x}\r\n", data.len());
+            let mut size = ChunkSize::default();
             write_all_vectored(
                 writer,
-                &mut [IoSlice::new(size.as_bytes()), IoSlice::new(&data), IoSlice::new(b"\r\n")],
+                &mut [IoSlice::new(size.of(data.len())), IoSlice::new(&data), IoSlice::new(b"\r\n")],
             )
             .await?;
         } else {
@@ -206,6 +206,22 @@ async fn relay_body(mut body: Body, writer: &mut (impl AsyncWrite + Unpin), chun
         writer.write_all(b"0\r\n\r\n").await?;
     }
     Ok(())
+}
+
+/// A chunk's size line (hexadecimal, then CRLF), written on the stack: one per frame sent.
+#[derive(Default)]
+struct ChunkSize([u8; 18]);
+
+impl ChunkSize {
+    fn of(&mut self, len: usize) -> &[u8] {
+        let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+        for (i, byte) in self.0[..digits].iter_mut().enumerate() {
+            let nibble = (len >> (4 * (digits - 1 - i))) & 0xf;
+            *byte = b"0123456789abcdef"[nibble];
+        }
+        self.0[digits..digits + 2].copy_from_slice(b"\r\n");
+        &self.0[..digits + 2]
+    }
 }
 
 /// Writes every byte of `slices`, in as few writes as the socket takes.
@@ -270,5 +286,18 @@ impl AsyncWrite for Rewind {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().held).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkSize;
+
+    #[test]
+    fn a_chunk_size_line_is_its_length_in_hexadecimal() {
+        for len in [0, 1, 9, 10, 255, 256, 4096, 23_456, usize::MAX] {
+            let mut size = ChunkSize::default();
+            assert_eq!(size.of(len), format!("{len:x}\r\n").as_bytes(), "{len}");
+        }
     }
 }
