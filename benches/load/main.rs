@@ -765,7 +765,7 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
         "deliv/s: SSE events received per second by all subscribers (pings and the initial stream_start excluded) \
          from the first publish to the last event; vs ceil: agentmux / the minimal hyper server doing the same \
          transport; vs nchan: agentmux / nginx with nchan (2 workers, EventSource; a message per POST, a batch's \
-         POSTs pipelined; the same data: lines; a tenth of the fan-out and token scenarios' messages, at its \
+         POSTs pipelined; the same data: lines; a tenth of the batched fan-out scenarios' messages, at its \
          pace a run of seconds rather than minutes); latency: publish (stamped in the message) to receipt, sampled; \
          tokens: a delta per POST, or (tokens-output) emitted inside agentmux through its Output handle; \
          srv CPU: during that window (nchan: master and workers); srv RSS: the server's VmHWM (nchan: the sum of \
