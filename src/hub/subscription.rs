@@ -118,6 +118,8 @@ pub struct Subscription {
     live: bool,
     /// Where it is among the stream's probes (see `probes.rs`).
     probes: Cursor,
+    /// Bytes taken since it last found nothing to take or let other tasks run (see [`Subscription::next`]).
+    unyielded: u64,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -146,7 +148,20 @@ impl Subscription {
         };
         let probes = stream.probes().cursor();
         let (done, live) = (false, false);
-        Subscription { stream, rendition, private, render, renders, cursor, at, changes, done, live, probes }
+        Subscription {
+            stream,
+            rendition,
+            private,
+            render,
+            renders,
+            cursor,
+            at,
+            changes,
+            done,
+            live,
+            probes,
+            unyielded: 0,
+        }
     }
 
     /// The stream subscribed to.
@@ -156,7 +171,18 @@ impl Subscription {
 
     /// The next batch of frames, waiting for one if need be; `None` once the stream has ended and every
     /// frame was taken, or after the notice that the history is gone.
+    ///
+    /// A subscriber that has taken a batch limit's worth of bytes without once finding nothing to take
+    /// lets the runtime's other tasks run before it takes more. A reader far behind, whose socket takes
+    /// every batch at once, would otherwise hold its worker thread for its whole catch-up (a tenth of a
+    /// second and more, reading from a store: the runtime's own budget counts a batch of 256 KiB as one
+    /// write of its 128), and a task queued behind it there (a producer waiting for its acknowledgement)
+    /// would wait as long. One that keeps up finds nothing to take between batches, and never yields.
     pub async fn next(&mut self) -> Option<Batch> {
+        if self.unyielded >= self.stream.shared().config.batch_bytes {
+            self.unyielded = 0;
+            tokio::task::yield_now().await;
+        }
         loop {
             if self.done {
                 return None;
@@ -166,8 +192,10 @@ impl Subscription {
                 if !batch.lagged {
                     batch.published = self.probes.took(self.stream.probes(), batch.last_sequence);
                 }
+                self.unyielded += batch.bytes.len() as u64;
                 return Some(batch);
             }
+            self.unyielded = 0;
             if self.done || self.changes.changed().await.is_err() {
                 return None;
             }
@@ -304,5 +332,39 @@ mod tests {
         text.append("one more").expect("append");
         assert!(subscription.next().await.is_some());
         assert!(subscription.is_live(), "took the one new frame: live again");
+    }
+
+    /// On a runtime with one thread, a subscriber reading a backlog batch after batch lets another task run
+    /// between its batches (each a batch limit's worth here), rather than hold the thread until it has
+    /// caught up.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_subscriber_working_through_a_backlog_lets_other_tasks_run_between_batches() {
+        let hub = Hub::new(HubConfig { batch_bytes: 1, ..HubConfig::default() });
+        let stream = hub.create("test").expect("a stream");
+        let output = Output::new(Arc::clone(&stream));
+        let mut text = output.stream_text();
+        for i in 0..50 {
+            text.append(format!("delta {i}")).expect("append");
+        }
+        let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
+        let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let other = {
+            let ran = Arc::clone(&ran);
+            tokio::spawn(async move {
+                loop {
+                    ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        let mut batches = 0;
+        while !subscription.is_live() {
+            subscription.next().await.expect("a batch");
+            batches += 1;
+        }
+        let during = ran.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(batches, 52, "the stream_start, the message_start and 50 deltas, a frame each");
+        assert!(during >= batches - 1, "the other task ran {during} times while {batches} batches were taken");
+        other.abort();
     }
 }
