@@ -177,7 +177,9 @@ impl Subscription {
     /// every batch at once, would otherwise hold its worker thread for its whole catch-up (a tenth of a
     /// second and more, reading from a store: the runtime's own budget counts a batch of 256 KiB as one
     /// write of its 128), and a task queued behind it there (a producer waiting for its acknowledgement)
-    /// would wait as long. One that keeps up finds nothing to take between batches, and never yields.
+    /// would wait as long. One that keeps up finds nothing to take between batches, and never yields. (So
+    /// a caller that polls without waiting, `now_or_never`, may see one `Pending` that is that yield: a
+    /// second poll takes the batch.)
     pub async fn next(&mut self) -> Option<Batch> {
         if self.unyielded >= self.stream.shared().config.batch_bytes {
             self.unyielded = 0;
