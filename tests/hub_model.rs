@@ -57,7 +57,6 @@ use agentmux::output::{DeltaAction, ErrorProps, EventProps, Metadata, Outcome, O
 use agentmux::render::{Format, encode_sse};
 use bytes::Bytes;
 use common::doubles::{CountingIds, SteppingClock};
-use futures::FutureExt;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use serde_json::{Map, Value, json};
@@ -1092,7 +1091,7 @@ impl World {
     }
 
     fn poll(&mut self, r: usize) -> Polled {
-        match ready(&mut self.readers[r].subscription) {
+        match self.readers[r].subscription.try_next() {
             Some(Some(batch)) => Polled::Batch(batch),
             Some(None) => Polled::End,
             None => Polled::Waiting,
@@ -1485,7 +1484,7 @@ impl World {
             for format in self.streams[s].formats.clone() {
                 let mut late = self.streams[s].stream.subscribe(format, 0).expect("a format in use is rendered");
                 let mut frames = Vec::new();
-                while let Some(batch) = ready(&mut late).expect("an ended stream never waits") {
+                while let Some(batch) = late.try_next().expect("an ended stream never waits") {
                     prop_assert!(!batch.lagged);
                     frames.extend(batch.frames());
                 }
@@ -1597,7 +1596,7 @@ fn a_new_delta_refused_for_a_full_hub_leaves_the_stream_unchanged_and_goes_in_on
     assert_eq!(replay.messages(), &fresh.snapshot().messages[..]);
     let mut subscription = fresh.subscribe(Format::Cui, 0).expect("subscribe");
     let mut frames = Vec::new();
-    while let Some(batch) = ready(&mut subscription).expect("an ended stream never waits") {
+    while let Some(batch) = subscription.try_next().expect("an ended stream never waits") {
         frames.extend(batch.frames());
     }
     let (expected, _) = render(Format::Cui, &fresh, &history, fresh.outcome().as_ref());
@@ -1615,11 +1614,4 @@ proptest! {
     ) {
         run_case(limits, batch_bytes, ops)?;
     }
-}
-
-/// The subscription's next batch if it has one without waiting (`None`: it would wait). A subscriber that
-/// has taken a batch limit's worth of bytes yields to the runtime once before taking more (see
-/// `Subscription::next`): a second poll passes that yield, and only then does `None` mean waiting.
-fn ready(subscription: &mut Subscription) -> Option<Option<Batch>> {
-    subscription.next().now_or_never().or_else(|| subscription.next().now_or_never())
 }

@@ -19,7 +19,6 @@ use agentmux::output::{Outcome, OutputMessage};
 use agentmux::render::Format;
 use bytes::Bytes;
 use common::doubles::deterministic_hub as hub;
-use futures::FutureExt;
 
 /// How long a step that must not wait is given before the test calls it stuck.
 const STUCK: Duration = Duration::from_secs(10);
@@ -97,7 +96,7 @@ fn a_first_subscriber_rendering_a_long_log_holds_up_no_append() {
     let mut subscription = stream.subscribe(render, 0).expect("subscribe");
     let reader = std::thread::spawn(move || {
         let mut frames = 0;
-        while let Some(batch) = subscription.next().now_or_never().flatten() {
+        while let Some(batch) = subscription.try_next().flatten() {
             frames += batch.frames().len();
         }
         frames
@@ -114,7 +113,7 @@ fn a_first_subscriber_rendering_a_long_log_holds_up_no_append() {
     let other = Arc::clone(&stream);
     let frames = finishes("a subscriber in another format", move || {
         let mut subscription = other.subscribe(Format::Cui, 0).expect("subscribe");
-        subscription.next().now_or_never().flatten().map_or(0, |batch| batch.frames().len())
+        subscription.try_next().flatten().map_or(0, |batch| batch.frames().len())
     });
     assert!(frames > 0, "the other format's subscriber read while the first one rendered");
     let ending = Arc::clone(&stream);
@@ -137,7 +136,7 @@ fn fill(formats: &[Format], snapshot: bool) -> (u64, u64) {
     }
     let read_along = |readers: &mut Vec<agentmux::hub::Subscription>| {
         for reader in readers.iter_mut() {
-            while reader.next().now_or_never().flatten().is_some() {}
+            while reader.try_next().flatten().is_some() {}
         }
     };
     for n in 0.. {

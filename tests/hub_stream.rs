@@ -229,7 +229,6 @@ fn producer_ids_never_meet_the_streams_own() {
 #[tokio::test]
 async fn a_burst_at_the_end_does_not_lag_a_subscriber_that_kept_up() {
     use agentmux::render::Format;
-    use futures::FutureExt;
 
     let hub = Hub::new(HubConfig { batch_bytes: 16 * 1024, ..HubConfig::default() });
     let stream = hub.create("m").expect("create");
@@ -238,7 +237,7 @@ async fn a_burst_at_the_end_does_not_lag_a_subscriber_that_kept_up() {
     for i in 0..2_000 {
         let delta = OutputMessage::text("x").with_message_id(format!("d{i}")).as_delta(DeltaAction::Append, None);
         stream.append(delta).expect("append");
-        while let Some(Some(batch)) = subscriber.next().now_or_never() {
+        while let Some(Some(batch)) = subscriber.try_next() {
             assert!(!batch.lagged, "lagged while keeping up");
             frames += batch.frames().len();
         }

@@ -24,7 +24,7 @@ async fn drain(subscription: &mut Subscription) -> Vec<u8> {
 /// Every byte available now, without waiting for more.
 fn available(subscription: &mut Subscription) -> Vec<u8> {
     let mut bytes = Vec::new();
-    while let Some(Some(batch)) = futures::FutureExt::now_or_never(subscription.next()) {
+    while let Some(Some(batch)) = subscription.try_next() {
         bytes.extend_from_slice(&batch.bytes);
     }
     bytes

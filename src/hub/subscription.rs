@@ -177,31 +177,43 @@ impl Subscription {
     /// every batch at once, would otherwise hold its worker thread for its whole catch-up (a tenth of a
     /// second and more, reading from a store: the runtime's own budget counts a batch of 256 KiB as one
     /// write of its 128), and a task queued behind it there (a producer waiting for its acknowledgement)
-    /// would wait as long. One that keeps up finds nothing to take between batches, and never yields. (So
-    /// a caller that polls without waiting, `now_or_never`, may see one `Pending` that is that yield: a
-    /// second poll takes the batch.)
+    /// would wait as long. One that keeps up finds nothing to take between batches, and never yields. A
+    /// caller that must not wait takes batches with [`Subscription::try_next`] instead.
     pub async fn next(&mut self) -> Option<Batch> {
         if self.unyielded >= self.stream.shared().config.batch_bytes {
             self.unyielded = 0;
             tokio::task::yield_now().await;
         }
         loop {
-            if self.done {
-                return None;
+            if let Some(next) = self.try_next() {
+                return next;
             }
-            self.changes.borrow_and_update();
-            if let Some(mut batch) = self.take() {
-                if !batch.lagged {
-                    batch.published = self.probes.took(self.stream.probes(), batch.last_sequence);
-                }
-                self.unyielded += batch.bytes.len() as u64;
-                return Some(batch);
-            }
-            self.unyielded = 0;
-            if self.done || self.changes.changed().await.is_err() {
+            if self.changes.changed().await.is_err() {
                 return None;
             }
         }
+    }
+
+    /// The next batch if one can be taken now, without waiting or yielding: `Some(None)` once the stream
+    /// has ended and every frame was taken (or after the notice that the history is gone), `None` when
+    /// there is nothing to take yet.
+    pub fn try_next(&mut self) -> Option<Option<Batch>> {
+        if self.done {
+            return Some(None);
+        }
+        self.changes.borrow_and_update();
+        if let Some(mut batch) = self.take() {
+            if !batch.lagged {
+                batch.published = self.probes.took(self.stream.probes(), batch.last_sequence);
+            }
+            self.unyielded += batch.bytes.len() as u64;
+            return Some(Some(batch));
+        }
+        if self.done {
+            return Some(None);
+        }
+        self.unyielded = 0;
+        None
     }
 
     /// What can be taken now without waiting; marks the subscription done at the end.
