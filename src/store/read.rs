@@ -4,8 +4,8 @@
 //! Reads go through read-only connections of their own, never the writer's: in WAL mode a reader sees the
 //! last commit and neither waits for the writer nor holds it up. Connections are pooled (one per reader
 //! reading at the same moment, kept for the next), so a read costs no open and its statements stay prepared.
-//! A read copies out at most the entries it was asked for: a chunk row is parsed line by line and the parse
-//! stops at the last entry wanted.
+//! A read copies out at most the entries it was asked for: a chunk row (decompressed whole first when it is
+//! kept compressed, see `chunk.rs`) is parsed line by line and the parse stops at the last entry wanted.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
