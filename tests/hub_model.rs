@@ -1136,7 +1136,7 @@ impl World {
             Polled::Batch(batch) => {
                 prop_assert!(!reader.finished && !reader.lagged, "{what} got a batch after its end");
                 let frames = batch.frames();
-                prop_assert_eq!(batch.bytes.len(), frames.iter().map(Bytes::len).sum::<usize>());
+                prop_assert_eq!(batch.len(), frames.iter().map(Bytes::len).sum::<usize>());
                 let position = start + reader.frames.len();
                 if batch.lagged {
                     prop_assert!(!model.alive, "{what} lagged while its stream is kept");

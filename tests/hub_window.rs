@@ -16,7 +16,7 @@ use common::doubles::deterministic_hub;
 async fn drain(subscription: &mut Subscription) -> Vec<u8> {
     let mut bytes = Vec::new();
     while let Some(batch) = subscription.next().await {
-        bytes.extend_from_slice(&batch.bytes);
+        bytes.extend_from_slice(&batch.to_bytes());
     }
     bytes
 }
@@ -25,7 +25,7 @@ async fn drain(subscription: &mut Subscription) -> Vec<u8> {
 fn available(subscription: &mut Subscription) -> Vec<u8> {
     let mut bytes = Vec::new();
     while let Some(Some(batch)) = subscription.try_next() {
-        bytes.extend_from_slice(&batch.bytes);
+        bytes.extend_from_slice(&batch.to_bytes());
     }
     bytes
 }

@@ -54,7 +54,7 @@ impl<A: Agent> DynAgent for A {
 /// let mut subscriber = stream.subscribe(Format::OPENAI, 0).unwrap();
 /// let mut body = Vec::new();
 /// while let Some(batch) = subscriber.next().await {
-///     body.extend_from_slice(&batch.bytes);
+///     body.extend_from_slice(&batch.to_bytes());
 /// }
 /// assert!(String::from_utf8(body).unwrap().ends_with("data: [DONE]\n\n"));
 /// # });

@@ -27,6 +27,8 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Method, Request, Response, Version, header};
 use bytes::Bytes;
+use futures::FutureExt;
+use http_body::Frame;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
@@ -180,30 +182,73 @@ fn response_head(parts: &axum::http::response::Parts, length: Option<u64>, bodil
     head
 }
 
-/// Writes each data frame of `body` as it comes (a chunk each when `chunked`, with the last chunk at the end).
-/// A body that fails ends the response without its last chunk, so the client sees it cut short.
+/// Writes the data frames of `body` as they come: each time one comes, it and every other one ready at
+/// that moment (the rest of a batch's pieces, see `sse.rs`; up to [`GATHERED_FRAMES`] and
+/// [`GATHERED_BYTES`]) go out in one write, as one chunk when `chunked`, with the last chunk at the end.
+/// Nothing waits to be gathered. A body that fails ends the response without its last chunk, so the
+/// client sees it cut short.
 async fn relay_body(mut body: Body, writer: &mut (impl AsyncWrite + Unpin), chunked: bool) -> io::Result<()> {
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else {
-            return Err(io::Error::other("the response body failed"));
-        };
-        let Ok(data) = frame.into_data() else { continue };
-        if data.is_empty() {
+    let mut frames: Vec<Bytes> = Vec::new();
+    let mut ended = false;
+    while !ended {
+        match body.frame().await {
+            None => break,
+            Some(frame) => gather(frame, &mut frames)?,
+        }
+        let mut bytes: usize = frames.iter().map(Bytes::len).sum();
+        while !ended && frames.len() < GATHERED_FRAMES && bytes < GATHERED_BYTES {
+            match body.frame().now_or_never() {
+                None => break,
+                Some(None) => ended = true,
+                Some(Some(frame)) => {
+                    gather(frame, &mut frames)?;
+                    bytes = frames.iter().map(Bytes::len).sum();
+                }
+            }
+        }
+        if bytes == 0 {
+            frames.clear();
             continue;
         }
         if chunked {
             let mut size = ChunkSize::default();
-            write_all_vectored(
-                writer,
-                &mut [IoSlice::new(size.of(data.len())), IoSlice::new(&data), IoSlice::new(b"\r\n")],
-            )
-            .await?;
+            let mut slices = [IoSlice::new(&[]); GATHERED_FRAMES + 2];
+            slices[0] = IoSlice::new(size.of(bytes));
+            for (slice, frame) in slices[1..].iter_mut().zip(&frames) {
+                *slice = IoSlice::new(frame);
+            }
+            slices[frames.len() + 1] = IoSlice::new(b"\r\n");
+            write_all_vectored(writer, &mut slices[..frames.len() + 2]).await?;
         } else {
-            writer.write_all(&data).await?;
+            let mut slices = [IoSlice::new(&[]); GATHERED_FRAMES];
+            for (slice, frame) in slices.iter_mut().zip(&frames) {
+                *slice = IoSlice::new(frame);
+            }
+            write_all_vectored(writer, &mut slices[..frames.len()]).await?;
         }
+        frames.clear();
     }
     if chunked {
         writer.write_all(b"0\r\n\r\n").await?;
+    }
+    Ok(())
+}
+
+/// The most data frames written at once (see [`relay_body`]).
+const GATHERED_FRAMES: usize = 16;
+
+/// Frames ready at once are gathered into one write up to about this many bytes (see [`relay_body`]).
+const GATHERED_BYTES: usize = 256 << 10;
+
+/// Keeps a body's frame if it is data and not empty (trailers are not sent); an error when the body failed.
+fn gather(frame: Result<Frame<Bytes>, axum::Error>, frames: &mut Vec<Bytes>) -> io::Result<()> {
+    let Ok(frame) = frame else {
+        return Err(io::Error::other("the response body failed"));
+    };
+    if let Ok(data) = frame.into_data()
+        && !data.is_empty()
+    {
+        frames.push(data);
     }
     Ok(())
 }

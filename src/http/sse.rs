@@ -59,7 +59,8 @@ pub(crate) fn response(
 ) -> Response {
     // A zero keep-alive turns pings off.
     let pings = (!keep_alive.is_zero()).then(|| Pings::new(keep_alive));
-    let relay = Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry, counted };
+    let relay =
+        Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry, counted, pieces: Vec::new() };
     let body = futures::stream::unfold(relay, |mut relay| async move {
         match relay.next().await {
             Some(chunk) => Some((Ok::<_, Infallible>(chunk), relay)),
@@ -95,6 +96,9 @@ struct Relay {
     retry: bool,
     /// This subscriber in the metrics, while it is connected.
     counted: Counted,
+    /// The last batch's pieces still to go, last first: each is a frame of the body, and a transport that
+    /// finds them ready at once writes them together (see `event_connection.rs`).
+    pieces: Vec<Bytes>,
 }
 
 /// How long an `EventSource` waits before it reconnects after the connection drops: a block with only a
@@ -111,6 +115,9 @@ impl Relay {
     /// A message after a pause, a reader catching up, and a reader whose turns are already further apart
     /// (many readers share the cores, so each already takes several messages a turn) are never held.
     async fn next(&mut self) -> Option<Bytes> {
+        if let Some(piece) = self.pieces.pop() {
+            return Some(piece);
+        }
         if std::mem::take(&mut self.retry) {
             self.counted.sent(RETRY.len());
             return Some(RETRY);
@@ -137,7 +144,8 @@ impl Relay {
         self.wrote();
         let batch = batch?;
         self.counted.delivered(&batch);
-        Some(batch.bytes)
+        self.pieces.extend(batch.pieces().iter().rev().cloned());
+        Some(self.pieces.pop().unwrap_or_default())
     }
 
     /// A batch goes out now.

@@ -74,7 +74,7 @@ pub struct StreamInfo {
 /// let mut subscription = stream.subscribe(Arc::new(Types) as Arc<dyn Render>, 0).unwrap();
 /// let mut out = Vec::new();
 /// while let Some(batch) = subscription.next().await {
-///     out.extend_from_slice(&batch.bytes);
+///     out.extend_from_slice(&batch.to_bytes());
 /// }
 /// assert_eq!(out, b"event\ntext\nevent\n"); // stream_start, the text, stream_end
 /// # });

@@ -264,27 +264,41 @@ impl Rendition {
         self.offsets[at]
     }
 
-    /// Frames `from..to`, back to back: a slice of one block, or a copy when they span blocks.
-    pub(crate) fn slice(&self, from: usize, to: usize) -> Bytes {
+    /// Frames `from..to`, back to back, in pieces: slices of the blocks they lie in, shared rather than
+    /// copied, except that runs of short pieces (under [`SHARED_PIECE`] bytes: a block of a few tokens) are
+    /// copied into one, so a batch spanning many small blocks is still a few pieces to write.
+    pub(crate) fn pieces(&self, from: usize, to: usize) -> Vec<Bytes> {
         let to = to.min(self.len());
         if from >= to || self.blocks.is_empty() {
-            return Bytes::new();
+            return Vec::new();
         }
         let first = self.starts.partition_point(|&start| start <= from).saturating_sub(1);
-        let mut pieces = self.starts[first..].iter().zip(&self.blocks[first..]).take_while(|(start, _)| **start < to);
+        let spanned = self.starts[first..].iter().zip(&self.blocks[first..]).take_while(|(start, _)| **start < to);
         let piece = |(&start, block): (&usize, &Bytes)| {
             let base = self.offset(start);
             let at = |frame: usize| (self.offset(frame) - base) as usize;
             block.slice(at(from.max(start))..at(to).min(block.len()))
         };
-        let Some(head) = pieces.next().map(piece) else { return Bytes::new() };
-        if head.len() as u64 == self.bytes_between(from, to) {
-            return head;
+        let mut pieces = Vec::new();
+        let mut short = BytesMut::new();
+        let mut short_from: Option<Bytes> = None;
+        for piece in spanned.map(piece).filter(|piece| !piece.is_empty()) {
+            if piece.len() >= SHARED_PIECE {
+                flush_short(&mut pieces, &mut short_from, &mut short);
+                pieces.push(piece);
+            } else if let Some(alone) = short_from.take() {
+                // A second short piece in a row: the two (and any after) are copied together.
+                short.reserve(alone.len() + piece.len());
+                short.extend_from_slice(&alone);
+                short.extend_from_slice(&piece);
+            } else if short.is_empty() {
+                short_from = Some(piece);
+            } else {
+                short.extend_from_slice(&piece);
+            }
         }
-        let mut out = BytesMut::with_capacity(self.bytes_between(from, to) as usize);
-        out.extend_from_slice(&head);
-        pieces.map(piece).for_each(|p| out.extend_from_slice(&p));
-        out.freeze()
+        flush_short(&mut pieces, &mut short_from, &mut short);
+        pieces
     }
 
     /// The lengths of frames `from..to`.
@@ -313,6 +327,20 @@ impl Rendition {
         self.offset(to).saturating_sub(self.offset(from))
     }
 
+    /// Where a run of frames from `from` that fits in `budget` bytes ends (before `end` at most): at least
+    /// one frame past `from`, whatever its size. A binary search over the frames' offsets, so a subscriber's
+    /// batch costs the same however many frames it takes.
+    pub(crate) fn fitting(&self, from: usize, end: usize, budget: u64) -> usize {
+        let end = end.min(self.len());
+        if from >= end {
+            return end;
+        }
+        let limit = self.offset(from).saturating_add(budget);
+        let (first, last) = (from.saturating_sub(self.base) + 1, end - self.base);
+        let within = self.offsets[first.min(last)..=last].partition_point(|&offset| offset <= limit);
+        from + within.max(1)
+    }
+
     /// Bytes of frame `index`.
     pub(crate) fn frame_len(&self, index: usize) -> u64 {
         self.bytes_between(index, index + 1)
@@ -323,6 +351,19 @@ impl Rendition {
         let mut frames = Vec::new();
         self.renderer.interrupt(gone, &mut frames);
         (frames.concat().into(), frames.iter().map(|f| f.len() as u32).collect())
+    }
+}
+
+/// Pieces of a batch this long or longer are shared slices of their blocks; shorter ones next to each other
+/// are copied into one (see [`Rendition::pieces`]).
+pub(crate) const SHARED_PIECE: usize = 1024;
+
+/// Ends a run of short pieces: a lone one is kept as it is, several were copied into `short`.
+fn flush_short(pieces: &mut Vec<Bytes>, alone: &mut Option<Bytes>, short: &mut BytesMut) {
+    if let Some(alone) = alone.take() {
+        pieces.push(alone);
+    } else if !short.is_empty() {
+        pieces.push(short.split().freeze());
     }
 }
 
@@ -382,9 +423,36 @@ mod tests {
             for from in 0..=frames.len() {
                 for to in from..=frames.len() {
                     let expected = frames[from..to].concat();
-                    assert_eq!(rendition.slice(from, to), expected, "{format:?} frames {from}..{to}");
+                    assert_eq!(rendition.pieces(from, to).concat(), expected, "{format:?} frames {from}..{to}");
                     let lengths: Vec<u32> = frames[from..to].iter().map(|f| f.len() as u32).collect();
                     assert_eq!(rendition.frame_lengths(from, to), lengths);
+                }
+            }
+        }
+    }
+
+    /// The binary search takes what adding frames one at a time up to the budget would: at least one frame,
+    /// never past `end`, also when frames before the window were trimmed.
+    #[test]
+    fn a_run_that_fits_a_budget_is_what_taking_frames_one_by_one_takes() {
+        let (mut rendition, frames) = rendered(Format::Cui, 40, &[3, 7, 1, 12]);
+        for trimmed in [0, 9] {
+            rendition.trim_before(trimmed);
+            let base = rendition.first_kept();
+            for from in base..=frames.len() {
+                for end in from..=frames.len() + 1 {
+                    for budget in [0, 1, 40, 100, 250, 1_000, u64::MAX] {
+                        let mut until = from;
+                        let mut taken = 0;
+                        while until < end.min(frames.len())
+                            && (until == from || taken + frames[until].len() as u64 <= budget)
+                        {
+                            taken += frames[until].len() as u64;
+                            until += 1;
+                        }
+                        let fitting = rendition.fitting(from, end, budget);
+                        assert_eq!(fitting, until, "from {from}, end {end}, budget {budget}, base {base}");
+                    }
                 }
             }
         }
@@ -393,8 +461,34 @@ mod tests {
     #[test]
     fn a_slice_within_one_block_shares_its_memory() {
         let (rendition, _) = rendered(Format::Cui, 4, &[4]);
-        let whole = rendition.slice(0, 2);
-        assert_eq!(whole.as_ptr(), rendition.blocks[0].as_ptr(), "no copy for frames of one block");
+        let pieces = rendition.pieces(0, 2);
+        assert_eq!(pieces.len(), 1);
+        assert_eq!(pieces[0].as_ptr(), rendition.blocks[0].as_ptr(), "no copy for frames of one block");
+    }
+
+    /// Frames across long blocks are slices of each block, shared; short blocks next to each other are
+    /// copied into one piece, so a backlog of single tokens is still one piece to write.
+    #[test]
+    fn long_blocks_are_shared_and_runs_of_short_ones_copied_into_one() {
+        let long = (SHARED_PIECE / 30) as u64;
+        let (rendition, frames) = rendered(Format::Cui, 3 * long + 3, &[long, long, 1, 1, 1, long]);
+        let spans: Vec<(usize, usize)> =
+            rendition.starts.iter().zip(&rendition.blocks).map(|(s, b)| (*s, b.len())).collect();
+        let pieces = rendition.pieces(0, rendition.len());
+        assert_eq!(pieces.concat(), frames.concat());
+        let shared: Vec<bool> =
+            pieces.iter().map(|p| rendition.blocks.iter().any(|b| b.as_ptr_range().contains(&p.as_ptr()))).collect();
+        let lengths: Vec<usize> = pieces.iter().map(Bytes::len).collect();
+        // The three short blocks (a frame each) are one copied piece between the long ones.
+        assert_eq!(shared, [true, true, false, true], "blocks {spans:?}, pieces {lengths:?}");
+        assert_eq!(lengths[2], spans[2].1 + spans[3].1 + spans[4].1);
+        // A batch from inside a long block to inside another: a slice of each, nothing copied.
+        let (from, to) = (spans[0].0 + 3, spans[5].0 + 20);
+        let pieces = rendition.pieces(from, to);
+        assert_eq!(pieces.concat(), frames[from..to].concat());
+        let shared: Vec<bool> =
+            pieces.iter().map(|p| rendition.blocks.iter().any(|b| b.as_ptr_range().contains(&p.as_ptr()))).collect();
+        assert_eq!(shared, [true, true, false, true]);
     }
 
     #[test]

@@ -27,8 +27,8 @@ use super::rendition::{Counted, ReaderAt, Rendition};
 /// Frames taken from a stream in one go.
 #[derive(Clone)]
 pub struct Batch {
-    /// Complete frames, in order, back to back: what a transport writes.
-    pub bytes: Bytes,
+    /// Complete frames, in order, back to back, in pieces (see [`Batch::pieces`]).
+    pieces: Vec<Bytes>,
     /// The last sequence whose frames are all in this batch or before it: where to resume from.
     pub last_sequence: u64,
     /// True when this is the notice that the history is gone, which ends the subscription.
@@ -52,7 +52,7 @@ enum Bounds {
 impl std::fmt::Debug for Batch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Batch")
-            .field("bytes", &self.bytes.len())
+            .field("bytes", &self.len())
             .field("last_sequence", &self.last_sequence)
             .field("lagged", &self.lagged)
             .finish_non_exhaustive()
@@ -60,7 +60,31 @@ impl std::fmt::Debug for Batch {
 }
 
 impl Batch {
-    /// The frames one by one, each a slice of [`Batch::bytes`].
+    /// Its bytes, in order, in as few pieces as sharing allows: each piece holds whole frames and is a
+    /// slice of what the stream rendered once for every subscriber (short ones copied together), so a
+    /// transport writes them all at once (`writev`) without copying them. Usually one.
+    pub fn pieces(&self) -> &[Bytes] {
+        &self.pieces
+    }
+
+    /// Its bytes in one buffer: the one piece itself when there is one, a copy of the pieces otherwise.
+    ///
+    /// ```
+    /// # async fn example(mut subscription: agentmux::hub::Subscription) {
+    /// let mut out = Vec::new();
+    /// while let Some(batch) = subscription.next().await {
+    ///     out.extend_from_slice(&batch.to_bytes());
+    /// }
+    /// # }
+    /// ```
+    pub fn to_bytes(&self) -> Bytes {
+        match self.pieces.as_slice() {
+            [one] => one.clone(),
+            pieces => pieces.concat().into(),
+        }
+    }
+
+    /// The frames one by one, each a slice of a piece.
     pub fn frames(&self) -> Vec<Bytes> {
         let lengths = match &self.bounds {
             Bounds::Rendered { rendition, first, count } => {
@@ -68,20 +92,24 @@ impl Batch {
             }
             Bounds::Lengths(lengths) => lengths.clone(),
         };
-        let mut at = 0;
-        lengths
-            .iter()
-            .map(|&length| {
-                let frame = self.bytes.slice(at..(at + length as usize).min(self.bytes.len()));
-                at += length as usize;
-                frame
-            })
-            .collect()
+        let mut pieces = self.pieces.iter();
+        let (mut piece, mut at) = (pieces.next().cloned().unwrap_or_default(), 0);
+        let mut frames = Vec::with_capacity(lengths.len());
+        for length in lengths {
+            if at >= piece.len() {
+                // Frames never straddle pieces: the next frame starts the next piece.
+                (piece, at) = (pieces.next().cloned().unwrap_or_default(), 0);
+            }
+            let end = (at + length as usize).min(piece.len());
+            frames.push(piece.slice(at..end));
+            at = end;
+        }
+        frames
     }
 
     /// Total bytes.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.pieces.iter().map(Bytes::len).sum()
     }
 
     /// True when it holds no bytes.
@@ -206,7 +234,7 @@ impl Subscription {
             if !batch.lagged {
                 batch.published = self.probes.took(self.stream.probes(), batch.last_sequence);
             }
-            self.unyielded += batch.bytes.len() as u64;
+            self.unyielded += batch.len() as u64;
             return Some(Some(batch));
         }
         if self.done {
@@ -285,17 +313,12 @@ impl Subscription {
             self.done = rendition.finished;
             return None;
         }
-        let mut taken = 0u64;
-        let mut until = self.cursor;
-        while until < end && (until == self.cursor || taken + rendition.frame_len(until) <= batch_bytes) {
-            taken += rendition.frame_len(until);
-            until += 1;
-        }
-        let bytes = rendition.slice(self.cursor, until);
+        let until = rendition.fitting(self.cursor, end, batch_bytes);
+        let pieces = rendition.pieces(self.cursor, until);
         let (first, count) = (self.cursor, until - self.cursor);
         self.cursor = until;
         let last_sequence = rendition.sequence_before(until);
-        Some(Batch { bytes, last_sequence, lagged: false, published: None, bounds: bounds(rendition, first, count) })
+        Some(Batch { pieces, last_sequence, lagged: false, published: None, bounds: bounds(rendition, first, count) })
     }
 
     /// The last batch of a subscriber whose history is gone.
@@ -303,7 +326,13 @@ impl Subscription {
         self.done = true;
         let resume = rendition.sequence_before(self.cursor);
         let (bytes, lengths) = rendition.interrupt(&Gone { asked: resume, kept_after });
-        Batch { bytes, last_sequence: resume, lagged: true, published: None, bounds: Bounds::Lengths(lengths) }
+        Batch {
+            pieces: vec![bytes],
+            last_sequence: resume,
+            lagged: true,
+            published: None,
+            bounds: Bounds::Lengths(lengths),
+        }
     }
 
     /// The subscription as a `futures::Stream` of batches.

@@ -330,7 +330,7 @@ mod tests {
         let mut subscription = stream.subscribe(format, after).expect("subscribe");
         let mut bytes = Vec::new();
         while let Some(batch) = subscription.next().await {
-            bytes.extend_from_slice(&batch.bytes);
+            bytes.extend_from_slice(&batch.to_bytes());
         }
         bytes
     }
