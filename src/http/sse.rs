@@ -161,12 +161,16 @@ impl Relay {
 }
 
 /// Batches this close together mark a reader that keeps up with a fast producer; see [`Relay::next`].
-const BUSY: Duration = Duration::from_micros(1500);
+const BUSY: Duration = Duration::from_micros(2500);
 
 /// How long a reader that keeps up gathers messages before its next write; see [`Relay::next`]. (The
-/// runtime's timer rounds a deadline up to its next millisecond tick, so a hold lasts up to about a
-/// millisecond; at 300 µs it shortened token streaming's publish-to-receive as well, `BENCHMARKS.md`.)
-const GATHER: Duration = Duration::from_micros(300);
+/// runtime's timer rounds a deadline up to its next millisecond tick, so a hold lasts up to about 2 ms.)
+/// Writes are most of a delivery's cost: at 300 µs (a hold of up to a millisecond) a reader of one token
+/// per POST wrote about every second token; at 1.5 ms token streaming to 100 readers delivers 1.45× as
+/// much with the same publish-to-receive p99, since the cores are less busy (`BENCHMARKS.md`, session 14).
+/// It must stay under [`BUSY`], or a held reader would never count as busy again.
+const GATHER: Duration = Duration::from_micros(1500);
+const _: () = assert!(GATHER.as_micros() < BUSY.as_micros(), "a held reader must still count as busy");
 
 /// The keep-alive timer: one timer per subscriber, moved only when it fires.
 ///
