@@ -9,10 +9,11 @@
 //! long log holds only this rendition (and the log's lock for the moment it takes to copy out a chunk of
 //! `Arc`s), so the producer appends on undisturbed.
 //!
-//! The frames rendered in one go are written back to back into one block, and a subscriber's batch is a
-//! slice of it: fan-out of a block costs one reference-count bump per subscriber, not one per frame, and
-//! copies nothing; only a batch that spans blocks is copied into one buffer. A subscriber that never reads
-//! costs nothing.
+//! The frames rendered in one go are written back to back into one block, and a subscriber's batch is
+//! slices of the blocks it spans: fan-out of a block costs one reference-count bump per subscriber, not one
+//! per frame, and copies nothing (a transport writes the slices together); only runs of short slices, a
+//! few tokens each, are copied into one, so a backlog of tokens is still one piece. A subscriber that never
+//! reads costs nothing.
 //!
 //! # A window, not the whole log
 //!
