@@ -336,7 +336,61 @@ impl AsyncWrite for Rewind {
 
 #[cfg(test)]
 mod tests {
-    use super::ChunkSize;
+    use std::io;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use axum::body::Body;
+    use bytes::Bytes;
+    use tokio::io::AsyncWrite;
+
+    use super::{ChunkSize, relay_body};
+
+    /// Records every write it is given, whole.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl AsyncWrite for Writes {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            self.get_mut().0.push(buf.to_vec());
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            let len = all.len();
+            self.get_mut().0.push(all);
+            Poll::Ready(Ok(len))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Frames ready together (a batch's pieces) go out in one write under one chunk header; empty frames
+    /// are not sent; the last chunk ends the body.
+    #[tokio::test]
+    async fn frames_ready_at_once_are_one_write_and_one_chunk() {
+        let frames = ["data: a\n\n", "", "data: bb\n\n", "data: c\n\n"].map(|f| Ok::<_, io::Error>(Bytes::from(f)));
+        let body = Body::from_stream(futures::stream::iter(frames));
+        let mut writes = Writes::default();
+        relay_body(body, &mut writes, true).await.expect("relayed");
+        let writes: Vec<String> = writes.0.iter().map(|w| String::from_utf8_lossy(w).into_owned()).collect();
+        assert_eq!(writes, ["1c\r\ndata: a\n\ndata: bb\n\ndata: c\n\n\r\n", "0\r\n\r\n"]);
+    }
 
     #[test]
     fn a_chunk_size_line_is_its_length_in_hexadecimal() {
