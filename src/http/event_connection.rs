@@ -191,19 +191,16 @@ async fn relay_body(mut body: Body, writer: &mut (impl AsyncWrite + Unpin), chun
     let mut frames: Vec<Bytes> = Vec::new();
     let mut ended = false;
     while !ended {
-        match body.frame().await {
+        // `frames` is empty here: every pass ends by clearing it.
+        let mut bytes = match body.frame().await {
             None => break,
             Some(frame) => gather(frame, &mut frames)?,
-        }
-        let mut bytes: usize = frames.iter().map(Bytes::len).sum();
+        };
         while !ended && frames.len() < GATHERED_FRAMES && bytes < GATHERED_BYTES {
             match body.frame().now_or_never() {
                 None => break,
                 Some(None) => ended = true,
-                Some(Some(frame)) => {
-                    gather(frame, &mut frames)?;
-                    bytes = frames.iter().map(Bytes::len).sum();
-                }
+                Some(Some(frame)) => bytes += gather(frame, &mut frames)?,
             }
         }
         if bytes == 0 {
@@ -240,17 +237,20 @@ const GATHERED_FRAMES: usize = 16;
 /// Frames ready at once are gathered into one write up to about this many bytes (see [`relay_body`]).
 const GATHERED_BYTES: usize = 256 << 10;
 
-/// Keeps a body's frame if it is data and not empty (trailers are not sent); an error when the body failed.
-fn gather(frame: Result<Frame<Bytes>, axum::Error>, frames: &mut Vec<Bytes>) -> io::Result<()> {
+/// Keeps a body's frame if it is data and not empty (trailers are not sent): the bytes it kept. An error
+/// when the body failed.
+fn gather(frame: Result<Frame<Bytes>, axum::Error>, frames: &mut Vec<Bytes>) -> io::Result<usize> {
     let Ok(frame) = frame else {
         return Err(io::Error::other("the response body failed"));
     };
-    if let Ok(data) = frame.into_data()
-        && !data.is_empty()
-    {
-        frames.push(data);
+    match frame.into_data() {
+        Ok(data) if !data.is_empty() => {
+            let len = data.len();
+            frames.push(data);
+            Ok(len)
+        }
+        _ => Ok(0),
     }
-    Ok(())
 }
 
 /// A chunk's size line (hexadecimal, then CRLF), written on the stack: one per frame sent.

@@ -281,24 +281,17 @@ impl Rendition {
             block.slice(at(from.max(start))..at(to).min(block.len()))
         };
         let mut pieces = Vec::new();
-        let mut short = BytesMut::new();
-        let mut short_from: Option<Bytes> = None;
+        // Consecutive short pieces, copied into one when there are several.
+        let mut short = Vec::new();
         for piece in spanned.map(piece).filter(|piece| !piece.is_empty()) {
-            if piece.len() >= SHARED_PIECE {
-                flush_short(&mut pieces, &mut short_from, &mut short);
-                pieces.push(piece);
-            } else if let Some(alone) = short_from.take() {
-                // A second short piece in a row: the two (and any after) are copied together.
-                short.reserve(alone.len() + piece.len());
-                short.extend_from_slice(&alone);
-                short.extend_from_slice(&piece);
-            } else if short.is_empty() {
-                short_from = Some(piece);
+            if piece.len() < SHARED_PIECE {
+                short.push(piece);
             } else {
-                short.extend_from_slice(&piece);
+                pieces.extend(joined(&mut short));
+                pieces.push(piece);
             }
         }
-        flush_short(&mut pieces, &mut short_from, &mut short);
+        pieces.extend(joined(&mut short));
         pieces
     }
 
@@ -359,12 +352,15 @@ impl Rendition {
 /// are copied into one (see [`Rendition::pieces`]).
 pub(crate) const SHARED_PIECE: usize = 1024;
 
-/// Ends a run of short pieces: a lone one is kept as it is, several were copied into `short`.
-fn flush_short(pieces: &mut Vec<Bytes>, alone: &mut Option<Bytes>, short: &mut BytesMut) {
-    if let Some(alone) = alone.take() {
-        pieces.push(alone);
-    } else if !short.is_empty() {
-        pieces.push(short.split().freeze());
+/// A run of short pieces as one: a lone one as it is, several copied together; the run is emptied.
+fn joined(run: &mut Vec<Bytes>) -> Option<Bytes> {
+    match run.len() {
+        0 | 1 => run.pop(),
+        _ => {
+            let joined = Bytes::from(run.concat());
+            run.clear();
+            Some(joined)
+        }
     }
 }
 

@@ -347,22 +347,28 @@ impl Subscription {
 mod tests {
     use std::sync::Arc;
 
-    use crate::agent::Output;
+    use crate::agent::{Output, StreamingMessage};
     use crate::hub::{Hub, HubConfig};
     use crate::render::Format;
+
+    /// A stream of `deltas` text deltas in a hub whose batches hold one frame each, its text message still
+    /// open, and a subscriber from the start that has taken nothing yet.
+    fn backlog(deltas: usize) -> (Hub, StreamingMessage, super::Subscription) {
+        let hub = Hub::new(HubConfig { batch_bytes: 1, ..HubConfig::default() });
+        let stream = hub.create("test").expect("a stream");
+        let mut text = Output::new(Arc::clone(&stream)).stream_text();
+        for i in 0..deltas {
+            text.append(format!("delta {i}")).expect("append");
+        }
+        let subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
+        (hub, text, subscription)
+    }
 
     /// A subscriber is live once a batch took everything the stream had, not while it works through a
     /// backlog (batches of one frame here) and not before it has taken anything.
     #[tokio::test]
     async fn a_subscriber_is_live_only_once_it_has_taken_everything_there_was() {
-        let hub = Hub::new(HubConfig { batch_bytes: 1, ..HubConfig::default() });
-        let stream = hub.create("test").expect("a stream");
-        let output = Output::new(Arc::clone(&stream));
-        let mut text = output.stream_text();
-        for i in 0..5 {
-            text.append(format!("delta {i}")).expect("append");
-        }
-        let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
+        let (_hub, mut text, mut subscription) = backlog(5);
         assert!(!subscription.is_live(), "nothing taken yet");
         let mut batches = 0;
         while !subscription.is_live() {
@@ -382,14 +388,7 @@ mod tests {
     /// caught up.
     #[tokio::test(flavor = "current_thread")]
     async fn a_subscriber_working_through_a_backlog_lets_other_tasks_run_between_batches() {
-        let hub = Hub::new(HubConfig { batch_bytes: 1, ..HubConfig::default() });
-        let stream = hub.create("test").expect("a stream");
-        let output = Output::new(Arc::clone(&stream));
-        let mut text = output.stream_text();
-        for i in 0..50 {
-            text.append(format!("delta {i}")).expect("append");
-        }
-        let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
+        let (_hub, _text, mut subscription) = backlog(50);
         let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let other = {
             let ran = Arc::clone(&ran);
