@@ -31,6 +31,7 @@ mod extract;
 mod format;
 mod metrics;
 mod openapi;
+mod repoll;
 mod responses;
 mod server;
 mod sse;

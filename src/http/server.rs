@@ -47,6 +47,7 @@ use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use super::event_connection::{self, First};
+use super::repoll::Repolled;
 use super::{App, HttpError, router};
 use crate::hub::Hub;
 use crate::output::{ErrorProps, Outcome};
@@ -162,14 +163,15 @@ pub async fn serve(
                 }
             };
             // Boxed, so that the task of a connection served without hyper is not the size of hyper's.
-            let mut connection =
-                Box::pin(http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)).with_upgrades());
+            let mut connection = Repolled::new(Box::pin(
+                http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)).with_upgrades(),
+            ));
             let result = tokio::select! {
-                result = connection.as_mut() => result,
+                result = &mut connection => result,
                 () = lifetime.closing.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
+                    connection.inner_mut().as_mut().graceful_shutdown();
                     tokio::select! {
-                        result = connection.as_mut() => result,
+                        result = &mut connection => result,
                         () = lifetime.gone.cancelled() => Ok(()),
                     }
                 }
