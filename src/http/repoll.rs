@@ -15,7 +15,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -42,11 +42,20 @@ impl<F> Repolled<F> {
     }
 }
 
-/// Records a wake that comes while the inner future is being polled; passes on any other.
+/// Not being polled: a wake goes to the task.
+const IDLE: u8 = 0;
+/// Being polled: a wake is recorded.
+const POLLING: u8 = 1;
+/// Being polled, and woken since the last look.
+const WOKEN: u8 = 2;
+
+/// Records a wake that comes while the inner future is being polled; passes on any other. One atomic holds
+/// whether the future is being polled and whether it was woken, and every change of it is one read-modify-
+/// write, so a wake from another thread is either seen by the poll's last look or passed on itself: never
+/// lost between the two.
 #[derive(Default)]
 struct Recorder {
-    polling: AtomicBool,
-    woke: AtomicBool,
+    state: AtomicU8,
     task: Mutex<Option<Waker>>,
 }
 
@@ -65,9 +74,9 @@ impl Wake for Recorder {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        if self.polling.load(Ordering::Acquire) {
-            self.woke.store(true, Ordering::Release);
-        } else {
+        let recorded = self.state.compare_exchange(POLLING, WOKEN, Ordering::AcqRel, Ordering::Acquire);
+        // IDLE: nobody is polling, so the task must be. (WOKEN: recorded already.)
+        if recorded == Err(IDLE) {
             self.wake_task();
         }
     }
@@ -83,24 +92,25 @@ impl<F: Future + Unpin> Future for Repolled<F> {
         {
             *task = Some(cx.waker().clone());
         }
-        this.wake.polling.store(true, Ordering::Release);
+        this.wake.state.store(POLLING, Ordering::Release);
         let mut inner_cx = Context::from_waker(&this.waker);
         let mut polls = 0;
         let result = loop {
-            this.wake.woke.store(false, Ordering::Release);
             if let Poll::Ready(output) = Pin::new(&mut this.inner).poll(&mut inner_cx) {
                 break Poll::Ready(output);
             }
             polls += 1;
             // A self-wake that spent the task's budget is tokio asking the task to yield: it does.
-            if !this.wake.woke.load(Ordering::Acquire) || polls == REPOLLS || !tokio::task::coop::has_budget_remaining()
-            {
+            if polls == REPOLLS || !tokio::task::coop::has_budget_remaining() {
+                break Poll::Pending;
+            }
+            if this.wake.state.swap(POLLING, Ordering::AcqRel) != WOKEN {
                 break Poll::Pending;
             }
         };
-        this.wake.polling.store(false, Ordering::Release);
-        // A wake recorded in the last poll (or one that came from another thread just now) is passed on.
-        if result.is_pending() && this.wake.woke.swap(false, Ordering::AcqRel) {
+        // A wake recorded and not answered by a poll (or one that came from another thread just now) is
+        // passed on.
+        if this.wake.state.swap(IDLE, Ordering::AcqRel) == WOKEN && result.is_pending() {
             cx.waker().wake_by_ref();
         }
         result
@@ -182,5 +192,50 @@ mod tests {
         let task = Arc::new(Counted::default());
         let mut future = Repolled::new(std::future::ready(7));
         assert_eq!(poll_once(&mut future, &task), Poll::Ready(7));
+    }
+
+    /// Another thread wakes the future while it is being polled, at every moment it can: no wake is lost
+    /// (a lost one would leave `block_on` waiting for good).
+    #[test]
+    fn a_wake_from_another_thread_is_never_lost() {
+        use std::sync::atomic::AtomicBool;
+
+        /// Ready once `done` is set; registers its waker for whoever sets it.
+        struct Flagged {
+            done: Arc<AtomicBool>,
+            waker: Arc<Mutex<Option<Waker>>>,
+        }
+
+        impl Future for Flagged {
+            type Output = ();
+
+            fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+                if let Ok(mut waker) = self.waker.lock() {
+                    *waker = Some(cx.waker().clone());
+                }
+                if self.done.load(Ordering::SeqCst) { Poll::Ready(()) } else { Poll::Pending }
+            }
+        }
+
+        let (finished, waited) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for _ in 0..20_000 {
+                let done = Arc::new(AtomicBool::new(false));
+                let waker: Arc<Mutex<Option<Waker>>> = Arc::new(Mutex::new(None));
+                let future = Repolled::new(Flagged { done: Arc::clone(&done), waker: Arc::clone(&waker) });
+                let setter = std::thread::spawn(move || {
+                    while waker.lock().map(|w| w.is_none()).unwrap_or(true) {
+                        std::hint::spin_loop();
+                    }
+                    done.store(true, Ordering::SeqCst);
+                    let registered = waker.lock().ok().and_then(|w| w.clone());
+                    registered.into_iter().for_each(Waker::wake);
+                });
+                futures::executor::block_on(future);
+                let _ = setter.join();
+            }
+            let _ = finished.send(());
+        });
+        assert!(waited.recv_timeout(std::time::Duration::from_secs(60)).is_ok(), "a wake was lost");
     }
 }
