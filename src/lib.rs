@@ -10,6 +10,7 @@
 //!   deltas), plus [`adapter::OpenAiCompletion`] for non-streaming responses.
 //! - [`hub`]: streams, the log seam their readers read, renditions shared by every subscriber, retention.
 //! - [`store`]: the embedded SQLite store that keeps streams, threads and the audit log across restarts.
+//! - [`cluster`]: several nodes serving the same streams through Redis.
 //! - [`render`]: a format and a transport's encoding (SSE, WebSocket) together, as the hub renders them.
 //! - [`agent`]: the agent API and the built-in agents; [`conversation`]: what agents receive;
 //!   [`thread`]: server-side threads, their audit log and replay; [`http`]: the service.
@@ -36,6 +37,7 @@
 
 pub mod adapter;
 pub mod agent;
+pub mod cluster;
 pub mod conversation;
 pub mod http;
 pub mod hub;

@@ -19,6 +19,7 @@ use agentmux::adapter::{
     OpenAiOptions, ReasoningField, ResponsesAdapter, ResponsesOptions, UiMessageAdapter, UiMessageOptions,
 };
 use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
+use agentmux::cluster::{Cluster, ClusterConfig};
 use agentmux::http::{App, KeySpec, Origins, Settings, budgets, check_key};
 use agentmux::hub::{Hub, HubConfig, Limits, Storage};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
@@ -109,6 +110,15 @@ enum Reasoning {
     Both,
 }
 
+/// Where streams are kept.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Engine {
+    /// The embedded store (`--data-dir`), or memory with `--ephemeral`.
+    Store,
+    /// Redis (`--redis-url`), shared by every node.
+    Redis,
+}
+
 #[derive(clap::Args)]
 struct Serve {
     /// Address to listen on.
@@ -126,6 +136,17 @@ struct Serve {
     /// Keep everything in memory only: a restart loses every stream and thread.
     #[arg(long, env = "AGENTMUX_EPHEMERAL")]
     ephemeral: bool,
+    /// Where streams are kept: the embedded store (one node), or Redis, through which any number of nodes
+    /// serve the same streams.
+    #[arg(long, env = "AGENTMUX_ENGINE", value_enum, default_value = "store")]
+    engine: Engine,
+    /// The Redis server of `--engine redis`.
+    #[arg(long, env = "AGENTMUX_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    redis_url: String,
+    /// The URL other nodes reach this one at, with `--engine redis` [default: http:// and the address
+    /// listened on].
+    #[arg(long, env = "AGENTMUX_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// The largest request body in bytes.
     #[arg(long, env = "AGENTMUX_BODY_LIMIT", default_value_t = 8 << 20)]
     body_limit: usize,
@@ -335,7 +356,8 @@ fn run_serve(serve: Serve) -> ExitCode {
             client_budgets,
             ..Limits::default()
         };
-        let store = if serve.ephemeral {
+        let redis = serve.engine == Engine::Redis;
+        let store = if serve.ephemeral || redis {
             None
         } else {
             match Store::open(&serve.data_dir) {
@@ -343,7 +365,7 @@ fn run_serve(serve: Serve) -> ExitCode {
                 Err(e) => return fail(&format!("{e} (use --ephemeral to run without a store)")),
             }
         };
-        let retention = serve.retention.unwrap_or(if store.is_some() {
+        let retention = serve.retention.unwrap_or(if store.is_some() || redis {
             Duration::from_secs(24 * 3600)
         } else {
             Duration::from_secs(600)
@@ -351,6 +373,24 @@ fn run_serve(serve: Serve) -> ExitCode {
         let mut config = HubConfig { limits, retention, idle_timeout: serve.idle_timeout, ..HubConfig::default() };
         if let Some(store) = &store {
             config.storage = Arc::clone(store) as Arc<dyn Storage>;
+        }
+        let cluster = if redis {
+            let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());
+            let config = ClusterConfig {
+                redis_url: serve.redis_url.clone(),
+                advertise_url: serve.advertise_url.clone().unwrap_or_else(|| format!("http://{bound}")),
+                idle_timeout: serve.idle_timeout,
+                retention,
+            };
+            match Cluster::connect(config).await {
+                Ok(cluster) => Some(cluster),
+                Err(e) => return fail(&format!("connecting to Redis at {}: {e}", serve.redis_url)),
+            }
+        } else {
+            None
+        };
+        if let Some(cluster) = &cluster {
+            config.storage = cluster.storage();
         }
         let hub = Hub::new(config);
         if let Some(store) = &store {
@@ -404,7 +444,10 @@ fn run_serve(serve: Serve) -> ExitCode {
             tokio::spawn(refresh_models(upstream.clone()));
             agents.set_upstream(upstream);
         }
-        let app = App::with_store(hub, Arc::new(agents), settings, store);
+        let mut app = App::with_store(hub, Arc::new(agents), settings, store);
+        if let Some(cluster) = cluster {
+            app = app.with_cluster(cluster);
+        }
         if !app.agents.contains(&serve.default_model) {
             tracing::warn!(
                 default_model = serve.default_model,

@@ -83,6 +83,19 @@ impl HttpError {
         error
     }
 
+    /// 503 `cluster_unavailable`: Redis, which this node reads other nodes' streams from, did not answer.
+    pub fn cluster_unavailable(error: &dyn std::fmt::Display) -> Self {
+        let mut error = HttpError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!("the stream could not be read from Redis: {error}"),
+            None,
+            "cluster_unavailable",
+        );
+        error.retry = true;
+        error
+    }
+
     /// 400 `invalid_request_error`.
     pub fn bad_request(message: impl Into<String>, param: Option<String>, code: &str) -> Self {
         HttpError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message, param, code)
@@ -197,6 +210,10 @@ impl From<AppendError> for HttpError {
             }
             // Room comes back as other streams end and are evicted, which the append cannot foresee.
             AppendError::HubFull { .. } => HttpError::capacity(message, Room::Unknown),
+            // The service forwards a followed stream's writes to its writer; this is the one it could not reach.
+            AppendError::Elsewhere => {
+                HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "stream_elsewhere")
+            }
         }
     }
 }
@@ -205,7 +222,7 @@ impl From<BatchError> for HttpError {
     fn from(error: BatchError) -> Self {
         let index = error.index;
         match error.error {
-            AppendError::Ended => error.error.into(),
+            AppendError::Ended | AppendError::Elsewhere => error.error.into(),
             other => HttpError::from(other).within(&format!("messages[{index}]")),
         }
     }

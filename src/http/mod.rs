@@ -29,6 +29,7 @@ mod error;
 mod event_connection;
 mod extract;
 mod format;
+mod forward;
 mod metrics;
 mod openapi;
 mod repoll;
@@ -131,6 +132,8 @@ pub struct App {
     pub metrics: Metrics,
     /// The store, if streams and threads are kept in one.
     store: Option<Arc<Store>>,
+    /// The other nodes, through Redis (`--engine redis`): streams this hub does not hold are followed.
+    cluster: Option<crate::cluster::Cluster>,
     /// Where the service is in its shutdown.
     lifetime: Lifetime,
 }
@@ -149,7 +152,25 @@ impl App {
         let credentials = Arc::new(Credentials::new(&settings.api_keys, secret));
         let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store.clone());
         let metrics = Metrics::new();
-        App { hub, agents, threads, settings, credentials, metrics, store, lifetime: Lifetime::default() }
+        App {
+            hub,
+            agents,
+            threads,
+            settings,
+            credentials,
+            metrics,
+            store,
+            cluster: None,
+            lifetime: Lifetime::default(),
+        }
+    }
+
+    /// The same app, serving the streams of the other nodes of `cluster` too (`--engine redis`).
+    pub fn with_cluster(mut self, cluster: crate::cluster::Cluster) -> Self {
+        // A token one node gave is good on every node.
+        self.credentials = Arc::new(Credentials::new(&self.settings.api_keys, cluster.secret()));
+        self.cluster = Some(cluster);
+        self
     }
 
     /// 503 `shutting_down` once the service is stopping: for what would start new work.
@@ -519,7 +540,11 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
 pub fn router(app: App) -> Router {
     let mut router = Router::new();
     for endpoint in endpoints() {
-        router = router.route(endpoint.path, endpoint.handler);
+        let mut handler = endpoint.handler;
+        if app.cluster.is_some() && forward::WRITES.contains(&endpoint.path) {
+            handler = handler.route_layer(middleware::from_fn_with_state(app.clone(), forward::to_writer));
+        }
+        router = router.route(endpoint.path, handler);
     }
     router
         .fallback(|| async {

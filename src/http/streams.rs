@@ -26,9 +26,17 @@ use crate::output::{Outcome, OutputMessage};
 use crate::render::Format;
 
 /// The stream named in the path.
-pub(crate) fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
+pub(crate) async fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
     super::record_stream(id);
-    app.hub.get(id).ok_or_else(|| HttpError::unknown_stream(id))
+    if let Some(stream) = app.hub.get(id) {
+        return Ok(stream);
+    }
+    let Some(cluster) = &app.cluster else { return Err(HttpError::unknown_stream(id)) };
+    match cluster.follow(&app.hub, id).await {
+        Ok(Some(stream)) => Ok(stream),
+        Ok(None) => Err(HttpError::unknown_stream(id)),
+        Err(error) => Err(HttpError::cluster_unavailable(&error)),
+    }
 }
 
 #[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
@@ -94,6 +102,10 @@ pub(crate) async fn create(
         if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
     let stream = app.hub.create_for(client.as_deref(), create.model.as_deref().unwrap_or("agentmux"))?;
     super::record_stream(stream.id());
+    // Answered once the stream is kept (its `stream_start` committed): with Redis, every node knows it then.
+    if !stream.readable(stream.last_sequence()).await {
+        return Err(not_kept(&stream).await);
+    }
     app.metrics.stream_created();
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
     let expires = create.token_ttl.map_or(0, |ttl| super::auth::now_s().saturating_add(ttl.max(1)));
@@ -125,7 +137,7 @@ pub(crate) async fn append(
     request: Body,
 ) -> Result<Response, HttpError> {
     let started = std::time::Instant::now();
-    let stream = find(&app, &id)?;
+    let stream = find(&app, &id).await?;
     let bytes = body::read(request, &app.settings).await?;
     let ndjson = headers
         .get("content-type")
@@ -190,7 +202,7 @@ fn ndjson_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
 /// when it does not fit: an error `code` over the name limit, a `stream_end` over the message size limit,
 /// or more than the stream's or the hub's limits leave room for.
 pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request: Body) -> Result<Response, HttpError> {
-    let stream = find(&app, &id)?;
+    let stream = find(&app, &id).await?;
     let bytes = body::read(request, &app.settings).await?;
     let outcome: Outcome =
         if bytes.iter().all(u8::is_ascii_whitespace) { Outcome::completed() } else { body::json(&bytes)? };
@@ -214,7 +226,7 @@ async fn not_kept(stream: &crate::hub::Stream) -> HttpError {
 
 /// `POST /v1/streams/{id}/cancel`: `202`.
 pub(crate) async fn cancel(State(app): State<App>, StreamId(id): StreamId) -> Result<Response, HttpError> {
-    let stream = find(&app, &id)?;
+    let stream = find(&app, &id).await?;
     if !stream.cancel() {
         return Err(crate::hub::AppendError::Ended.into());
     }
@@ -224,7 +236,7 @@ pub(crate) async fn cancel(State(app): State<App>, StreamId(id): StreamId) -> Re
 
 /// `GET /v1/streams/{id}`: the snapshot.
 pub(crate) async fn status(State(app): State<App>, StreamId(id): StreamId) -> Result<Response, HttpError> {
-    Ok(Json(find(&app, &id)?.snapshot()).into_response())
+    Ok(Json(find(&app, &id).await?.snapshot()).into_response())
 }
 
 /// A subscription's query: the format fields and `from`.
@@ -281,7 +293,7 @@ pub(crate) async fn events(
     Params(query): Params<SubscribeQuery>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    let stream = find(&app, &id)?;
+    let stream = find(&app, &id).await?;
     let format = query.format()?;
     let from = query.from(&headers)?;
     // Resuming at the end of an ended stream: nothing is left to send, and 204 tells `EventSource` to stop

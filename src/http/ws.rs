@@ -59,7 +59,7 @@ pub(crate) async fn one(
     headers: HeaderMap,
     Upgrade(upgrade): Upgrade,
 ) -> Result<Response, HttpError> {
-    let stream = find(&app, &id)?;
+    let stream = find(&app, &id).await?;
     let format = query.format()?;
     let from = query.from(&headers)?;
     let subscription = stream.subscribe(View::new(format, Encoding::WebSocket), from)?;
@@ -152,7 +152,7 @@ async fn connection(app: App, grant: Grant, socket: WebSocket, initial: Option<(
                 Some(Err(error)) => break read_failed(&error),
                 Some(Ok(Message::Close(_))) => break None,
                 Some(Ok(Message::Text(text))) => {
-                    let reply = handle(&app, &grant, text.as_str(), &mut feeds);
+                    let reply = handle(&app, &grant, text.as_str(), &mut feeds).await;
                     if send(&mut sink, vec![reply]).await.is_err() {
                         break None;
                     }
@@ -240,7 +240,7 @@ async fn send(
 }
 
 /// Handles one client frame, as far as the connection's credential allows; returns the reply.
-fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message {
+async fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<String, Feed>) -> Message {
     let op: Op = match serde_json::from_str(text) {
         Ok(op) => op,
         Err(error) => {
@@ -252,10 +252,26 @@ fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<String, Fe
         Op::Subscribe { stream, .. } | Op::Unsubscribe { stream } => (stream, Access::Read),
         Op::Cancel { stream } | Op::Publish { stream, .. } => (stream, Access::Write),
     };
-    let result = match op {
-        _ if !grant.allows(stream, needed) => Err(Grant::refusal()),
-        Op::Subscribe { stream, from, format } => (|| {
-            let found = find_op(app, &stream)?;
+    let allowed = grant.allows(stream, needed);
+    // The stream an op acts on, found (or followed from another node) before the op is applied.
+    let found = match &op {
+        _ if !allowed => None,
+        Op::Unsubscribe { .. } => None,
+        Op::Subscribe { stream, .. } | Op::Cancel { stream } | Op::Publish { stream, .. } => {
+            Some(find_op(app, stream).await)
+        }
+    };
+    let result = match (op, found) {
+        (_, None) if !allowed => Err(Grant::refusal()),
+        (Op::Unsubscribe { stream }, _) => match feeds.remove(&stream) {
+            Some(_) => Ok(json!({ "stream": stream, "unsubscribed": true })),
+            None => {
+                Err(HttpError::bad_request("not subscribed to this stream", Some("stream".into()), "not_subscribed"))
+            }
+        },
+        (_, None) => Err(Grant::refusal()),
+        (_, Some(Err(error))) => Err(error),
+        (Op::Subscribe { stream, from, format }, Some(Ok(found))) => (|| {
             if feeds.contains_key(&stream) {
                 return Err(HttpError::bad_request(
                     "already subscribed to this stream",
@@ -269,25 +285,19 @@ fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<String, Fe
             feeds.insert(stream.clone(), feed(subscription, counted));
             Ok(json!({ "stream": stream, "subscribed": true }))
         })(),
-        Op::Unsubscribe { stream } => match feeds.remove(&stream) {
-            Some(_) => Ok(json!({ "stream": stream, "unsubscribed": true })),
-            None => {
-                Err(HttpError::bad_request("not subscribed to this stream", Some("stream".into()), "not_subscribed"))
-            }
-        },
-        Op::Cancel { stream } => find_op(app, &stream).and_then(|found| {
+        (Op::Cancel { stream }, Some(Ok(found))) => {
             if found.cancel() {
                 Ok(json!({ "stream": stream, "cancelled": true }))
             } else {
                 Err(crate::hub::AppendError::Ended.into())
             }
-        }),
-        Op::Publish { stream, message } => find_op(app, &stream).and_then(|found| {
+        }
+        (Op::Publish { stream, message }, Some(Ok(found))) => (|| {
             let message = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"))?;
             let sequence = found.append(message).map_err(|e| HttpError::from(e).within("message"))?;
             app.metrics.published();
             Ok(json!({ "stream": stream, "published": sequence }))
-        }),
+        })(),
     };
     let reply = match result {
         Ok(reply) => reply,
@@ -303,8 +313,8 @@ fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<String, Fe
 }
 
 /// The stream an op names; an unknown one is refused with `param: "stream"`, the op's field.
-fn find_op(app: &App, stream: &str) -> Result<std::sync::Arc<crate::hub::Stream>, HttpError> {
-    find(app, stream).map_err(|mut error| {
+async fn find_op(app: &App, stream: &str) -> Result<std::sync::Arc<crate::hub::Stream>, HttpError> {
+    find(app, stream).await.map_err(|mut error| {
         error.error.param.get_or_insert_with(|| "stream".into());
         error
     })

@@ -47,6 +47,7 @@
 //! ([`HubError::retry_after`]).
 
 mod clock;
+mod committed;
 mod lifecycle;
 mod log;
 mod probes;
@@ -64,6 +65,7 @@ use std::time::Duration;
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use clock::{Clock, Ids, RandomIds, SystemClock};
+pub(crate) use committed::Committed;
 pub(crate) use log::MemoryLog;
 pub use log::{Entry, Gone, Log};
 pub use render::{Render, Renderer, StreamInfo};
@@ -529,6 +531,25 @@ impl Hub {
         self.streams().insert(id, stream);
     }
 
+    /// Takes in a stream written on another node, to serve its readers here, open or ended as its `log` says
+    /// (whoever made `log` keeps appending to it, and calls [`Stream::follower_ended`] at the end); or the
+    /// stream already held under its id.
+    pub(crate) fn follow(&self, info: StreamInfo, log: Box<dyn Log>) -> Arc<Stream> {
+        let mut streams = self.streams();
+        if let Some(held) = streams.get(&info.id) {
+            return Arc::clone(held);
+        }
+        let (id, held, ended) = (info.id.clone(), log.memory_bytes(), log.is_ended());
+        let stream = Stream::followed(Arc::clone(&self.inner.shared), info, log);
+        self.inner.shared.force_reserve(held);
+        streams.insert(id, Arc::clone(&stream));
+        drop(streams);
+        if ended {
+            stream.follower_ended();
+        }
+        stream
+    }
+
     /// The stream with this id, open or within its retention.
     pub fn get(&self, id: &str) -> Option<Arc<Stream>> {
         self.evict_expired();
@@ -577,9 +598,10 @@ impl Hub {
         (page, more)
     }
 
-    /// The streams still open.
+    /// The streams still open that this hub writes (not those it follows from another node).
     pub fn open_streams(&self) -> Vec<Arc<Stream>> {
-        self.streams().values().filter(|s| s.status() == Status::Open).cloned().collect()
+        // A followed stream is its writer's to end, on its own node.
+        self.streams().values().filter(|s| !s.is_followed() && s.status() == Status::Open).cloned().collect()
     }
 
     /// How many streams it holds.

@@ -113,6 +113,9 @@ pub enum AppendError {
         /// The limit.
         limit: u64,
     },
+    /// The stream is written on another node: this one follows it ([`super::Hub::follow`]).
+    #[error("the stream is written on another node")]
+    Elsewhere,
 }
 
 /// A refused batch: which message (from 0) and why.
@@ -250,6 +253,9 @@ pub struct Stream {
     active_ms: AtomicU64,
     /// When a sample of its messages were published, for the publish-to-deliver histogram.
     probes: Probes,
+    /// Written on another node and followed here: its producer's side refuses everything, and its status is
+    /// its log's.
+    followed: bool,
 }
 
 impl std::fmt::Debug for Stream {
@@ -299,6 +305,7 @@ impl Stream {
             client: client.map(str::to_owned),
             active_ms: AtomicU64::new(now_ms),
             probes: Probes::default(),
+            followed: false,
         });
         let (stream_id, epoch) = (stream.info.id.clone(), stream.info.epoch.clone());
         let start = StreamStart { stream_id, epoch, model: model.to_owned() }.event();
@@ -361,9 +368,58 @@ impl Stream {
             client: None,
             active_ms: AtomicU64::new(info.created_ms),
             probes: Probes::default(),
+            followed: false,
             info,
             shared,
         })
+    }
+
+    /// A stream written on another node, followed here through `log` (which its follower appends to, the
+    /// end included: [`Stream::follower_ended`]); see [`super::Hub::follow`].
+    pub(crate) fn followed(shared: Arc<Shared>, info: StreamInfo, log: Box<dyn Log>) -> Arc<Self> {
+        let last = log.last_sequence();
+        let held = log.memory_bytes();
+        Arc::new(Stream {
+            producer: Mutex::new(Producer {
+                last,
+                bytes: 0,
+                closings: 0,
+                outcome_bytes: 0,
+                reducer: Reducer::default(),
+                lifecycle: Lifecycle::default(),
+                end: None,
+                started_ms: info.created_ms,
+                readers: 0,
+            }),
+            log,
+            renditions: Mutex::new(Vec::new()),
+            state_view: Mutex::new(None),
+            held: AtomicU64::new(held),
+            pending: AtomicI64::new(0),
+            forgotten: AtomicBool::new(false),
+            warm: AtomicBool::new(false),
+            cancel: CancellationToken::new(),
+            next_id: AtomicU64::new(last + 1),
+            client: None,
+            active_ms: AtomicU64::new(info.created_ms),
+            probes: Probes::default(),
+            followed: true,
+            info,
+            shared,
+        })
+    }
+
+    /// True for a stream written on another node and followed here.
+    pub fn is_followed(&self) -> bool {
+        self.followed
+    }
+
+    /// The follower appended the end of a followed stream: its retention starts.
+    pub(crate) fn follower_ended(&self) {
+        if self.followed {
+            self.warm.store(true, Ordering::Release);
+            self.shared.ended(&self.info.id, None);
+        }
     }
 
     /// Waits until the entry `sequence` is where readers can read it: at once in memory; once committed in a
@@ -461,6 +517,9 @@ impl Stream {
 
     /// The status now.
     pub fn status(&self) -> Status {
+        if self.followed {
+            return Status::of(self.log.outcome().as_deref());
+        }
         Status::of(self.lock().end.as_deref())
     }
 
@@ -513,6 +572,9 @@ impl Stream {
 
     /// How the stream ended, once it has.
     pub fn outcome(&self) -> Option<Outcome> {
+        if self.followed {
+            return self.log.outcome().as_deref().cloned();
+        }
         self.lock().end.as_deref().cloned()
     }
 
@@ -558,11 +620,15 @@ impl Stream {
 
     /// When its producer last appended (ms by the hub's clock), while it is open.
     pub(crate) fn active_ms(&self) -> Option<u64> {
-        (!self.log.is_ended()).then(|| self.active_ms.load(Ordering::Acquire))
+        // A followed stream's idle timeout is its writer's to apply.
+        (!self.followed && !self.log.is_ended()).then(|| self.active_ms.load(Ordering::Acquire))
     }
 
     /// The last sequence appended.
     pub fn last_sequence(&self) -> u64 {
+        if self.followed {
+            return self.log.last_sequence();
+        }
         self.lock().last
     }
 
@@ -593,6 +659,9 @@ impl Stream {
     fn append_staged(&self, messages: Vec<OutputMessage>, awaited: bool) -> Result<Vec<u64>, BatchError> {
         for (index, message) in messages.iter().enumerate() {
             message.validate().map_err(|e| BatchError { index, error: e.into() })?;
+        }
+        if self.followed {
+            return Err(BatchError { index: 0, error: AppendError::Elsewhere });
         }
         let mut producer = self.lock();
         if producer.end.is_some() {
@@ -765,6 +834,9 @@ impl Stream {
 
     /// Ends the stream; see [`Stream::end`] (`refusable`: false) and [`Stream::try_end`].
     fn finish(&self, mut outcome: Outcome, refusable: bool) -> Result<bool, AppendError> {
+        if self.followed {
+            return if refusable { Err(AppendError::Elsewhere) } else { Ok(false) };
+        }
         let mut producer = self.lock();
         if producer.end.is_some() {
             return if refusable { Err(AppendError::Ended) } else { Ok(false) };

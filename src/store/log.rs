@@ -28,76 +28,17 @@
 //! after what was kept), never shows a client a second message under a sequence it has seen.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::watch;
 
 use super::read::Reader;
 use super::writer::{Command, Serialised, Writer};
-use crate::hub::{Entry, Gone, Log, MemoryLog};
+use crate::hub::{Committed, Entry, Gone, Log, MemoryLog};
 use crate::output::Outcome;
 
 /// Committed entries an open stream keeps in memory (at least; at most twice as many).
 pub(crate) const HOT: u64 = 1024;
-
-/// How far the writer has committed a stream, and its entries in memory; shared by the log and the writer.
-#[derive(Debug)]
-pub(crate) struct Committed {
-    sequence: AtomicU64,
-    ended: AtomicBool,
-    /// Set when a write of this stream failed: what readers get from then on is not on disk.
-    failed: AtomicBool,
-    changes: watch::Sender<u64>,
-    /// Notified just before `changes`: see [`Log::acknowledgements`].
-    acknowledgements: watch::Sender<u64>,
-    /// The entries not trimmed yet.
-    memory: MemoryLog,
-}
-
-impl Committed {
-    /// `memory` holds what is not committed yet, if anything; `sequence` is committed.
-    pub(crate) fn new(sequence: u64, ended: bool, memory: MemoryLog) -> Arc<Self> {
-        Arc::new(Committed {
-            sequence: AtomicU64::new(sequence),
-            ended: AtomicBool::new(ended),
-            failed: AtomicBool::new(false),
-            changes: watch::channel(0).0,
-            acknowledgements: watch::channel(0).0,
-            memory,
-        })
-    }
-
-    /// The writer could not write what it was given: the watermark stays where the disk is, readers that
-    /// reach it are told the rest is not kept (rather than wait for ever, or read what a restart would not
-    /// find), and whoever waits for an acknowledgement learns it failed.
-    pub(crate) fn fail(&self) {
-        self.failed.store(true, Ordering::Release);
-        self.notify();
-    }
-
-    /// Wakes whoever waits for an acknowledgement, then the readers: a producer waiting for this commit is
-    /// scheduled ahead of the readers it wakes (a commit to many readers wakes them all at once).
-    fn notify(&self) {
-        self.acknowledgements.send_modify(|n| *n = n.wrapping_add(1));
-        self.changes.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// The last sequence committed.
-    pub(crate) fn sequence(&self) -> u64 {
-        self.sequence.load(Ordering::Acquire)
-    }
-
-    /// The writer committed up to `sequence` (and the end, when `ended`): readers may read it.
-    pub(crate) fn advance(&self, sequence: u64, ended: bool) {
-        // Written at last (a failed batch, once the disk is back): everything up to here is kept.
-        self.failed.store(false, Ordering::Release);
-        self.sequence.fetch_max(sequence, Ordering::AcqRel);
-        if ended {
-            self.ended.store(true, Ordering::Release);
-        }
-        self.notify();
-    }
-}
 
 /// A stream's log in the store; see the module doc.
 #[derive(Debug)]
@@ -126,14 +67,14 @@ impl StoreLog {
     }
 
     fn gone(&self, asked: u64) -> Gone {
-        Gone { asked, kept_after: self.committed.memory.last_sequence() }
+        Gone { asked, kept_after: self.committed.memory().last_sequence() }
     }
 
     /// Keeps `entries` in memory and hands them to the writer; `wake`: wakes its thread (otherwise the caller
     /// hastens next).
     fn hand_over(&self, entries: Vec<Entry>, wake: bool) {
         let serialised = Serialised::of(&entries);
-        let memory = &self.committed.memory;
+        let memory = self.committed.memory();
         memory.append(entries);
         // Trimmed here, on the producer's thread, which made what it frees (not on the one writer thread):
         // down to the last `HOT` entries, of those committed, once there are twice as many.
@@ -169,38 +110,12 @@ impl Log for StoreLog {
         if self.forgotten.load(Ordering::Acquire) {
             return Err(self.gone(after));
         }
-        let committed = self.committed.sequence.load(Ordering::Acquire);
-        let ended = self.committed.ended.load(Ordering::Acquire);
-        if after >= committed && !ended {
-            // What comes next is not on disk: once a write failed, it may never be.
-            return if self.committed.failed.load(Ordering::Acquire) {
-                Err(Gone { asked: after, kept_after: committed })
-            } else {
-                Ok(())
-            };
-        }
-        let mut left = if ended { max } else { max.min(committed.saturating_sub(after) as usize) };
-        let start = into.len();
-        let mut after = after;
-        // Memory first; what it no longer holds comes from the store, up to where memory starts (which the
-        // appender may move on meanwhile: then memory is asked again, and the store again).
-        while left > 0 {
-            let Err(trimmed) = self.committed.memory.read(after, left, into) else { break };
-            let read = self.reader.read(&self.stream, after, trimmed.kept_after, left, into).unwrap_or_else(|error| {
+        self.committed.read(after, max, into, |after, upto, left, into| {
+            self.reader.read(&self.stream, after, upto, left, into).unwrap_or_else(|error| {
                 tracing::error!(stream = self.stream, "reading entries back from the store: {error}");
                 0
-            });
-            if read == 0 {
-                return Err(Gone { asked: after, kept_after: trimmed.kept_after });
-            }
-            after += read as u64;
-            left -= read;
-        }
-        // The memory has the end before the writer has committed it: not yet.
-        if !ended && into.len() > start && matches!(into.last(), Some(Entry::End(_))) {
-            into.pop();
-        }
-        Ok(())
+            })
+        })
     }
 
     fn last_sequence(&self) -> u64 {
@@ -208,23 +123,23 @@ impl Log for StoreLog {
     }
 
     fn is_ended(&self) -> bool {
-        self.committed.ended.load(Ordering::Acquire) || (!self.keeps() && self.committed.memory.is_ended())
+        self.committed.is_ended()
     }
 
     fn keeps(&self) -> bool {
-        !self.committed.failed.load(Ordering::Acquire)
+        self.committed.keeps()
     }
 
     fn outcome(&self) -> Option<Arc<Outcome>> {
-        if self.is_ended() { self.committed.memory.outcome() } else { None }
+        self.committed.outcome()
     }
 
     fn changes(&self) -> watch::Receiver<u64> {
-        self.committed.changes.subscribe()
+        self.committed.changes()
     }
 
     fn acknowledgements(&self) -> watch::Receiver<u64> {
-        self.committed.acknowledgements.subscribe()
+        self.committed.acknowledgements()
     }
 
     fn hasten(&self) {
@@ -233,17 +148,14 @@ impl Log for StoreLog {
 
     fn forget(&self) {
         self.forgotten.store(true, Ordering::Release);
-        self.committed.memory.forget();
-        self.committed.notify();
+        self.committed.forget();
     }
 
     fn release(&self) {
-        if self.committed.ended.load(Ordering::Acquire) && self.keeps() {
-            self.committed.memory.trim(u64::MAX);
-        }
+        self.committed.release();
     }
 
     fn memory_bytes(&self) -> u64 {
-        self.committed.memory.memory_bytes()
+        self.committed.memory().memory_bytes()
     }
 }

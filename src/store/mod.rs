@@ -278,7 +278,7 @@ impl Store {
                 let size = serde_json::to_vec(&end).map_or(0, |j| j.len() as u64);
                 let entries =
                     vec![Entry::Message { message: Arc::new(end), bytes: size }, Entry::End(Arc::new(outcome.clone()))];
-                let committed = log::Committed::new(last, false, crate::hub::MemoryLog::after(last));
+                let committed = crate::hub::Committed::new(last, false, crate::hub::MemoryLog::after(last));
                 let entries = writer::Serialised::of(&entries);
                 self.writer.send(Command::Append { stream: row.id.clone(), entries, committed });
                 bytes += size;

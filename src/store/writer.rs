@@ -49,8 +49,8 @@ use rusqlite::{Connection, params};
 
 use super::checkpoint;
 use super::chunk::Stored;
-use super::log::Committed;
 use super::threads::ThreadWrite;
+use crate::hub::Committed;
 use crate::hub::Entry;
 
 /// The most commands in one transaction.

@@ -1,0 +1,264 @@
+//! Several agentmux nodes serving the same streams through Redis (`--engine redis`).
+//!
+//! # One writer per stream
+//!
+//! Every stream has one owner, the node that created it: that node's [`crate::hub::Stream`] validates,
+//! stamps and reduces its appends, adds its lifecycle events and decides its outcome, exactly as on a single
+//! node, and its log ([`writer::OwnedLog`]) writes the stamped entries to Redis. So the order of a stream is
+//! decided in one place, by the same code as without Redis, and the reducer's view, the lifecycle and the
+//! outcome cannot disagree with it. The other designs were weighed: stamping sequences on the Redis server
+//! (a script per append that takes the next sequence) orders the entries but not what depends on their
+//! order: whether a delta applies, which `message_start` goes before it, where `stream_end` falls; those
+//! would have to move into Redis too, or be decided twice.
+//!
+//! The owner's writes go through one script ([`script`]) that checks, on the Redis server and in the same
+//! step as the write, that the node is still the stream's owner and that the entries continue the log without
+//! a gap; a node that is not the owner cannot write. Readers anywhere, the owner's own included, see only what
+//! Redis holds (the owner's log moves a committed watermark as the writes are acknowledged), and a
+//! producer's acknowledgement waits for it, as with the embedded store's disk. So a node that dies mid-append
+//! loses only what nobody was told about: entries not yet in Redis were neither acknowledged nor read.
+//!
+//! # Followers
+//!
+//! A node asked for a stream it does not hold looks it up in Redis and follows it ([`Cluster::follow`],
+//! `follow.rs`): its history into a log in memory, then each new entry as the owner's notice says it is
+//! there. The followed stream is a [`crate::hub::Stream`] like any other for its readers: renditions made
+//! once per format on this node and shared by its subscribers, resume, snapshots. Redis carries entries,
+//! never rendered frames. The followed stream refuses its producer's side
+//! ([`crate::hub::AppendError::Elsewhere`]).
+//!
+//! # Keys
+//!
+//! `keys.rs`: per stream a Redis Stream of entries (entry id `<sequence>-0`), a hash of its facts, owner and
+//! outcome, and a notice channel. The keys expire with the stream: its idle timeout and retention after each
+//! append, its retention once it has ended.
+
+mod follow;
+mod keys;
+mod script;
+mod writer;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
+use tokio::sync::{Notify, mpsc};
+
+use crate::hub::{Hub, Ids, Log, RandomIds, Storage, Stream, StreamInfo};
+use writer::{OwnedLog, Owner, Writer};
+
+/// This node's link to the others through Redis; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    connection: ConnectionManager,
+    /// Subscribed to the notice channels of the streams followed here (RESP3 pushes).
+    notices: ConnectionManager,
+    writer: Writer,
+    owner: Owner,
+    /// The followed streams waiting for notices, by id.
+    followers: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Held while a stream is being taken in, so two requests for it take it in once.
+    following: tokio::sync::Mutex<()>,
+    /// For writes forwarded to the node that writes a stream.
+    http: reqwest::Client,
+    /// The secret stream tokens are signed with, the same on every node.
+    secret: [u8; 32],
+}
+
+/// How a node joins: where Redis is, where the other nodes reach this one, and its streams' lifetimes.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// `redis://host:port/db`.
+    pub redis_url: String,
+    /// The URL other nodes reach this one at (its writes are forwarded there).
+    pub advertise_url: String,
+    /// The hub's idle timeout: an open stream's keys live this long plus the retention past its last append.
+    pub idle_timeout: Duration,
+    /// The hub's retention: an ended stream's keys live this long.
+    pub retention: Duration,
+}
+
+impl Cluster {
+    /// Connects to Redis and starts this node's writer.
+    pub async fn connect(config: ClusterConfig) -> redis::RedisResult<Cluster> {
+        // RESP3, so the notices arrive as pushes on a connection that still takes commands.
+        let info = config.redis_url.as_str().into_connection_info()?;
+        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let info = info.set_redis_settings(settings);
+        let client = redis::Client::open(info)?;
+        let settings = || {
+            ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(2)))
+                .set_response_timeout(Some(Duration::from_secs(5)))
+        };
+        let connection = client.get_connection_manager_with_config(settings()).await?;
+        let (pushes, received) = mpsc::unbounded_channel();
+        let notices = client
+            .get_connection_manager_with_config(settings().set_push_sender(pushes).set_automatic_resubscription())
+            .await?;
+        let owner = Owner {
+            node: Arc::from(RandomIds.epoch()),
+            url: Arc::from(config.advertise_url.as_str()),
+            open_ttl: config.idle_timeout + config.retention,
+            ended_ttl: config.retention,
+        };
+        let secret = shared_secret(&mut connection.clone()).await?;
+        let writer = Writer::start(connection.clone(), owner.clone());
+        let inner = Arc::new(Inner {
+            connection,
+            notices,
+            writer,
+            owner,
+            followers: Mutex::new(HashMap::new()),
+            following: tokio::sync::Mutex::new(()),
+            http: reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .build()
+                .map_err(|e| redis::RedisError::from((redis::ErrorKind::Client, "an HTTP client", e.to_string())))?,
+            secret,
+        });
+        tokio::spawn(route_notices(received, Arc::downgrade(&inner)));
+        tracing::info!(node = %inner.owner.node, url = %inner.owner.url, "joined the cluster");
+        Ok(Cluster { inner })
+    }
+
+    /// The storage the hub keeps the streams this node creates in.
+    pub fn storage(&self) -> Arc<dyn Storage> {
+        Arc::new(RedisStorage { writer: self.inner.writer.clone() })
+    }
+
+    /// This node's id, as Redis names the owner of its streams.
+    pub fn node(&self) -> &str {
+        &self.inner.owner.node
+    }
+
+    /// The URL other nodes reach this one at.
+    pub fn url(&self) -> &str {
+        &self.inner.owner.url
+    }
+
+    /// The URL of the node that writes stream `id` (`None`: Redis has no such stream).
+    pub async fn writer_url(&self, id: &str) -> redis::RedisResult<Option<String>> {
+        use redis::AsyncCommands;
+        self.inner.connection.clone().hget(keys::meta(id), "url").await
+    }
+
+    /// The secret stream tokens are signed with: made by the first node, the same on every node, so a
+    /// token one node gave works on all of them.
+    pub fn secret(&self) -> [u8; 32] {
+        self.inner.secret
+    }
+
+    /// The client writes are forwarded to other nodes with.
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.inner.http
+    }
+
+    /// The stream `id`: the one `hub` holds, or else one written on another node, followed from now on
+    /// (`None` when Redis has no such stream either).
+    pub async fn follow(&self, hub: &Hub, id: &str) -> redis::RedisResult<Option<Arc<Stream>>> {
+        if let Some(held) = hub.get(id) {
+            return Ok(Some(held));
+        }
+        let _one = self.inner.following.lock().await;
+        if let Some(held) = hub.get(id) {
+            return Ok(Some(held));
+        }
+        let mut connection = self.inner.connection.clone();
+        let Some(meta) = follow::meta(&mut connection, id).await? else { return Ok(None) };
+        let notices = Arc::new(Notify::new());
+        let open = meta.outcome.is_none();
+        if open {
+            // Subscribed before the history is read, so no append falls between the two.
+            self.inner.listen(id, &notices).await?;
+        }
+        let log = match follow::history(&mut connection, id).await {
+            Ok(log) => log,
+            Err(error) => {
+                self.inner.stop_listening(id).await;
+                return Err(error);
+            }
+        };
+        let stream = hub.follow(meta.info, Box::new(log));
+        if !stream.log().is_ended() {
+            let (inner, weak, id) = (Arc::clone(&self.inner), Arc::downgrade(&stream), id.to_owned());
+            tokio::spawn(async move {
+                follow::keep_up(connection, weak, notices).await;
+                inner.stop_listening(&id).await;
+            });
+        } else if open {
+            self.inner.stop_listening(id).await;
+        }
+        tracing::debug!(stream = id, "following a stream written on another node");
+        Ok(Some(stream))
+    }
+}
+
+impl Inner {
+    async fn listen(&self, id: &str, notices: &Arc<Notify>) -> redis::RedisResult<()> {
+        if let Ok(mut followers) = self.followers.lock() {
+            followers.insert(id.to_owned(), Arc::clone(notices));
+        }
+        self.notices.clone().subscribe(keys::notices(id)).await
+    }
+
+    async fn stop_listening(&self, id: &str) {
+        if let Ok(mut followers) = self.followers.lock() {
+            followers.remove(id);
+        }
+        if let Err(error) = self.notices.clone().unsubscribe(keys::notices(id)).await {
+            tracing::debug!(stream = id, %error, "unsubscribing from a stream's notices");
+        }
+    }
+}
+
+/// The cluster's token secret: made by the first node that asks (`SET NX`), read by every other.
+async fn shared_secret(connection: &mut ConnectionManager) -> redis::RedisResult<[u8; 32]> {
+    use redis::AsyncCommands;
+    let made = crate::store::random_secret();
+    let _: Option<String> =
+        redis::cmd("SET").arg(keys::SECRET).arg(&made[..]).arg("NX").query_async(connection).await?;
+    let kept: Vec<u8> = connection.get(keys::SECRET).await?;
+    kept.try_into()
+        .map_err(|_| redis::RedisError::from((redis::ErrorKind::Parse, "the cluster's secret is not 32 bytes")))
+}
+
+/// Hands each notice to the follower of its stream.
+async fn route_notices(mut pushes: mpsc::UnboundedReceiver<PushInfo>, inner: std::sync::Weak<Inner>) {
+    while let Some(push) = pushes.recv().await {
+        if push.kind != redis::PushKind::Message {
+            continue;
+        }
+        let Some(channel) = push.data.first().and_then(|c| redis::from_redis_value::<String>(c.clone()).ok()) else {
+            continue;
+        };
+        let Some(id) = keys::stream_of_notices(&channel) else { continue };
+        let Some(inner) = inner.upgrade() else { return };
+        let notices = inner.followers.lock().ok().and_then(|f| f.get(id).cloned());
+        if let Some(notices) = notices {
+            notices.notify_one();
+        }
+    }
+}
+
+/// The streams this node creates, written to Redis by its writer.
+#[derive(Debug)]
+struct RedisStorage {
+    writer: Writer,
+}
+
+impl Storage for RedisStorage {
+    fn log(&self, info: &StreamInfo, _client: Option<&str>) -> Box<dyn Log> {
+        Box::new(OwnedLog::new(info, self.writer.clone()))
+    }
+
+    /// Redis expires a stream's keys itself.
+    fn evict(&self, _id: &str) {}
+}

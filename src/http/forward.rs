@@ -1,0 +1,91 @@
+//! Writes to a stream another node writes (`--engine redis`): appends, ends and cancels go to that node.
+//!
+//! A stream has one writer, the node that created it (see `crate::cluster`); a producer, a cancel button or
+//! a load balancer may reach any node. So on the routes that write, a node that is not the stream's writer
+//! sends the request on to the writer's URL (from Redis) as it came (method, path, query, body, and the
+//! headers that say who asks and what the body is) and answers with the writer's answer, status and error
+//! envelope included. A forwarded request carries [`FORWARDED`] and is never sent on again, so two nodes
+//! that disagree about the writer cannot pass a request back and forth. A writer that cannot be reached
+//! is answered 503 `writer_unreachable`, which a client may retry.
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::{App, HttpError};
+
+/// The routes that write to a stream, each with the stream's id as its third path segment.
+pub(crate) const WRITES: [&str; 3] = ["/v1/streams/{id}/messages", "/v1/streams/{id}/end", "/v1/streams/{id}/cancel"];
+
+/// The header a forwarded request carries.
+pub(crate) const FORWARDED: &str = "x-agentmux-forwarded";
+
+/// The request headers sent on: what the body is, and who asks.
+const SENT_ON: [&str; 5] = ["content-type", "authorization", "x-api-key", "traceparent", "tracestate"];
+
+/// The answer's headers passed back.
+const PASSED_BACK: [&str; 4] = ["content-type", "retry-after", "x-should-retry", "x-request-id"];
+
+/// Serves a write here when this node writes the stream (or no node does: the handler answers 404), and
+/// otherwise forwards it to the node that does.
+pub(crate) async fn to_writer(State(app): State<App>, request: Request, next: Next) -> Response {
+    let Some(cluster) = &app.cluster else { return next.run(request).await };
+    if request.headers().contains_key(FORWARDED) {
+        return next.run(request).await;
+    }
+    let Some(id) = request.uri().path().split('/').nth(3).map(str::to_owned) else { return next.run(request).await };
+    if app.hub.get(&id).is_some_and(|stream| !stream.is_followed()) {
+        return next.run(request).await;
+    }
+    let url = match cluster.writer_url(&id).await {
+        Ok(Some(url)) if url != cluster.url() => url,
+        Ok(_) => return next.run(request).await,
+        Err(error) => return HttpError::cluster_unavailable(&error).into_response(),
+    };
+    super::record_stream(&id);
+    match forward(&app, &url, request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn forward(app: &App, writer: &str, request: Request) -> Result<Response, HttpError> {
+    let (parts, body) = request.into_parts();
+    let target = format!("{writer}{}", parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str()));
+    let body = super::body::read(body, &app.settings).await?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    for name in SENT_ON {
+        if let Some(value) = parts.headers.get(name) {
+            headers.insert(HeaderName::from_static(name), value.clone());
+        }
+    }
+    headers.insert(HeaderName::from_static(FORWARDED), HeaderValue::from_static("1"));
+    let client = app.cluster.as_ref().map(|c| c.http().clone()).unwrap_or_default();
+    let answer = client.request(parts.method, &target).headers(headers).body(body).send().await.map_err(|error| {
+        tracing::warn!(writer, %error, "forwarding a write to the stream's writer failed");
+        unreachable_writer(writer)
+    })?;
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut passed = HeaderMap::new();
+    for name in PASSED_BACK {
+        if let Some(value) = answer.headers().get(name) {
+            passed.insert(HeaderName::from_static(name), value.clone());
+        }
+    }
+    let bytes = answer.bytes().await.map_err(|_| unreachable_writer(writer))?;
+    Ok((status, passed, Body::from(bytes)).into_response())
+}
+
+fn unreachable_writer(writer: &str) -> HttpError {
+    let mut error = HttpError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server_error",
+        format!("the node that writes this stream ({writer}) could not be reached"),
+        None,
+        "writer_unreachable",
+    );
+    error.retry = true;
+    error
+}

@@ -1,0 +1,311 @@
+//! Several agentmux processes serving the same streams through a real `redis-server` (`--engine redis`),
+//! all on loopback ports.
+
+mod common;
+
+use common::http::{Sse, parse_sse, post_empty, read_body, read_events};
+use common::process::ServerProcess;
+use common::redis::RedisServer;
+use serde_json::{Value, json};
+
+fn node(redis: &RedisServer) -> ServerProcess {
+    ServerProcess::spawn(&["--engine", "redis", "--redis-url", &redis.url()])
+}
+
+/// `count` text deltas of one message as NDJSON, numbered from `from`.
+fn deltas(from: usize, count: usize) -> String {
+    (from..from + count)
+        .map(|i| {
+            json!({ "type": "text", "message_id": "m1", "delta": true, "props": { "content": format!("t{i} ") } })
+                .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+async fn append(client: &reqwest::Client, node: &ServerProcess, id: &str, body: String) -> Value {
+    let response = client
+        .post(node.url(&format!("/v1/streams/{id}/messages")))
+        .header("content-type", "application/x-ndjson")
+        .body(body)
+        .send()
+        .await
+        .expect("append");
+    let status = response.status().as_u16();
+    let reply: Value = response.json().await.expect("the append's answer is JSON");
+    assert_eq!(status, 200, "{reply}");
+    reply
+}
+
+async fn events(client: &reqwest::Client, node: &ServerProcess, id: &str, query: &str) -> reqwest::Response {
+    let response = client.get(node.url(&format!("/v1/streams/{id}/events{query}"))).send().await.expect("subscribe");
+    assert_eq!(response.status(), 200, "subscribe on {} with {query:?}", node.base);
+    response
+}
+
+fn data(events: &[Sse]) -> Vec<&str> {
+    events.iter().map(|e| e.data.as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_written_on_one_node_is_read_on_the_others_in_their_own_formats() {
+    let redis = RedisServer::start();
+    let (a, b, c) = (node(&redis), node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id").to_owned();
+
+    // Subscribed on B (the typed messages) and C (OpenAI chunks) before anything is written.
+    let on_b = events(&client, &b, &id, "").await;
+    let on_c = events(&client, &c, &id, "?format=openai").await;
+    let reading_b = tokio::spawn(read_events(on_b));
+    let reading_c = tokio::spawn(read_body(on_c));
+    for batch in 0..10 {
+        append(&client, &a, &id, deltas(batch * 5, 5)).await;
+    }
+    let (status, ended) = post_empty(&client, &a.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200, "{ended}");
+    let on_b = reading_b.await.expect("B's reader");
+    let on_c = reading_c.await.expect("C's reader");
+
+    // What A itself serves, read whole after the end, is what B and C served live.
+    let whole_cui = read_events(events(&client, &a, &id, "").await).await;
+    let whole_openai = read_body(events(&client, &a, &id, "?format=openai").await).await;
+    assert_eq!(data(&on_b), data(&whole_cui), "B's typed messages are A's");
+    assert_eq!(on_b.iter().map(|e| e.id).collect::<Vec<_>>(), whole_cui.iter().map(|e| e.id).collect::<Vec<_>>());
+    assert_eq!(String::from_utf8_lossy(&on_c), String::from_utf8_lossy(&whole_openai), "C's chunks are A's");
+    let text: String = parse_sse(&on_c)
+        .0
+        .iter()
+        .filter(|e| e.data != "[DONE]")
+        .filter_map(|e| e.json()["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(text, (0..50).map(|i| format!("t{i} ")).collect::<String>());
+    assert!(on_c.ends_with(b"data: [DONE]\n\n"));
+
+    // A late joiner on C, and a reader resuming on B from the middle, get the same history.
+    let late = read_events(events(&client, &c, &id, "").await).await;
+    assert_eq!(data(&late), data(&whole_cui));
+    let middle = whole_cui[20].id.expect("an id");
+    let resumed = client
+        .get(b.url(&format!("/v1/streams/{id}/events")))
+        .header("last-event-id", middle.to_string())
+        .send()
+        .await
+        .expect("resume");
+    let resumed = read_events(resumed).await;
+    assert_eq!(data(&resumed), data(&whole_cui[21..]), "resumed after {middle}");
+
+    // Every node answers the snapshot alike.
+    let mut snapshots = Vec::new();
+    for node in [&a, &b, &c] {
+        let response = client.get(node.url(&format!("/v1/streams/{id}"))).send().await.expect("snapshot");
+        assert_eq!(response.status(), 200);
+        snapshots.push(response.json::<Value>().await.expect("JSON"));
+    }
+    assert_eq!(snapshots[0]["status"], "completed", "{}", snapshots[0]);
+    assert_eq!(snapshots[1], snapshots[0]);
+    assert_eq!(snapshots[2], snapshots[0]);
+
+    // A stream no node made is unknown everywhere.
+    let unknown = client.get(b.url("/v1/streams/s_nothing/events")).send().await.expect("unknown");
+    assert_eq!(unknown.status(), 404);
+}
+
+/// `count` whole text messages of producer `who`, numbered from `from`, as NDJSON.
+fn messages(who: &str, from: usize, count: usize) -> String {
+    (from..from + count)
+        .map(|i| {
+            json!({ "type": "text", "message_id": format!("{who}-{i}"), "props": { "content": format!("{who} {i}") } })
+                .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_producers_on_two_nodes_write_one_order_that_every_node_serves() {
+    let redis = RedisServer::start();
+    let (a, b, c) = (node(&redis), node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id").to_owned();
+    let mut readers = Vec::new();
+    for node in [&a, &b, &c] {
+        readers.push(tokio::spawn(read_events(events(&client, node, &id, "").await)));
+    }
+
+    // One producer writes through A (the writer), the other through B (which sends its writes on to A).
+    let produce = |node: &ServerProcess, who: &'static str| {
+        let (client, node_url, id) = (client.clone(), node.base.clone(), id.clone());
+        async move {
+            let mut sequences = Vec::new();
+            for batch in 0..20 {
+                let response = client
+                    .post(format!("{node_url}/v1/streams/{id}/messages"))
+                    .header("content-type", "application/x-ndjson")
+                    .body(messages(who, batch * 3, 3))
+                    .send()
+                    .await
+                    .expect("append");
+                assert_eq!(response.status(), 200, "{who}'s append through {node_url}");
+                let reply: Value = response.json().await.expect("JSON");
+                sequences.extend(reply["sequences"].as_array().expect("sequences").iter().filter_map(Value::as_u64));
+            }
+            sequences
+        }
+    };
+    let (first, second) = tokio::join!(produce(&a, "p1"), produce(&b, "p2"));
+    // Ended through C, which also sends it on to A.
+    let (status, ended) = post_empty(&client, &c.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200, "{ended}");
+    let last = ended["last_sequence"].as_u64().expect("last_sequence");
+
+    let mut all: Vec<u64> = first.iter().chain(&second).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), first.len() + second.len(), "no sequence given twice");
+    let mut served = Vec::new();
+    for reader in readers {
+        served.push(reader.await.expect("a reader"));
+    }
+    for events in &served {
+        let ids: Vec<u64> = events.iter().filter_map(|e| e.id).collect();
+        assert_eq!(ids, (1..=last).collect::<Vec<_>>(), "every sequence once, in order, without a gap");
+        assert_eq!(data(events), data(&served[0]), "every node serves the same log");
+    }
+    // Each producer's messages are there once each, in the order it sent them.
+    for (who, sequences) in [("p1", &first), ("p2", &second)] {
+        let texts: Vec<String> = served[0]
+            .iter()
+            .map(Sse::json)
+            .filter(|m| m["type"] == "text" && m["message_id"].as_str().is_some_and(|id| id.starts_with(who)))
+            .filter_map(|m| m["props"]["content"].as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(texts, (0..60).map(|i| format!("{who} {i}")).collect::<Vec<_>>());
+        assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{who}'s sequences rise");
+    }
+}
+
+/// Reads `response` (an SSE body) until `until` says an event is the last one wanted, or the body ends or
+/// breaks; the events read.
+async fn read_until(response: reqwest::Response, until: impl Fn(&Sse) -> bool) -> Vec<Sse> {
+    use futures::StreamExt;
+    let mut body = response.bytes_stream();
+    let mut bytes = Vec::new();
+    loop {
+        let next = tokio::time::timeout(common::http::PATIENCE, body.next()).await.expect("an event in time");
+        match next {
+            Some(Ok(chunk)) => bytes.extend_from_slice(&chunk),
+            Some(Err(_)) | None => return parse_sse(&bytes).0,
+        }
+        let (events, _) = parse_sse(&bytes);
+        if events.iter().any(&until) {
+            return events;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_of_a_node_killed_mid_stream_resume_on_another_without_gap_or_duplicate() {
+    let redis = RedisServer::start();
+    let (a, mut b, c) = (node(&redis), node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id").to_owned();
+    for batch in 0..5 {
+        append(&client, &a, &id, messages("p", batch * 4, 4)).await;
+    }
+    // Two readers on B, part-way through: one resumes by `Last-Event-ID`, the other by `from`.
+    let first = events(&client, &b, &id, "").await;
+    let first_part = read_until(first, |e| e.id == Some(20)).await;
+    let second = events(&client, &b, &id, "").await;
+    let second_part = read_until(second, |e| e.data.contains("p 9")).await;
+
+    b.kill();
+    // The producer goes on through A meanwhile.
+    for batch in 5..10 {
+        append(&client, &a, &id, messages("p", batch * 4, 4)).await;
+    }
+    let first_seen = first_part.iter().filter_map(|e| e.id).max().expect("ids");
+    let resumed = client
+        .get(c.url(&format!("/v1/streams/{id}/events")))
+        .header("last-event-id", first_seen.to_string())
+        .send()
+        .await
+        .expect("resume on C");
+    assert_eq!(resumed.status(), 200);
+    let reading_first = tokio::spawn(read_events(resumed));
+    let second_seen = second_part.iter().filter_map(|e| e.id).max().expect("ids");
+    let reading_second = tokio::spawn(read_events(events(&client, &c, &id, &format!("?from={second_seen}")).await));
+    let (status, ended) = post_empty(&client, &c.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200, "{ended}");
+
+    let whole = read_events(events(&client, &a, &id, "").await).await;
+    for (part, reading) in [(first_part, reading_first), (second_part, reading_second)] {
+        let rest = reading.await.expect("a resumed reader");
+        let ids: Vec<u64> = part.iter().chain(&rest).filter_map(|e| e.id).collect();
+        assert_eq!(ids, whole.iter().filter_map(|e| e.id).collect::<Vec<_>>(), "no gap, no duplicate");
+        let joined: Vec<&str> = data(&part).into_iter().chain(data(&rest)).collect();
+        assert_eq!(joined, data(&whole));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_loses_nothing_acknowledged() {
+    let mut redis = RedisServer::start();
+    let (a, b) = (node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id").to_owned();
+    let mut acknowledged = Vec::new();
+    for batch in 0..5 {
+        acknowledged.extend(common::http::sequences(&append(&client, &a, &id, messages("p", batch * 4, 4)).await));
+    }
+    // Redis is killed and started again from its append-only file while the producer keeps writing: the
+    // appends meanwhile wait for it, and are acknowledged once it has them.
+    redis.stop();
+    let writing = {
+        let (client, a_url, id) = (client.clone(), a.base.clone(), id.clone());
+        tokio::spawn(async move {
+            let mut sequences = Vec::new();
+            for batch in 5..10 {
+                let response = client
+                    .post(format!("{a_url}/v1/streams/{id}/messages"))
+                    .header("content-type", "application/x-ndjson")
+                    .body(messages("p", batch * 4, 4))
+                    .send()
+                    .await
+                    .expect("append");
+                assert_eq!(response.status(), 200, "an append while Redis restarts");
+                let reply: Value = response.json().await.expect("JSON");
+                sequences.extend(common::http::sequences(&reply));
+            }
+            sequences
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    redis.restart();
+    acknowledged.extend(writing.await.expect("the producer"));
+    let (status, ended) = post_empty(&client, &a.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200, "{ended}");
+
+    // B, which never held the stream, reads it from the restarted Redis: every acknowledged message is there.
+    let read = read_events(events(&client, &b, &id, "").await).await;
+    let ids: Vec<u64> = read.iter().filter_map(|e| e.id).collect();
+    assert_eq!(ids, (1..=ended["last_sequence"].as_u64().expect("last")).collect::<Vec<_>>());
+    for sequence in &acknowledged {
+        assert!(ids.contains(sequence), "acknowledged {sequence} is kept");
+    }
+    let texts: Vec<String> = read
+        .iter()
+        .map(Sse::json)
+        .filter(|m| m["type"] == "text")
+        .filter_map(|m| m["props"]["content"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(texts, (0..40).map(|i| format!("p {i}")).collect::<Vec<_>>());
+}

@@ -1,0 +1,107 @@
+//! A real `redis-server` (Debian's package, installed here when missing) on a free loopback port, with its
+//! append-only file on and fsynced on every write, in a directory of its own; killed when dropped.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::browser::free_port;
+
+/// Installs Debian's `redis-server` unless it is there (once, under a lock, for tests running at once).
+pub(crate) fn ensure_redis() {
+    let ready = || std::path::Path::new("/usr/bin/redis-server").exists();
+    if ready() {
+        return;
+    }
+    let lock_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/redis-install.lock");
+    let lock = std::fs::File::create(&lock_path).expect("the install lock");
+    lock.lock().expect("lock");
+    if ready() {
+        return;
+    }
+    let install = |args: &[&str]| {
+        Command::new("apt-get").args(args).env("DEBIAN_FRONTEND", "noninteractive").status().is_ok_and(|s| s.success())
+    };
+    let packages = ["install", "-y", "--no-install-recommends", "redis-server"];
+    assert!(
+        install(&packages) || (install(&["update"]) && install(&packages)),
+        "Redis is needed: `apt-get install redis-server` failed (run the tests as root with apt)"
+    );
+    assert!(ready(), "redis-server installed but not in /usr/bin");
+}
+
+/// A running `redis-server`; killed when dropped, its directory removed.
+pub(crate) struct RedisServer {
+    child: Option<Child>,
+    pub(crate) port: u16,
+    dir: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts one on a free port and waits until it answers.
+    pub(crate) fn start() -> RedisServer {
+        ensure_redis();
+        let dir = std::env::temp_dir().join(format!("agentmux-redis-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).expect("a directory for Redis");
+        let mut server = RedisServer { child: None, port: free_port(), dir };
+        server.run();
+        server
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub(crate) fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills it (SIGKILL, nothing flushed beyond what it already fsynced) and starts it again on the same
+    /// port and directory, from its append-only file.
+    pub(crate) fn restart(&mut self) {
+        self.stop();
+        self.run();
+    }
+
+    /// Kills it, and waits until it is gone.
+    pub(crate) fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn run(&mut self) {
+        let port = self.port.to_string();
+        let dir = self.dir.to_string_lossy().into_owned();
+        let child = Command::new("/usr/bin/redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1", "--dir", &dir, "--save", ""])
+            .args(["--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if ping(self.port) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer on port {port}");
+    }
+}
+
+/// True when a Redis on `port` answers `PING` (and has loaded its data: it answers `-LOADING` until then).
+fn ping(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut socket) = std::net::TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = socket.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut reply = [0u8; 16];
+    socket.write_all(b"PING\r\n").is_ok() && socket.read(&mut reply).is_ok_and(|n| reply[..n].starts_with(b"+PONG"))
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
