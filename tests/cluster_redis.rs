@@ -309,3 +309,45 @@ async fn a_redis_restart_loses_nothing_acknowledged() {
         .collect();
     assert_eq!(texts, (0..40).map(|i| format!("p {i}")).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_writer_dies_ends_interrupted_on_every_other_node() {
+    let redis = RedisServer::start();
+    let (mut a, b, c) = (node(&redis), node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id").to_owned();
+    append(&client, &a, &id, messages("p", 0, 4)).await;
+    let reading = tokio::spawn(read_events(events(&client, &b, &id, "").await));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    let killed = std::time::Instant::now();
+    a.kill();
+    // B learns it from A's lease, which lapses within seconds, and ends the stream after what Redis holds.
+    let read = reading.await.expect("B's reader");
+    let took = killed.elapsed();
+    let last = read.last().expect("events").json();
+    assert_eq!(last["props"]["event"], "stream_end", "{last}");
+    assert_eq!(last["props"]["data"]["status"], "error", "{last}");
+    assert_eq!(last["props"]["data"]["error"]["code"], "interrupted", "{last}");
+    assert!(took < std::time::Duration::from_secs(9), "ended {took:?} after the writer died");
+    let ids: Vec<u64> = read.iter().filter_map(|e| e.id).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "no gap");
+    assert!(read.iter().filter(|e| e.data.contains("\"p 3\"")).count() == 1, "everything acknowledged is there");
+
+    // C agrees, and a write through C is refused: the stream has ended.
+    let response = client.get(c.url(&format!("/v1/streams/{id}"))).send().await.expect("snapshot");
+    let snapshot: Value = response.json().await.expect("JSON");
+    assert_eq!(snapshot["status"], "error", "{snapshot}");
+    let refused = client
+        .post(c.url(&format!("/v1/streams/{id}/messages")))
+        .header("content-type", "application/x-ndjson")
+        .body(messages("p", 4, 1))
+        .send()
+        .await
+        .expect("append");
+    assert_eq!(refused.status(), 409);
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "stream_ended", "{body}");
+}

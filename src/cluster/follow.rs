@@ -6,7 +6,9 @@
 //! [`LOOK_EVERY`], so a lost notice or a reconnect costs at most that) reads the entries after the last one
 //! it has, in order, and appends them to the log, which wakes this node's readers. Entries come only from
 //! Redis's log, in its order, each once: a follower's log is always a prefix of the owner's. The end comes
-//! from the stream's `meta` hash once the log has every entry before it.
+//! from the stream's `meta` hash once the log has every entry before it. Each look also asks whether the
+//! stream's writer still holds its lease, and ends the stream `interrupted` when it does not (see the
+//! module doc of `crate::cluster`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -16,9 +18,11 @@ use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
-use super::keys;
-use crate::hub::{Entry, Log, MemoryLog, Stream, StreamInfo};
-use crate::output::{Outcome, OutputMessage};
+use super::script::{self, Append};
+use super::writer::Owner;
+use super::{keys, lease};
+use crate::hub::{Clock, Entry, Log, MemoryLog, Stream, StreamInfo, SystemClock};
+use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 /// How often a follower looks for new entries when no notice came.
 pub(crate) const LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -99,19 +103,54 @@ pub(crate) async fn history(connection: &mut ConnectionManager, id: &str) -> red
     Ok(log)
 }
 
-/// Keeps `stream`'s log caught up until it has the end, or this node no longer holds the stream.
-pub(crate) async fn keep_up(mut connection: ConnectionManager, stream: Weak<Stream>, notices: Arc<Notify>) {
+/// Keeps `stream`'s log caught up until it has the end, or this node no longer holds the stream; ends it
+/// as `me` when its writer's lease lapses (see `lease.rs`).
+pub(crate) async fn keep_up(mut connection: ConnectionManager, stream: Weak<Stream>, notices: Arc<Notify>, me: Owner) {
     loop {
         let Some(held) = stream.upgrade() else { return };
-        match catch_up(&mut connection, held.id(), held.log()).await {
+        let looked = match catch_up(&mut connection, held.id(), held.log()).await {
             Ok(true) => {
                 held.follower_ended();
                 return;
             }
-            Ok(false) => {}
-            Err(error) => tracing::warn!(stream = held.id(), %error, "following a stream: reading Redis failed"),
+            Ok(false) => end_if_writer_died(&mut connection, &held, &me).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = looked {
+            tracing::warn!(stream = held.id(), %error, "following a stream: reading Redis failed");
         }
         drop(held);
         let _ = tokio::time::timeout(LOOK_EVERY, notices.notified()).await;
     }
+}
+
+/// When the stream's writer has died (its lease lapsed), takes the stream over and ends it with the error
+/// `interrupted` after what Redis holds, unless another node does first; the end comes back to every
+/// follower as any entry does.
+async fn end_if_writer_died(connection: &mut ConnectionManager, stream: &Stream, me: &Owner) -> redis::RedisResult<()> {
+    let writer: Option<String> = connection.hget(keys::meta(stream.id()), "owner").await?;
+    let Some(writer) = writer else { return Ok(()) };
+    if writer == *me.node || lease::alive(connection, &writer).await? {
+        return Ok(());
+    }
+    let Some(last) = script::claim(connection, stream.id(), &writer, &me.node, &me.url).await? else { return Ok(()) };
+    let info = stream.info();
+    let outcome = Outcome::failed(ErrorProps {
+        message: "the node writing the stream stopped while it was open".into(),
+        code: Some("interrupted".into()),
+        details: None,
+    });
+    let now_ms = SystemClock.now_ms();
+    let end_id = format!("m{}-{}", last + 1, info.epoch.get(..8).unwrap_or(&info.epoch));
+    let end = crate::hub::stream_end(&outcome, last + 1, info.created_ms, now_ms, end_id);
+    let append = Append {
+        first: last + 1,
+        messages: vec![serde_json::to_string(&end).unwrap_or_default()],
+        outcome: Some((serde_json::to_string(&outcome).unwrap_or_default(), now_ms)),
+        register: None,
+    };
+    let ttl_ms = me.ended_ttl.as_millis().min(u128::from(u64::MAX)) as u64;
+    script::append(connection, &script::append_script(), &me.node, &me.url, stream.id(), ttl_ms, &append).await?;
+    tracing::warn!(stream = stream.id(), writer, "the stream's writer stopped: ended it `interrupted`");
+    Ok(())
 }

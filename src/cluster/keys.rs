@@ -4,6 +4,11 @@
 /// The secret every node signs stream tokens with (32 bytes).
 pub(crate) const SECRET: &str = "agentmux:secret";
 
+/// A node's lease: its URL, for as long as the node renews it (see `lease.rs`).
+pub(crate) fn node(node: &str) -> String {
+    format!("agentmux:node:{node}")
+}
+
 /// The stream's entries: a Redis Stream whose entry ids are `<sequence>-0`, one field `m`, the message as
 /// stamped, in JSON.
 pub(crate) fn log(stream: &str) -> String {

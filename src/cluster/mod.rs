@@ -27,6 +27,16 @@
 //! never rendered frames. The followed stream refuses its producer's side
 //! ([`crate::hub::AppendError::Elsewhere`]).
 //!
+//! # A writer that dies
+//!
+//! Every node holds a lease in Redis, renewed each second and lapsing after five (`lease.rs`). A node that
+//! follows an open stream whose writer's lease has lapsed claims the stream (a script that makes it the
+//! writer only if the dead node still is, so one node wins and the dead one is fenced) and ends it with the
+//! error `interrupted` after the last entry Redis holds, as a single node ends at restart what was open when
+//! it stopped. Nothing acknowledged is lost (acknowledgements waited for Redis), nothing a reader saw is
+//! contradicted (readers saw only what Redis held), and every node's readers get the end within seconds.
+//! A stream nobody follows is ended the same way by the first node asked for it.
+//!
 //! # Keys
 //!
 //! `keys.rs`: per stream a Redis Stream of entries (entry id `<sequence>-0`), a hash of its facts, owner and
@@ -35,6 +45,7 @@
 
 mod follow;
 mod keys;
+mod lease;
 mod script;
 mod writer;
 
@@ -110,6 +121,9 @@ impl Cluster {
             ended_ttl: config.retention,
         };
         let secret = shared_secret(&mut connection.clone()).await?;
+        // The lease is taken before any stream is made here, and kept for as long as the node runs.
+        lease::renew(&mut connection.clone(), &owner.node, &owner.url).await?;
+        tokio::spawn(lease::keep(connection.clone(), Arc::clone(&owner.node), Arc::clone(&owner.url)));
         let writer = Writer::start(connection.clone(), owner.clone());
         let inner = Arc::new(Inner {
             connection,
@@ -189,8 +203,9 @@ impl Cluster {
         let stream = hub.follow(meta.info, Box::new(log));
         if !stream.log().is_ended() {
             let (inner, weak, id) = (Arc::clone(&self.inner), Arc::downgrade(&stream), id.to_owned());
+            let me = self.inner.owner.clone();
             tokio::spawn(async move {
-                follow::keep_up(connection, weak, notices).await;
+                follow::keep_up(connection, weak, notices, me).await;
                 inner.stop_listening(&id).await;
             });
         } else if open {

@@ -52,6 +52,30 @@ redis.call('PUBLISH', ARGV[3], last)
 return last
 ";
 
+/// KEYS: the stream's meta. ARGV: the owner seen dead, the new owner, its URL. Makes the new owner the
+/// stream's writer if the dead one still is and the stream has not ended; returns the last sequence then.
+const CLAIM: &str = r"
+local meta = KEYS[1]
+if redis.call('HGET', meta, 'owner') ~= ARGV[1] or redis.call('HEXISTS', meta, 'outcome') == 1 then
+  return false
+end
+redis.call('HSET', meta, 'owner', ARGV[2], 'url', ARGV[3])
+return tonumber(redis.call('HGET', meta, 'last'))
+";
+
+/// Takes stream `stream` over from `dead` (a node whose lease has lapsed) as `node`, reachable at `url`: the
+/// stream's last sequence when this node is its writer now, `None` when another node was quicker or the
+/// stream has ended. From then on the dead node's appends are fenced.
+pub(crate) async fn claim(
+    connection: &mut redis::aio::ConnectionManager,
+    stream: &str,
+    dead: &str,
+    node: &str,
+    url: &str,
+) -> redis::RedisResult<Option<u64>> {
+    Script::new(CLAIM).key(keys::meta(stream)).arg(dead).arg(node).arg(url).invoke_async(connection).await
+}
+
 /// What one call of the script writes.
 #[derive(Debug, Default)]
 pub(crate) struct Append {

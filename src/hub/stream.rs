@@ -409,6 +409,11 @@ impl Stream {
         })
     }
 
+    /// Why a followed stream refuses a write: it has ended, or another node writes it.
+    fn refusal_when_followed(&self) -> AppendError {
+        if self.log.is_ended() { AppendError::Ended } else { AppendError::Elsewhere }
+    }
+
     /// True for a stream written on another node and followed here.
     pub fn is_followed(&self) -> bool {
         self.followed
@@ -661,7 +666,7 @@ impl Stream {
             message.validate().map_err(|e| BatchError { index, error: e.into() })?;
         }
         if self.followed {
-            return Err(BatchError { index: 0, error: AppendError::Elsewhere });
+            return Err(BatchError { index: 0, error: self.refusal_when_followed() });
         }
         let mut producer = self.lock();
         if producer.end.is_some() {
@@ -835,7 +840,7 @@ impl Stream {
     /// Ends the stream; see [`Stream::end`] (`refusable`: false) and [`Stream::try_end`].
     fn finish(&self, mut outcome: Outcome, refusable: bool) -> Result<bool, AppendError> {
         if self.followed {
-            return if refusable { Err(AppendError::Elsewhere) } else { Ok(false) };
+            return if refusable { Err(self.refusal_when_followed()) } else { Ok(false) };
         }
         let mut producer = self.lock();
         if producer.end.is_some() {
