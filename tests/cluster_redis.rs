@@ -23,6 +23,13 @@ fn deltas(from: usize, count: usize) -> String {
         .collect()
 }
 
+/// A new stream, created on `node`: its id.
+async fn create(client: &reqwest::Client, node: &ServerProcess) -> String {
+    let (status, created) = post_empty(client, &node.url("/v1/streams")).await;
+    assert_eq!(status, 201, "{created}");
+    created["id"].as_str().expect("an id").to_owned()
+}
+
 async fn append(client: &reqwest::Client, node: &ServerProcess, id: &str, body: String) -> Value {
     let response = client
         .post(node.url(&format!("/v1/streams/{id}/messages")))
@@ -52,9 +59,7 @@ async fn a_stream_written_on_one_node_is_read_on_the_others_in_their_own_formats
     let redis = RedisServer::start();
     let (a, b, c) = (node(&redis), node(&redis), node(&redis));
     let client = reqwest::Client::new();
-    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().expect("an id").to_owned();
+    let id = create(&client, &a).await;
 
     // Subscribed on B (the typed messages) and C (OpenAI chunks) before anything is written.
     let on_b = events(&client, &b, &id, "").await;
@@ -129,9 +134,7 @@ async fn two_producers_on_two_nodes_write_one_order_that_every_node_serves() {
     let redis = RedisServer::start();
     let (a, b, c) = (node(&redis), node(&redis), node(&redis));
     let client = reqwest::Client::new();
-    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().expect("an id").to_owned();
+    let id = create(&client, &a).await;
     let mut readers = Vec::new();
     for node in [&a, &b, &c] {
         readers.push(tokio::spawn(read_events(events(&client, node, &id, "").await)));
@@ -213,9 +216,7 @@ async fn readers_of_a_node_killed_mid_stream_resume_on_another_without_gap_or_du
     let redis = RedisServer::start();
     let (a, mut b, c) = (node(&redis), node(&redis), node(&redis));
     let client = reqwest::Client::new();
-    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().expect("an id").to_owned();
+    let id = create(&client, &a).await;
     for batch in 0..5 {
         append(&client, &a, &id, messages("p", batch * 4, 4)).await;
     }
@@ -259,9 +260,7 @@ async fn a_redis_restart_loses_nothing_acknowledged() {
     let mut redis = RedisServer::start();
     let (a, b) = (node(&redis), node(&redis));
     let client = reqwest::Client::new();
-    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().expect("an id").to_owned();
+    let id = create(&client, &a).await;
     let mut acknowledged = Vec::new();
     for batch in 0..5 {
         acknowledged.extend(common::http::sequences(&append(&client, &a, &id, messages("p", batch * 4, 4)).await));
@@ -315,9 +314,7 @@ async fn a_stream_whose_writer_dies_ends_interrupted_on_every_other_node() {
     let redis = RedisServer::start();
     let (mut a, b, c) = (node(&redis), node(&redis), node(&redis));
     let client = reqwest::Client::new();
-    let (status, created) = post_empty(&client, &a.url("/v1/streams")).await;
-    assert_eq!(status, 201, "{created}");
-    let id = created["id"].as_str().expect("an id").to_owned();
+    let id = create(&client, &a).await;
     append(&client, &a, &id, messages("p", 0, 4)).await;
     let reading = tokio::spawn(read_events(events(&client, &b, &id, "").await));
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;

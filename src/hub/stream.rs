@@ -340,10 +340,29 @@ impl Stream {
     /// memory; see [`super::Hub::restore`].
     pub(crate) fn restored(shared: Arc<Shared>, info: StreamInfo, log: Box<dyn Log>, bytes: u64) -> Arc<Self> {
         let end = log.outcome();
+        let stream = Stream::over(shared, info, log, bytes, end, false);
+        stream.cancel.cancel();
+        stream
+    }
+
+    /// A stream written on another node, followed here through `log` (which its follower appends to, the
+    /// end included: [`Stream::follower_ended`]); see [`super::Hub::follow`].
+    pub(crate) fn followed(shared: Arc<Shared>, info: StreamInfo, log: Box<dyn Log>) -> Arc<Self> {
+        Stream::over(shared, info, log, 0, None, true)
+    }
+
+    /// A stream over a log with entries already in it, whose producer appends nothing here (`restored`,
+    /// `followed`).
+    fn over(
+        shared: Arc<Shared>,
+        info: StreamInfo,
+        log: Box<dyn Log>,
+        bytes: u64,
+        end: Option<Arc<Outcome>>,
+        followed: bool,
+    ) -> Arc<Self> {
         let last = log.last_sequence();
         let held = log.memory_bytes();
-        let cancel = CancellationToken::new();
-        cancel.cancel();
         Arc::new(Stream {
             producer: Mutex::new(Producer {
                 last,
@@ -363,47 +382,12 @@ impl Stream {
             pending: AtomicI64::new(0),
             forgotten: AtomicBool::new(false),
             warm: AtomicBool::new(false),
-            cancel,
-            next_id: AtomicU64::new(last + 1),
-            client: None,
-            active_ms: AtomicU64::new(info.created_ms),
-            probes: Probes::default(),
-            followed: false,
-            info,
-            shared,
-        })
-    }
-
-    /// A stream written on another node, followed here through `log` (which its follower appends to, the
-    /// end included: [`Stream::follower_ended`]); see [`super::Hub::follow`].
-    pub(crate) fn followed(shared: Arc<Shared>, info: StreamInfo, log: Box<dyn Log>) -> Arc<Self> {
-        let last = log.last_sequence();
-        let held = log.memory_bytes();
-        Arc::new(Stream {
-            producer: Mutex::new(Producer {
-                last,
-                bytes: 0,
-                closings: 0,
-                outcome_bytes: 0,
-                reducer: Reducer::default(),
-                lifecycle: Lifecycle::default(),
-                end: None,
-                started_ms: info.created_ms,
-                readers: 0,
-            }),
-            log,
-            renditions: Mutex::new(Vec::new()),
-            state_view: Mutex::new(None),
-            held: AtomicU64::new(held),
-            pending: AtomicI64::new(0),
-            forgotten: AtomicBool::new(false),
-            warm: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             next_id: AtomicU64::new(last + 1),
             client: None,
             active_ms: AtomicU64::new(info.created_ms),
             probes: Probes::default(),
-            followed: true,
+            followed,
             info,
             shared,
         })

@@ -13,24 +13,7 @@ use tokio::net::TcpStream;
 pub(crate) fn ensure_chromium() {
     let ready =
         || std::path::Path::new("/usr/bin/chromium").exists() && std::path::Path::new("/usr/bin/chromedriver").exists();
-    if ready() {
-        return;
-    }
-    let lock_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/chromium-install.lock");
-    let lock = std::fs::File::create(&lock_path).expect("the install lock");
-    lock.lock().expect("lock");
-    if ready() {
-        return;
-    }
-    let install = |args: &[&str]| {
-        Command::new("apt-get").args(args).env("DEBIAN_FRONTEND", "noninteractive").status().is_ok_and(|s| s.success())
-    };
-    let packages = ["install", "-y", "chromium", "chromium-driver"];
-    assert!(
-        install(&packages) || (install(&["update"]) && install(&packages)),
-        "Chromium is needed: `apt-get install chromium chromium-driver` failed (run the tests as root with apt)"
-    );
-    assert!(ready(), "chromium and chromedriver installed but not in /usr/bin");
+    super::command::ensure_debian_packages(ready, &["chromium", "chromium-driver"]);
 }
 
 /// A free loopback port (bound, then let go).

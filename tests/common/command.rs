@@ -58,3 +58,27 @@ pub(crate) fn expect_success(what: &str, output: Result<Output, String>) -> Outp
     }
     output
 }
+
+/// Installs Debian `packages` with apt-get unless `ready` says they are there: once per machine, under a lock
+/// in `target/` (tests that need them may start at once); panics saying why when it cannot (never skipped).
+pub(crate) fn ensure_debian_packages(ready: impl Fn() -> bool, packages: &[&str]) {
+    if ready() {
+        return;
+    }
+    let lock_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/apt-install.lock");
+    let lock = std::fs::File::create(&lock_path).expect("the install lock");
+    lock.lock().expect("lock");
+    if ready() {
+        return;
+    }
+    let install = |args: &[&str]| {
+        Command::new("apt-get").args(args).env("DEBIAN_FRONTEND", "noninteractive").status().is_ok_and(|s| s.success())
+    };
+    let mut install_packages = vec!["install", "-y"];
+    install_packages.extend_from_slice(packages);
+    assert!(
+        install(&install_packages) || (install(&["update"]) && install(&install_packages)),
+        "{packages:?} are needed: `apt-get install` failed (run the tests as root with apt)"
+    );
+    assert!(ready(), "{packages:?} installed but not where the tests look");
+}

@@ -7,27 +7,12 @@ use std::time::{Duration, Instant};
 
 use super::browser::free_port;
 
-/// Installs Debian's `redis-server` unless it is there (once, under a lock, for tests running at once).
+/// Installs Debian's `redis-server` unless it is there.
 pub(crate) fn ensure_redis() {
-    let ready = || std::path::Path::new("/usr/bin/redis-server").exists();
-    if ready() {
-        return;
-    }
-    let lock_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/redis-install.lock");
-    let lock = std::fs::File::create(&lock_path).expect("the install lock");
-    lock.lock().expect("lock");
-    if ready() {
-        return;
-    }
-    let install = |args: &[&str]| {
-        Command::new("apt-get").args(args).env("DEBIAN_FRONTEND", "noninteractive").status().is_ok_and(|s| s.success())
-    };
-    let packages = ["install", "-y", "--no-install-recommends", "redis-server"];
-    assert!(
-        install(&packages) || (install(&["update"]) && install(&packages)),
-        "Redis is needed: `apt-get install redis-server` failed (run the tests as root with apt)"
+    super::command::ensure_debian_packages(
+        || std::path::Path::new("/usr/bin/redis-server").exists(),
+        &["redis-server"],
     );
-    assert!(ready(), "redis-server installed but not in /usr/bin");
 }
 
 /// A running `redis-server`; killed when dropped, its directory removed.
