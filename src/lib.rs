@@ -13,7 +13,8 @@
 //! - [`cluster`]: several nodes serving the same streams through Redis.
 //! - [`render`]: a format and a transport's encoding (SSE, WebSocket) together, as the hub renders them.
 //! - [`agent`]: the agent API and the built-in agents; [`conversation`]: what agents receive;
-//!   [`thread`]: server-side threads, their audit log and replay; [`http`]: the service.
+//!   [`thread`]: server-side threads, their audit log and replay; [`http`]: the service; [`logs`]: where
+//!   its log lines go.
 //!
 //! ```
 //! use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiOptions};
@@ -41,6 +42,7 @@ pub mod cluster;
 pub mod conversation;
 pub mod http;
 pub mod hub;
+pub mod logs;
 pub mod output;
 pub mod render;
 pub mod schema;

@@ -308,9 +308,11 @@ fn run_serve(serve: Serve) -> ExitCode {
     if let Err(error) = check_name("--default-model", &serve.default_model) {
         return fail(&error.to_string());
     }
+    // Dropped when serving ends: what is still buffered is written then.
+    let (log, _log_flush) = agentmux::logs::LogBuffer::stderr();
     let logs = tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")))
-        .with_writer(std::io::stderr);
+        .with_writer(log);
     match serve.log_format {
         LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
         LogFormat::Json => logs.json().with_current_span(true).with_span_list(false).init(),
