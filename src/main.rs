@@ -147,6 +147,10 @@ struct Serve {
     /// listened on].
     #[arg(long, env = "AGENTMUX_ADVERTISE_URL")]
     advertise_url: Option<String>,
+    /// With `--engine redis`, how long a stream written on another node stays followed here once no client
+    /// of this node uses it (a later request follows it again).
+    #[arg(long, env = "AGENTMUX_DROP_FOLLOWED_AFTER", default_value = "30s", value_parser = humantime::parse_duration)]
+    drop_followed_after: Duration,
     /// The largest request body in bytes.
     #[arg(long, env = "AGENTMUX_BODY_LIMIT", default_value_t = 8 << 20)]
     body_limit: usize,
@@ -383,6 +387,7 @@ fn run_serve(serve: Serve) -> ExitCode {
                 advertise_url: serve.advertise_url.clone().unwrap_or_else(|| format!("http://{bound}")),
                 idle_timeout: serve.idle_timeout,
                 retention,
+                let_go_after: serve.drop_followed_after,
             };
             match Cluster::connect(config).await {
                 Ok(cluster) => Some(cluster),

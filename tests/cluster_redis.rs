@@ -348,3 +348,57 @@ async fn a_stream_whose_writer_dies_ends_interrupted_on_every_other_node() {
     let body: Value = refused.json().await.expect("JSON");
     assert_eq!(body["error"]["code"], "stream_ended", "{body}");
 }
+
+/// The streams of this status `node` holds, from its `/metrics`.
+async fn streams_held(client: &reqwest::Client, node: &ServerProcess, status: &str) -> u64 {
+    let text = client.get(node.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    let prefix = format!("agentmux_streams{{status=\"{status}\"}} ");
+    let line = text.lines().find(|l| l.starts_with(&prefix)).expect("the streams of a status");
+    line[prefix.len()..].parse().expect("a count")
+}
+
+/// Waits until `node` holds `count` streams of this status.
+async fn until_held(client: &reqwest::Client, node: &ServerProcess, status: &str, count: u64) {
+    let started = std::time::Instant::now();
+    while streams_held(client, node, status).await != count {
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "{} never held {count} {status}", node.base);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_lets_go_of_a_stream_its_clients_no_longer_use_and_follows_it_again_when_asked() {
+    let redis = RedisServer::start();
+    let a = node(&redis);
+    let b = ServerProcess::spawn(&["--engine", "redis", "--redis-url", &redis.url(), "--drop-followed-after", "1s"]);
+    let client = reqwest::Client::new();
+    let id = create(&client, &a).await;
+    append(&client, &a, &id, messages("p", 0, 3)).await;
+
+    // A snapshot on B follows the stream; with no client left, B lets it go after a second.
+    let snapshot: Value =
+        client.get(b.url(&format!("/v1/streams/{id}"))).send().await.expect("get").json().await.expect("JSON");
+    assert_eq!(snapshot["status"], "open", "{snapshot}");
+    assert_eq!(streams_held(&client, &b, "open").await, 1);
+    until_held(&client, &b, "open", 0).await;
+
+    // Asked again, B follows it again: the whole history, then what A appends.
+    let reading = events(&client, &b, &id, "").await;
+    until_held(&client, &b, "open", 1).await;
+    // A subscriber holds it past the grace.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(streams_held(&client, &b, "open").await, 1, "a stream a subscriber reads is kept");
+    append(&client, &a, &id, messages("p", 3, 2)).await;
+    let (status, _) = post_empty(&client, &a.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200);
+    let read = read_events(reading).await;
+    let ids: Vec<u64> = read.iter().filter_map(|e| e.id).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "no gap, no duplicate");
+    for i in 0..5 {
+        assert_eq!(read.iter().filter(|e| e.data.contains(&format!("\"p {i}\""))).count(), 1, "p {i} once");
+    }
+    assert_eq!(read.last().expect("events").json()["props"]["event"], "stream_end");
+    // Ended and unused, it is let go too.
+    assert_eq!(streams_held(&client, &b, "open").await, 0);
+    until_held(&client, &b, "completed", 0).await;
+}

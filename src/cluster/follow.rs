@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -20,8 +20,8 @@ use tokio::sync::Notify;
 
 use super::script::{self, Append};
 use super::writer::Owner;
-use super::{keys, lease};
-use crate::hub::{Clock, Entry, Log, MemoryLog, Stream, StreamInfo, SystemClock};
+use super::{Inner, keys, lease};
+use crate::hub::{Clock, Entry, Hub, Log, MemoryLog, Stream, StreamInfo, SystemClock};
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 /// How often a follower looks for new entries when no notice came.
@@ -48,9 +48,14 @@ pub(crate) async fn meta(connection: &mut ConnectionManager, id: &str) -> redis:
     Ok(Some(Meta { info, outcome }))
 }
 
-/// Appends to `log` every entry Redis has after its last, and the end once Redis has it and every entry
-/// before it. True once the log has the end.
-pub(crate) async fn catch_up(connection: &mut ConnectionManager, id: &str, log: &dyn Log) -> redis::RedisResult<bool> {
+/// Hands `append` every entry Redis has after `log`'s last, then the end once Redis has it and every entry
+/// before it (`append` adds them to `log`). True once the log has the end.
+pub(crate) async fn catch_up(
+    connection: &mut ConnectionManager,
+    id: &str,
+    log: &dyn Log,
+    append: &(dyn Fn(Vec<Entry>) + Sync),
+) -> redis::RedisResult<bool> {
     if log.is_ended() {
         return Ok(true);
     }
@@ -85,42 +90,74 @@ pub(crate) async fn catch_up(connection: &mut ConnectionManager, id: &str, log: 
         }
         let got = entries.len();
         if got > 0 {
-            log.append(entries);
+            append(entries);
         }
         if got < PAGE {
             break;
         }
     }
     let Some(outcome) = outcome.and_then(|o| serde_json::from_str::<Outcome>(&o).ok()) else { return Ok(false) };
-    log.append(vec![Entry::End(Arc::new(outcome))]);
+    append(vec![Entry::End(Arc::new(outcome))]);
     Ok(true)
 }
 
 /// The log of a followed stream as first read: its history up to now, and the end if it has ended.
 pub(crate) async fn history(connection: &mut ConnectionManager, id: &str) -> redis::RedisResult<MemoryLog> {
     let log = MemoryLog::default();
-    catch_up(connection, id, &log).await?;
+    catch_up(connection, id, &log, &|entries| log.append(entries)).await?;
     Ok(log)
 }
 
-/// Keeps `stream`'s log caught up until it has the end, or this node no longer holds the stream; ends it
-/// as `me` when its writer's lease lapses (see `lease.rs`).
-pub(crate) async fn keep_up(mut connection: ConnectionManager, stream: Weak<Stream>, notices: Arc<Notify>, me: Owner) {
+/// Keeps `stream`'s log caught up until it has the end, ending it as this node when its writer's lease
+/// lapses (see `lease.rs`); and lets the stream go once nothing on this node has held it for
+/// `let_go_after` (see [`Hub::let_go`]).
+pub(crate) async fn keep_up(
+    cluster: Arc<Inner>,
+    hub: Hub,
+    id: String,
+    stream: Weak<Stream>,
+    mut connection: ConnectionManager,
+    notices: Arc<Notify>,
+) {
+    // A stream that had ended when it was taken in has its end already.
+    let mut ended = stream.upgrade().is_none_or(|held| held.log().is_ended());
+    let mut unused_since = None;
     loop {
-        let Some(held) = stream.upgrade() else { return };
-        let looked = match catch_up(&mut connection, held.id(), held.log()).await {
-            Ok(true) => {
-                held.follower_ended();
+        let Some(held) = stream.upgrade() else { break };
+        if !ended {
+            let looked = match catch_up(&mut connection, held.id(), held.log(), &|e| held.follow_append(e)).await {
+                Ok(true) => {
+                    held.follower_ended();
+                    cluster.stop_listening(held.id()).await;
+                    ended = true;
+                    Ok(())
+                }
+                Ok(false) => end_if_writer_died(&mut connection, &held, &cluster.owner).await,
+                Err(error) => Err(error),
+            };
+            if let Err(error) = looked {
+                tracing::warn!(stream = held.id(), %error, "following a stream: reading Redis failed");
+            }
+        }
+        // Held by the hub and by `held` here alone: nothing on this node uses it.
+        if Arc::strong_count(&held) <= 2 {
+            let since = *unused_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= cluster.let_go_after && hub.let_go(&held) {
+                tracing::debug!(stream = held.id(), "let go of a followed stream nothing here uses");
+                if !ended {
+                    cluster.stop_listening(held.id()).await;
+                }
                 return;
             }
-            Ok(false) => end_if_writer_died(&mut connection, &held, &me).await,
-            Err(error) => Err(error),
-        };
-        if let Err(error) = looked {
-            tracing::warn!(stream = held.id(), %error, "following a stream: reading Redis failed");
+        } else {
+            unused_since = None;
         }
         drop(held);
         let _ = tokio::time::timeout(LOOK_EVERY, notices.notified()).await;
+    }
+    // Gone from the hub some other way.
+    if !ended {
+        cluster.stop_listening(&id).await;
     }
 }
 

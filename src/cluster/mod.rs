@@ -25,7 +25,9 @@
 //! there. The followed stream is a [`crate::hub::Stream`] like any other for its readers: renditions made
 //! once per format on this node and shared by its subscribers, resume, snapshots. Redis carries entries,
 //! never rendered frames. The followed stream refuses its producer's side
-//! ([`crate::hub::AppendError::Elsewhere`]).
+//! ([`crate::hub::AppendError::Elsewhere`]). A node holds only the streams its own clients use: a followed
+//! stream that nothing on the node has held for `--drop-followed-after` (no subscriber, no request) is let
+//! go, and followed again from Redis when asked for.
 //!
 //! # A writer that dies
 //!
@@ -73,6 +75,8 @@ struct Inner {
     notices: ConnectionManager,
     writer: Writer,
     owner: Owner,
+    /// How long a followed stream nobody here uses is kept (`ClusterConfig::let_go_after`).
+    let_go_after: Duration,
     /// The followed streams waiting for notices, by id.
     followers: Mutex<HashMap<String, Arc<Notify>>>,
     /// Held while a stream is being taken in, so two requests for it take it in once.
@@ -94,6 +98,8 @@ pub struct ClusterConfig {
     pub idle_timeout: Duration,
     /// The hub's retention: an ended stream's keys live this long.
     pub retention: Duration,
+    /// How long a stream written on another node stays followed here once nothing on this node uses it.
+    pub let_go_after: Duration,
 }
 
 impl Cluster {
@@ -130,6 +136,7 @@ impl Cluster {
             notices,
             writer,
             owner,
+            let_go_after: config.let_go_after,
             followers: Mutex::new(HashMap::new()),
             following: tokio::sync::Mutex::new(()),
             http: reqwest::Client::builder()
@@ -201,16 +208,11 @@ impl Cluster {
             }
         };
         let stream = hub.follow(meta.info, Box::new(log));
-        if !stream.log().is_ended() {
-            let (inner, weak, id) = (Arc::clone(&self.inner), Arc::downgrade(&stream), id.to_owned());
-            let me = self.inner.owner.clone();
-            tokio::spawn(async move {
-                follow::keep_up(connection, weak, notices, me).await;
-                inner.stop_listening(&id).await;
-            });
-        } else if open {
+        if open && stream.log().is_ended() {
             self.inner.stop_listening(id).await;
         }
+        let (inner, hub, weak) = (Arc::clone(&self.inner), hub.clone(), Arc::downgrade(&stream));
+        tokio::spawn(follow::keep_up(inner, hub, id.to_owned(), weak, connection, notices));
         tracing::debug!(stream = id, "following a stream written on another node");
         Ok(Some(stream))
     }

@@ -550,6 +550,22 @@ impl Hub {
         stream
     }
 
+    /// Lets go of a followed stream that nothing on this node holds but the hub and the caller (no
+    /// subscriber, no request serving it): gone from the hub and its bytes given back. A later request
+    /// follows it again from Redis. True when it was let go.
+    pub(crate) fn let_go(&self, stream: &Arc<Stream>) -> bool {
+        let mut streams = self.streams();
+        // Under the hub's lock: every other holder got the stream from this map under it, or from a holder.
+        let held_here = streams.get(stream.id()).is_some_and(|held| Arc::ptr_eq(held, stream));
+        if !stream.is_followed() || !held_here || Arc::strong_count(stream) > 2 {
+            return false;
+        }
+        streams.remove(stream.id());
+        drop(streams);
+        stream.forget();
+        true
+    }
+
     /// The stream with this id, open or within its retention.
     pub fn get(&self, id: &str) -> Option<Arc<Stream>> {
         self.evict_expired();

@@ -403,6 +403,13 @@ impl Stream {
         self.followed
     }
 
+    /// The follower's entries of a followed stream, in order after its last, counted against the hub.
+    pub(crate) fn follow_append(&self, entries: Vec<Entry>) {
+        let bytes = entries.iter().map(|entry| if let Entry::Message { bytes, .. } = entry { *bytes } else { 0 }).sum();
+        self.force(bytes);
+        self.log.append(entries);
+    }
+
     /// The follower appended the end of a followed stream: its retention starts.
     pub(crate) fn follower_ended(&self) {
         if self.followed {
