@@ -402,3 +402,103 @@ async fn a_node_lets_go_of_a_stream_its_clients_no_longer_use_and_follows_it_aga
     assert_eq!(streams_held(&client, &b, "open").await, 0);
     until_held(&client, &b, "completed", 0).await;
 }
+
+/// A WebSocket on `node`'s `/v1/ws` with `key`.
+async fn ws_with_key(
+    node: &ServerProcess,
+    key: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{}/v1/ws", node.addr).into_client_request().expect("a request");
+    request.headers_mut().insert("authorization", format!("Bearer {key}").parse().expect("a header"));
+    tokio_tungstenite::connect_async(request).await.expect("WebSocket").0
+}
+
+/// The next JSON text frame (pings skipped).
+async fn ws_reply(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+) -> Value {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), ws.next()).await.expect("a frame in time");
+        match frame.expect("open").expect("a frame") {
+            Message::Text(text) => return serde_json::from_str(text.as_str()).expect("JSON"),
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("expected a text frame, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_publish_and_cancel_on_another_node_reach_the_streams_writer() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let redis = RedisServer::start();
+    let keyed = ["--engine", "redis", "--redis-url", &redis.url(), "--api-key", "sk-ws"];
+    let (a, b) = (ServerProcess::spawn(&keyed), ServerProcess::spawn(&keyed));
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", "Bearer sk-ws".parse().expect("a header"));
+    let client = reqwest::Client::builder().default_headers(headers).build().expect("a client");
+    let id = create(&client, &a).await;
+    append(&client, &a, &id, messages("p", 0, 1)).await;
+
+    let mut ws = ws_with_key(&b, "sk-ws").await;
+    let mut op = |value: Value| Message::text(value.to_string());
+    ws.send(op(
+        json!({ "op": "publish", "stream": id, "message": { "type": "text", "props": { "content": "from B" } } }),
+    ))
+    .await
+    .expect("send");
+    let published = ws_reply(&mut ws).await;
+    assert_eq!(published["stream"], id.as_str(), "{published}");
+    let sequence = published["published"].as_u64().expect("a sequence");
+    // A message of the wrong shape is refused here, naming the field, as on the writer.
+    ws.send(op(json!({ "op": "publish", "stream": id, "message": { "type": "text", "props": { "content": 7 } } })))
+        .await
+        .expect("send");
+    let refused = ws_reply(&mut ws).await;
+    assert!(refused["error"]["param"].as_str().is_some_and(|p| p.starts_with("message")), "{refused}");
+
+    // The writer has the message at that sequence.
+    let snapshot: Value =
+        client.get(a.url(&format!("/v1/streams/{id}"))).send().await.expect("get").json().await.expect("JSON");
+    let texts: Vec<&str> = snapshot["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["props"]["content"].as_str())
+        .collect();
+    assert!(texts.contains(&"from B"), "{snapshot}");
+    assert!(snapshot["last_sequence"].as_u64().is_none_or(|last| last >= sequence), "{snapshot}");
+
+    ws.send(op(json!({ "op": "cancel", "stream": id }))).await.expect("send");
+    let cancelled = ws_reply(&mut ws).await;
+    assert_eq!(cancelled["cancelled"], true, "{cancelled}");
+    // Accepted (202 on HTTP): the end is the writer's to write, and comes at once.
+    let started = std::time::Instant::now();
+    loop {
+        let snapshot: Value =
+            client.get(a.url(&format!("/v1/streams/{id}"))).send().await.expect("get").json().await.expect("JSON");
+        if snapshot["status"] == "cancelled" {
+            break;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "not cancelled: {snapshot}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Once ended, a publish through B is refused as the writer refuses it.
+    let started = std::time::Instant::now();
+    loop {
+        ws.send(op(
+            json!({ "op": "publish", "stream": id, "message": { "type": "text", "props": { "content": "late" } } }),
+        ))
+        .await
+        .expect("send");
+        let late = ws_reply(&mut ws).await;
+        if late["error"]["code"] == "stream_ended" {
+            break;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "a late publish: {late}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -7,6 +7,10 @@
 //! envelope included. A forwarded request carries [`FORWARDED`] and is never sent on again, so two nodes
 //! that disagree about the writer cannot pass a request back and forth. A writer that cannot be reached
 //! is answered 503 `writer_unreachable`, which a client may retry.
+//!
+//! A WebSocket's `publish` and `cancel` ops on such a stream go the same way, as the HTTP requests they
+//! stand for ([`post_to_writer`]): the connection's credential was checked here, and the request carries a
+//! write token for that stream alone that lasts a minute (every node signs tokens with the cluster's secret).
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -14,7 +18,9 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::auth::Access;
 use super::{App, HttpError};
+use crate::hub::AppendError;
 
 /// The routes that write to a stream, each with the stream's id as its third path segment.
 pub(crate) const WRITES: [&str; 3] = ["/v1/streams/{id}/messages", "/v1/streams/{id}/end", "/v1/streams/{id}/cancel"];
@@ -76,6 +82,49 @@ async fn forward(app: &App, writer: &str, request: Request) -> Result<Response, 
     }
     let bytes = answer.bytes().await.map_err(|_| unreachable_writer(writer))?;
     Ok((status, passed, Body::from(bytes)).into_response())
+}
+
+/// POSTs `body` (JSON) to `/v1/streams/{id}/{action}` on the node that writes stream `id`, for a
+/// WebSocket op this node allowed: the writer's answer, or its error envelope as this node's error.
+pub(crate) async fn post_to_writer(
+    app: &App,
+    id: &str,
+    action: &str,
+    body: Vec<u8>,
+) -> Result<serde_json::Value, HttpError> {
+    let Some(cluster) = &app.cluster else { return Err(AppendError::Elsewhere.into()) };
+    let writer = match cluster.writer_url(id).await {
+        Ok(Some(url)) if url != cluster.url() => url,
+        Ok(_) => return Err(AppendError::Elsewhere.into()),
+        Err(error) => return Err(HttpError::cluster_unavailable(&error)),
+    };
+    let mut request = cluster
+        .http()
+        .post(format!("{writer}/v1/streams/{id}/{action}"))
+        .header(FORWARDED, "1")
+        .header("content-type", "application/json")
+        .body(body);
+    if app.credentials.keyed() {
+        let token = app.credentials.token(id, Access::Write, super::auth::now_s() + 60);
+        request = request.bearer_auth(token);
+    }
+    let answer = request.send().await.map_err(|error| {
+        tracing::warn!(writer, %error, "forwarding a WebSocket op to the stream's writer failed");
+        unreachable_writer(&writer)
+    })?;
+    let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let body: serde_json::Value = answer.json().await.map_err(|_| unreachable_writer(&writer))?;
+    if status.is_success() {
+        return Ok(body);
+    }
+    let field = |name: &str| body["error"][name].as_str().map(str::to_owned);
+    Err(HttpError::new(
+        status,
+        &field("type").unwrap_or_else(|| "server_error".into()),
+        field("message").unwrap_or_else(|| format!("the stream's writer answered {status}")),
+        field("param"),
+        &field("code").unwrap_or_else(|| "writer_error".into()),
+    ))
 }
 
 fn unreachable_writer(writer: &str) -> HttpError {

@@ -42,7 +42,7 @@ use super::extract::{Params, StreamId, Upgrade};
 use super::format::FormatFields;
 use super::metrics::Counted;
 use super::streams::{SubscribeQuery, find};
-use super::{App, HttpError};
+use super::{App, HttpError, forward};
 use crate::hub::{Batch, Subscription};
 use crate::output::OutputMessage;
 use crate::render::{Encoding, Format, View};
@@ -285,6 +285,32 @@ async fn handle(app: &App, grant: &Grant, text: &str, feeds: &mut StreamMap<Stri
             feeds.insert(stream.clone(), feed(subscription, counted));
             Ok(json!({ "stream": stream, "subscribed": true }))
         })(),
+        (Op::Cancel { stream }, Some(Ok(found))) if found.is_followed() && !found.log().is_ended() => {
+            forward::post_to_writer(app, &stream, "cancel", Vec::new())
+                .await
+                .map(|_| json!({ "stream": stream, "cancelled": true }))
+        }
+        (Op::Publish { stream, message }, Some(Ok(found))) if found.is_followed() && !found.log().is_ended() => {
+            // Checked here first, so a message refused for its shape is refused as it would be on the writer.
+            let checked = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"));
+            let body = checked.map(|message| serde_json::to_vec(&message).unwrap_or_default());
+            let answer = match body {
+                Ok(body) => forward::post_to_writer(app, &stream, "messages", body).await,
+                Err(error) => Err(error),
+            };
+            answer.and_then(|answer| {
+                let sequence = answer["sequences"][0].as_u64();
+                sequence.map(|sequence| json!({ "stream": stream, "published": sequence })).ok_or_else(|| {
+                    HttpError::new(
+                        axum::http::StatusCode::BAD_GATEWAY,
+                        "server_error",
+                        "the stream's writer answered without a sequence",
+                        None,
+                        "writer_error",
+                    )
+                })
+            })
+        }
         (Op::Cancel { stream }, Some(Ok(found))) => {
             if found.cancel() {
                 Ok(json!({ "stream": stream, "cancelled": true }))
