@@ -444,7 +444,7 @@ async fn a_websocket_publish_and_cancel_on_another_node_reach_the_streams_writer
     append(&client, &a, &id, messages("p", 0, 1)).await;
 
     let mut ws = ws_with_key(&b, "sk-ws").await;
-    let mut op = |value: Value| Message::text(value.to_string());
+    let op = |value: Value| Message::text(value.to_string());
     ws.send(op(
         json!({ "op": "publish", "stream": id, "message": { "type": "text", "props": { "content": "from B" } } }),
     ))
