@@ -8,6 +8,7 @@
 //! ./bench --json target/bench.json # three runs, medians, and every run as JSON
 //! cargo bench --bench load -- --only fanout,latency --runs 1
 //! ./bench --soak --soak-duration 60s  # the soak (never in the default set), one minute instead of ten
+//! ./bench --cluster                # one node against three through Redis (never in the default set)
 //! ./bench --relay                  # the relay (never in the default set): agentmux and LiteLLM in front of
 //!                                  # a fast upstream, their added time to first token and per chunk
 //! ```
@@ -22,6 +23,8 @@
 //!   upstream, beside LiteLLM's proxy (run only when asked for);
 //! - `output_server.rs`: agentmux's service with an in-process producer, for the token-streaming scenarios:
 //!   deltas emitted through the `Output` handle instead of posted;
+//! - `cluster.rs`: agentmux nodes through one `redis-server` (`--engine redis`), one node against three
+//!   (run only when asked for: `--cluster`);
 //! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with;
 //! - `nchan.rs`: nginx with nchan, the third target of the fan-out, latency and idle scenarios (its
 //!   configuration is `benches/nchan/nginx.conf`);
@@ -30,6 +33,7 @@
 
 mod ceiling;
 mod client;
+mod cluster;
 mod hist;
 mod nchan;
 mod output_server;
@@ -91,6 +95,9 @@ struct Args {
     /// One more flag for the soak's server (repeat it; `--soak-server-arg=--max-connections=12000`).
     #[arg(long, allow_hyphen_values = true)]
     soak_server_arg: Vec<String>,
+    /// Run the cluster scenarios (the same as `--only cluster`): one node against three through Redis.
+    #[arg(long)]
+    cluster: bool,
     /// Run the relay (the same as `--only relay`): agentmux and LiteLLM's proxy in front of a fast upstream.
     #[arg(long)]
     relay: bool,
@@ -208,7 +215,28 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         server_args: args.soak_server_arg.clone(),
     };
     all.push(Scenario { name: "soak".into(), kind: Kind::Soak(soak), ceiling: false, nchan: false });
+    all.extend(cluster(args.quick));
     all
+}
+
+/// One node against three through Redis: publish-to-receive latency at a steady rate with the subscribers
+/// on the writer against on the two other nodes, and batched fan-out with the subscribers on one node
+/// against spread over three.
+fn cluster(quick: bool) -> Vec<Scenario> {
+    let (subscribers, fanout, messages, seconds) =
+        if quick { (300, 300, 10_000, 5.0) } else { (600, 900, 30_000, 10.0) };
+    let scenario = |name: &str, nodes, remote, subscribers, rate| Scenario {
+        name: name.into(),
+        kind: Kind::Cluster { nodes, remote, subscribers, messages, rate, seconds },
+        ceiling: false,
+        nchan: false,
+    };
+    vec![
+        scenario("cluster-latency-1node", 1, false, subscribers, Some(100.0)),
+        scenario("cluster-latency-3nodes", 3, true, subscribers, Some(100.0)),
+        scenario("cluster-fanout-1node", 1, false, fanout, None),
+        scenario("cluster-fanout-3nodes", 3, false, fanout, None),
+    ]
 }
 
 fn selected(args: &Args, scenario: &Scenario) -> bool {
@@ -218,7 +246,11 @@ fn selected(args: &Args, scenario: &Scenario) -> bool {
     if let Kind::Relay(_) = scenario.kind {
         return args.relay || args.only.iter().any(|o| o == "relay");
     }
-    if (args.soak || args.relay) && args.only.is_empty() {
+    if let Kind::Cluster { .. } = scenario.kind {
+        return args.cluster
+            || args.only.iter().any(|o| o.starts_with("cluster") && scenario.name.starts_with(o.as_str()));
+    }
+    if (args.soak || args.relay || args.cluster) && args.only.is_empty() {
         return false;
     }
     args.only.is_empty() || args.only.iter().any(|o| scenario.name.starts_with(o.as_str()))

@@ -67,6 +67,11 @@ pub(crate) enum Kind {
     /// agentmux and LiteLLM in front of a fast upstream, and the upstream alone (`relay/`; run by
     /// `relay::run`, not [`run`]).
     Relay(Relay),
+    /// `nodes` agentmux nodes through one `redis-server` (`cluster.rs`): one stream written on the first,
+    /// `subscribers` CUI subscribers spread over the nodes (over the others alone when `remote`), and a
+    /// producer on the first: a steady `rate` for `seconds` when `rate` is given, else `messages` in
+    /// batches.
+    Cluster { nodes: usize, remote: bool, subscribers: usize, messages: usize, rate: Option<f64>, seconds: f64 },
 }
 
 /// Where a token-streaming scenario's deltas come from.
@@ -103,6 +108,7 @@ impl Scenario {
             Kind::Soak(ref soak) => soak.connections(),
             // The client's connection to each target and the proxies' to the upstream.
             Kind::Relay(_) => 8,
+            Kind::Cluster { subscribers, .. } => subscribers,
         }
     }
 }
@@ -517,6 +523,20 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
     if let Some(data) = &data {
         args.extend(["--data-dir".to_owned(), data.path().display().to_string()]);
     }
+    if let Kind::Cluster { nodes, remote, subscribers, messages, rate, seconds } = scenario.kind {
+        let cluster = crate::cluster::Cluster::start(&settings.agentmux, &label, nodes).await?;
+        let mut result = RunResult::new(scenario, target, run);
+        let readers_at = cluster.readers_at(remote);
+        let pace = match rate {
+            Some(rate) => Pace::Steady { rate, seconds },
+            None => Pace::Burst { messages, batch: settings.batch },
+        };
+        let producer = Producer::Http { target, pace };
+        let before = cluster.counters().await?;
+        fanout(cluster.writer(), &readers_at, settings, &[("", subscribers)], producer, &mut result).await?;
+        cluster.counters().await?.since(&before).report(&mut result);
+        return Ok(result);
+    }
     let mut emitter = None;
     let server = match (target, &settings.nchan, &scenario.kind) {
         (Target::Nchan, Some(install), _) => crate::nchan::start(install, &label, scenario.connections()).await?,
@@ -542,7 +562,7 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
         Kind::Fanout { ref formats, messages } => {
             let messages = share(messages);
             let producer = Producer::Http { target, pace: Pace::Burst { messages, batch: settings.batch } };
-            let id = fanout(&server, settings, formats, producer, &mut result).await?;
+            let id = fanout(&server, &[], settings, formats, producer, &mut result).await?;
             if target == Target::Agentmux && formats.len() > 1 {
                 renders_per_message(&server, &id, formats, &mut result).await?;
             }
@@ -552,12 +572,12 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
                 Some(emitter) => Producer::InProcess { emitter, messages },
                 None => Producer::Http { target, pace: Pace::Burst { messages, batch: 1 } },
             };
-            fanout(&server, settings, &[("", subscribers)], producer, &mut result).await?;
+            fanout(&server, &[], settings, &[("", subscribers)], producer, &mut result).await?;
             result.per_message_cpu();
         }
         Kind::Latency { subscribers, rate, seconds } => {
             let producer = Producer::Http { target, pace: Pace::Steady { rate, seconds } };
-            fanout(&server, settings, &[("", subscribers)], producer, &mut result).await?;
+            fanout(&server, &[], settings, &[("", subscribers)], producer, &mut result).await?;
             result.burst_floor(subscribers);
         }
         Kind::ManyStreams { streams, seconds } => {
@@ -572,7 +592,7 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
         }
         Kind::WsIdle(ref sizes) => crate::ws_idle::ws_idle(&server, settings, &label, sizes, &mut result).await?,
         Kind::Soak(ref soak) => crate::soak::soak(&server, soak, &args, &mut result).await?,
-        Kind::Relay(_) => {}
+        Kind::Relay(_) | Kind::Cluster { .. } => {}
     }
     let overflows = procfs::listen_overflows().saturating_sub(overflows);
     if overflows > 0 {
@@ -590,9 +610,11 @@ enum Producer {
 }
 
 /// One stream, its subscribers (so many in each format), and a producer: a burst's latency is sampled (one
-/// event in `settings.sample_every`), a steady producer's every event. Returns the stream's id.
+/// event in `settings.sample_every`), a steady producer's every event. The subscribers take turns over
+/// `readers_at` (none: `server`, where the producer posts). Returns the stream's id.
 async fn fanout(
     server: &Server,
+    readers_at: &[SocketAddr],
     settings: &Settings,
     formats: &[(&'static str, usize)],
     producer: Producer,
@@ -616,7 +638,12 @@ async fn fanout(
             paths.push(format!("/v1/streams/{id}/events{query}"));
         }
     }
-    let readers = subscribe_all(server.addr, paths, &ctx, &cancel).await;
+    let readers_at = if readers_at.is_empty() { std::slice::from_ref(&server.addr) } else { readers_at };
+    let mut reader_sets = Vec::with_capacity(readers_at.len());
+    for (n, at) in readers_at.iter().enumerate() {
+        let mine = paths.iter().skip(n).step_by(readers_at.len()).cloned().collect();
+        reader_sets.push(subscribe_all(*at, mine, &ctx, &cancel).await);
+    }
     let window = Window::start(server);
     let (addr, dpm, durable) = (server.addr, settings.deltas_per_message, settings.durable_acks);
     let published = match producer {
@@ -635,7 +662,11 @@ async fn fanout(
             Err(error) => Published { error: Some(error), ..Published::default() },
         },
     };
-    let readers = collect(readers, &cancel, Instant::now() + settings.drain, failed_reader).await;
+    let deadline = Instant::now() + settings.drain;
+    let mut readers = Vec::new();
+    for set in reader_sets {
+        readers.extend(collect(set, &cancel, deadline, failed_reader).await);
+    }
     window.end(server, result);
     result.extra.insert("publish_posts".into(), published.posts as f64);
     result.published(&readers, published, &ctx.latency, false);
