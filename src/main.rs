@@ -382,6 +382,15 @@ fn run_serve(serve: Serve) -> ExitCode {
         }
         let cluster = if redis {
             let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());
+            let unspecified = listener.local_addr().is_ok_and(|a| a.ip().is_unspecified());
+            if serve.advertise_url.is_none() && unspecified {
+                tracing::warn!(
+                    "listening on {bound} without --advertise-url: other nodes would be sent to http://{bound}, \
+                     which they cannot reach; set --advertise-url to the URL they reach this node at"
+                );
+            }
+            let redis_at = without_credentials(&serve.redis_url);
+            tracing::info!(redis = %redis_at, "connecting to Redis");
             let config = ClusterConfig {
                 redis_url: serve.redis_url.clone(),
                 advertise_url: serve.advertise_url.clone().unwrap_or_else(|| format!("http://{bound}")),
@@ -391,7 +400,7 @@ fn run_serve(serve: Serve) -> ExitCode {
             };
             match Cluster::connect(config).await {
                 Ok(cluster) => Some(cluster),
-                Err(e) => return fail(&format!("connecting to Redis at {}: {e}", serve.redis_url)),
+                Err(e) => return fail(&format!("connecting to Redis at {redis_at}: {e}")),
             }
         } else {
             None
@@ -658,7 +667,33 @@ fn render(adapter: &mut dyn Adapter, messages: &[OutputMessage], outcome: &Outco
     frames.iter().for_each(|frame| out.extend_from_slice(&agentmux::render::encode_sse(frame)));
 }
 
+/// A URL as it may be logged: without the user and password it may carry (`redis://:secret@host`), nor its
+/// query.
+fn without_credentials(url: &str) -> String {
+    let url = url.split_once('?').map_or(url, |(before, _)| before);
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('/').map_or(rest, |(authority, _)| authority).rsplit_once('@') {
+            Some((_, host)) => format!("{scheme}://{host}{}", rest.find('/').map_or("", |at| &rest[at..])),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
 fn fail(message: &str) -> ExitCode {
     eprintln!("agentmux: {message}");
     ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_credentials;
+
+    #[test]
+    fn a_logged_url_has_no_credentials() {
+        assert_eq!(without_credentials("redis://:secret@redis.internal:6379/2"), "redis://redis.internal:6379/2");
+        assert_eq!(without_credentials("rediss://user:p@ss@host"), "rediss://host");
+        assert_eq!(without_credentials("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(without_credentials("redis://host/0?password=x@y"), "redis://host/0");
+    }
 }

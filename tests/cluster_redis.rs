@@ -258,7 +258,9 @@ async fn readers_of_a_node_killed_mid_stream_resume_on_another_without_gap_or_du
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_loses_nothing_acknowledged() {
     let mut redis = RedisServer::start();
-    let (a, b) = (node(&redis), node(&redis));
+    let a = node(&redis);
+    // Pings every two seconds keep B's reader's body moving through the outage.
+    let b = ServerProcess::spawn(&["--engine", "redis", "--redis-url", &redis.url(), "--keep-alive", "2s"]);
     let client = reqwest::Client::new();
     let id = create(&client, &a).await;
     let mut acknowledged = Vec::new();
@@ -501,4 +503,53 @@ async fn a_websocket_publish_and_cancel_on_another_node_reach_the_streams_writer
         assert!(started.elapsed() < std::time::Duration::from_secs(10), "a late publish: {late}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_longer_than_a_lease_ends_no_live_stream() {
+    let mut redis = RedisServer::start();
+    let a = node(&redis);
+    // Pings every two seconds keep B's reader's body moving through the outage.
+    let b = ServerProcess::spawn(&["--engine", "redis", "--redis-url", &redis.url(), "--keep-alive", "2s"]);
+    let client = reqwest::Client::new();
+    let id = create(&client, &a).await;
+    append(&client, &a, &id, messages("p", 0, 2)).await;
+    let reading = tokio::spawn(read_events(events(&client, &b, &id, "").await));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    // Every lease lapses while Redis is away for eight seconds.
+    redis.stop();
+    let stopped = std::time::Instant::now();
+    loop {
+        let ready = client.get(a.url("/readyz")).send().await.expect("readyz");
+        if ready.status() == 503 {
+            let body: Value = ready.json().await.expect("JSON");
+            assert_eq!(body["error"]["code"], "cluster_unavailable", "{body}");
+            break;
+        }
+        assert!(stopped.elapsed() < std::time::Duration::from_secs(6), "a node that cannot reach Redis is not ready");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(8).saturating_sub(stopped.elapsed())).await;
+    // Redis comes back while A is paused for three seconds (as a busy machine may pause a process): B
+    // reaches Redis before A renews its lease.
+    a.signal("-STOP");
+    redis.start_again();
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    a.signal("-CONT");
+
+    // Long enough for B to have judged A's lease had it not waited for A to renew it.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let ready = client.get(a.url("/readyz")).send().await.expect("readyz");
+    assert_eq!(ready.status(), 200, "ready again once Redis is back");
+    append(&client, &a, &id, messages("p", 2, 1)).await;
+    let (status, ended) = post_empty(&client, &a.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200, "{ended}");
+    let read = reading.await.expect("B's reader");
+    let last = read.last().expect("events").json();
+    assert_eq!(last["props"]["event"], "stream_end", "{last}");
+    assert_eq!(last["props"]["data"]["status"], "completed", "the writer lived: {last}");
+    let ids: Vec<u64> = read.iter().filter_map(|e| e.id).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "no gap, no duplicate");
+    assert_eq!(read.iter().filter(|e| e.data.contains("\"p 2\"")).count(), 1);
 }

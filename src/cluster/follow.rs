@@ -151,7 +151,11 @@ pub(crate) async fn keep_up(
                 }
                 Ok(false) if look => {
                     looked_at = Instant::now();
-                    end_if_writer_died(&mut connection, &held, &cluster.owner).await
+                    if cluster.steady.may_judge() {
+                        end_if_writer_died(&mut connection, &held, &cluster.owner).await
+                    } else {
+                        Ok(())
+                    }
                 }
                 Ok(false) => Ok(()),
                 Err(error) => Err(error),

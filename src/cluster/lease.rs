@@ -6,8 +6,14 @@
 //!
 //! [`LEASE`] bounds how long readers wait to learn that a writer died: a few seconds, against the renewals
 //! a busy Redis or a paused process could delay (five renewals have to fail in a row).
+//!
+//! A lapsed lease says the writer died only if the writer could have renewed it: after Redis was away (a
+//! restart, a network cut) every lease has lapsed, live writers' included. So a node judges another's
+//! lease only once its own renewals have succeeded without a break for [`JUDGE_AFTER`] (a lease and a
+//! renewal): by then every live node that reaches Redis has renewed too ([`Steady`]).
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redis::aio::ConnectionManager;
@@ -20,20 +26,60 @@ pub(crate) const LEASE: Duration = Duration::from_secs(5);
 /// How often it is renewed.
 pub(crate) const RENEW: Duration = Duration::from_secs(1);
 
+/// How long this node's own renewals must have succeeded in a row before it judges another node's lease.
+pub(crate) const JUDGE_AFTER: Duration = Duration::from_secs(LEASE.as_secs() + RENEW.as_secs());
+
+/// Since when this node's renewals have succeeded without a break (`None` while they fail).
+#[derive(Debug, Default)]
+pub(crate) struct Steady(Mutex<Option<Instant>>);
+
+impl Steady {
+    fn record(&self, renewed: bool) {
+        let mut since = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match (renewed, *since) {
+            (true, None) => *since = Some(Instant::now()),
+            (false, Some(_)) => *since = None,
+            _ => {}
+        }
+    }
+
+    /// True while the last renewal succeeded.
+    pub(crate) fn reaches_redis(&self) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+
+    /// True once renewals have succeeded in a row for [`JUDGE_AFTER`].
+    pub(crate) fn may_judge(&self) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).is_some_and(|since| since.elapsed() >= JUDGE_AFTER)
+    }
+}
+
 /// Takes or renews `node`'s lease.
 pub(crate) async fn renew(connection: &mut ConnectionManager, node: &str, url: &str) -> redis::RedisResult<()> {
     connection.pset_ex(keys::node(node), url, LEASE.as_millis() as u64).await
 }
 
-/// Renews `node`'s lease every [`RENEW`] for as long as the runtime runs.
-pub(crate) async fn keep(mut connection: ConnectionManager, node: std::sync::Arc<str>, url: std::sync::Arc<str>) {
+/// Renews `node`'s lease every [`RENEW`] for as long as the runtime runs, keeping `steady` up to date.
+pub(crate) async fn keep(mut connection: ConnectionManager, node: Arc<str>, url: Arc<str>, steady: Arc<Steady>) {
     let mut every = tokio::time::interval(RENEW);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
-        if let Err(error) = renew(&mut connection, &node, &url).await {
-            tracing::warn!(%error, "renewing this node's lease in Redis failed");
+        // A renewal that has not gone through within a renewal period has failed (Redis away can mean a
+        // connection that hangs rather than one refused).
+        let renewed = match tokio::time::timeout(RENEW, renew(&mut connection, &node, &url)).await {
+            Ok(renewed) => renewed,
+            Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "no answer within a second"))),
+        };
+        match &renewed {
+            Err(error) if steady.reaches_redis() => {
+                tracing::error!(%error, "renewing this node's lease in Redis failed: Redis is unreachable")
+            }
+            Err(error) => tracing::debug!(%error, "renewing this node's lease in Redis failed again"),
+            Ok(()) if !steady.reaches_redis() => tracing::warn!("Redis is reachable again: this node's lease renewed"),
+            Ok(()) => {}
         }
+        steady.record(renewed.is_ok());
     }
 }
 

@@ -35,7 +35,9 @@
 //! follows an open stream whose writer's lease has lapsed claims the stream (a script that makes it the
 //! writer only if the dead node still is, so one node wins and the dead one is fenced) and ends it with the
 //! error `interrupted` after the last entry Redis holds, as a single node ends at restart what was open when
-//! it stopped. Nothing acknowledged is lost (acknowledgements waited for Redis), nothing a reader saw is
+//! it stopped. A node judges another's lease only after its own renewals have gone through for a lease
+//! and a second in a row, so that when Redis comes back from an outage, during which every lease lapsed,
+//! live writers have renewed theirs before anyone judges. Nothing acknowledged is lost (acknowledgements waited for Redis), nothing a reader saw is
 //! contradicted (readers saw only what Redis held), and every node's readers get the end within seconds.
 //! A stream nobody follows is ended the same way by the first node asked for it.
 //!
@@ -75,6 +77,8 @@ struct Inner {
     notices: ConnectionManager,
     writer: Writer,
     owner: Owner,
+    /// Whether this node's lease renewals succeed, and since when (`lease.rs`).
+    steady: Arc<lease::Steady>,
     /// How long a followed stream nobody here uses is kept (`ClusterConfig::let_go_after`).
     let_go_after: Duration,
     /// The followed streams waiting for notices, by id.
@@ -129,13 +133,20 @@ impl Cluster {
         let secret = shared_secret(&mut connection.clone()).await?;
         // The lease is taken before any stream is made here, and kept for as long as the node runs.
         lease::renew(&mut connection.clone(), &owner.node, &owner.url).await?;
-        tokio::spawn(lease::keep(connection.clone(), Arc::clone(&owner.node), Arc::clone(&owner.url)));
+        let steady = Arc::new(lease::Steady::default());
+        tokio::spawn(lease::keep(
+            connection.clone(),
+            Arc::clone(&owner.node),
+            Arc::clone(&owner.url),
+            Arc::clone(&steady),
+        ));
         let writer = Writer::start(connection.clone(), owner.clone());
         let inner = Arc::new(Inner {
             connection,
             notices,
             writer,
             owner,
+            steady,
             let_go_after: config.let_go_after,
             followers: Mutex::new(HashMap::new()),
             following: tokio::sync::Mutex::new(()),
@@ -158,6 +169,11 @@ impl Cluster {
     /// This node's id, as Redis names the owner of its streams.
     pub fn node(&self) -> &str {
         &self.inner.owner.node
+    }
+
+    /// True while this node reaches Redis (its last lease renewal, at most a second ago, succeeded).
+    pub fn reaches_redis(&self) -> bool {
+        self.inner.steady.reaches_redis()
     }
 
     /// The URL other nodes reach this one at.

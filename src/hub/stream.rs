@@ -1184,7 +1184,7 @@ struct StateView {
 
 /// The error of a stream its log could not keep.
 pub(crate) const NOT_KEPT: &str =
-    "the store could not keep this stream's messages (the disk failed); the stream is ended";
+    "the store could not keep this stream's messages (its disk, or Redis, failed); the stream is ended";
 
 /// The step in which renditions' bytes reach the hub's count.
 const COUNT_STEP: i64 = 4 << 10;

@@ -83,9 +83,13 @@ impl ServerProcess {
 
     /// Sends SIGTERM.
     pub(crate) fn terminate(&self) {
-        let status =
-            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("run kill -TERM");
-        assert!(status.success(), "kill -TERM");
+        self.signal("-TERM");
+    }
+
+    /// Sends a signal (`-STOP`, `-CONT`, `-TERM`) by the `kill` command.
+    pub(crate) fn signal(&self, signal: &str) {
+        let status = Command::new("kill").args([signal, &self.child.id().to_string()]).status().expect("run kill");
+        assert!(status.success(), "kill {signal}");
     }
 
     /// Waits up to `within` for the process to exit; how long it took and whether it exited cleanly.

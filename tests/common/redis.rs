@@ -45,6 +45,11 @@ impl RedisServer {
         self.run();
     }
 
+    /// Starts it again after [`RedisServer::stop`], on the same port and directory.
+    pub(crate) fn start_again(&mut self) {
+        self.run();
+    }
+
     /// Kills it, and waits until it is gone.
     pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
