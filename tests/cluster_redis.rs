@@ -318,6 +318,8 @@ async fn a_stream_whose_writer_dies_ends_interrupted_on_every_other_node() {
     let client = reqwest::Client::new();
     let id = create(&client, &a).await;
     append(&client, &a, &id, messages("p", 0, 4)).await;
+    // A message in deltas left open: the end closes it.
+    append(&client, &a, &id, deltas(0, 2)).await;
     let reading = tokio::spawn(read_events(events(&client, &b, &id, "").await));
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
 
@@ -334,6 +336,10 @@ async fn a_stream_whose_writer_dies_ends_interrupted_on_every_other_node() {
     let ids: Vec<u64> = read.iter().filter_map(|e| e.id).collect();
     assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "no gap");
     assert!(read.iter().filter(|e| e.data.contains("\"p 3\"")).count() == 1, "everything acknowledged is there");
+    let closing = read[read.len() - 2].json();
+    assert_eq!(closing["props"]["event"], "message_end", "{closing}");
+    assert_eq!(closing["props"]["data"]["message_id"], "m1", "{closing}");
+    assert_eq!(closing["props"]["data"]["chunk_count"], 2, "{closing}");
 
     // C agrees, and a write through C is refused: the stream has ended.
     let response = client.get(c.url(&format!("/v1/streams/{id}"))).send().await.expect("snapshot");

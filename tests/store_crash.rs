@@ -883,3 +883,40 @@ async fn an_append_that_does_not_wait_for_the_disk_is_kept_like_any_other() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A stream killed with a message in deltas open inside an open block ends, at the restart, as a live end
+/// would: `message_end` (its chunks counted), `block_end`, then `stream_end` `interrupted`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_stream_closes_what_it_left_open() {
+    let dir = data_dir("open-at-crash");
+    let client = reqwest::Client::new();
+    let mut server = spawn(&dir);
+    let id = create(&client, &server).await;
+    let body = [
+        json!({"type": "text", "message_id": "t1", "block_id": "b1", "delta": true, "props": {"content": "par"}}),
+        json!({"type": "text", "message_id": "t1", "block_id": "b1", "delta": true, "props": {"content": "tial"}}),
+    ];
+    let response =
+        client.post(server.url(&format!("/v1/streams/{id}/messages"))).json(&body).send().await.expect("append");
+    assert_eq!(response.status(), 200);
+    server.kill();
+
+    let server = spawn(&dir);
+    let kept: Vec<Value> =
+        events(&client, &server, &id, 0).await.values().map(|e| serde_json::from_str(e).expect("JSON")).collect();
+    let events: Vec<&str> = kept.iter().filter_map(|e| e["props"]["event"].as_str()).collect();
+    assert_eq!(
+        events,
+        ["stream_start", "block_start", "message_start", "message_end", "block_end", "stream_end"],
+        "{kept:?}"
+    );
+    let n = kept.len();
+    assert_eq!(kept[n - 3]["props"]["data"]["message_id"], "t1");
+    assert_eq!(kept[n - 3]["props"]["data"]["chunk_count"], 2);
+    assert_eq!(kept[n - 3]["block_id"], "b1");
+    assert_eq!(kept[n - 2]["props"]["data"]["block_id"], "b1");
+    assert_eq!(kept[n - 2]["props"]["data"]["message_count"], 1);
+    assert_eq!(kept[n - 1]["props"]["data"]["error"]["code"], "interrupted");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -196,18 +196,29 @@ async fn end_if_writer_died(connection: &mut ConnectionManager, stream: &Stream,
         return Ok(());
     }
     let Some(last) = script::claim(connection, stream.id(), &writer, &me.node, &me.url).await? else { return Ok(()) };
-    let info = stream.info();
+    // Fenced now: nothing more comes. What the log here lacks of Redis's is read, so the end closes what
+    // the whole log left open.
+    catch_up(connection, stream.id(), stream.log(), &|entries| stream.follow_append(entries), false).await?;
+    let log: Vec<Arc<OutputMessage>> = {
+        let mut read = Vec::new();
+        let _ = stream.log().read(0, usize::MAX, &mut read);
+        read.into_iter()
+            .filter_map(|entry| if let Entry::Message { message, .. } = entry { Some(message) } else { None })
+            .collect()
+    };
+    if log.last().and_then(|entry| entry.sequence()).unwrap_or_default() != last {
+        return Err(redis::RedisError::from((redis::ErrorKind::Client, "the log here is behind Redis's")));
+    }
     let outcome = Outcome::failed(ErrorProps {
         message: "the node writing the stream stopped while it was open".into(),
         code: Some("interrupted".into()),
         details: None,
     });
     let now_ms = SystemClock.now_ms();
-    let end_id = format!("m{}-{}", last + 1, info.epoch.get(..8).unwrap_or(&info.epoch));
-    let end = crate::hub::stream_end(&outcome, last + 1, info.created_ms, now_ms, end_id);
+    let ending = crate::hub::ending(stream.info(), &log, &outcome, now_ms);
     let append = Append {
         first: last + 1,
-        messages: vec![serde_json::to_string(&end).unwrap_or_default()],
+        messages: ending.iter().map(|event| serde_json::to_string(event).unwrap_or_default()).collect(),
         outcome: Some((serde_json::to_string(&outcome).unwrap_or_default(), now_ms)),
         register: None,
     };

@@ -200,6 +200,57 @@ impl Lifecycle {
         events
     }
 
+    /// Takes in one stamped entry of a stream's log: what a stream whose producer is gone (the service
+    /// restarted, the node writing it died) had open is rebuilt from its log this way, entry by entry, so
+    /// that its end closes it as a live end would.
+    pub(crate) fn observe(&mut self, entry: &OutputMessage) {
+        let started_ms = entry.metadata.as_ref().and_then(|m| m.timestamp).unwrap_or_default();
+        if entry.kind == "event" {
+            let data = entry.props.get("data");
+            let field = |name: &str| data.and_then(|d| d.get(name)).and_then(|v| v.as_str()).map(str::to_owned);
+            match entry.prop_str("event") {
+                Some("message_start") => {
+                    let Some(id) = field("message_id") else { return };
+                    let kind = field("type").unwrap_or_default();
+                    let (block_id, thread_id) = (entry.block_id.clone(), entry.thread_id.clone());
+                    let open = OpenMessage { id: id.clone(), block_id, thread_id, kind, chunks: 0, started_ms };
+                    self.messages.insert(id, open);
+                }
+                Some("message_end") => {
+                    if let Some(id) = field("message_id") {
+                        self.messages.shift_remove(&id);
+                    }
+                }
+                Some("block_start") => {
+                    let Some(id) = field("block_id") else { return };
+                    let thread_id = entry.thread_id.clone();
+                    self.blocks.insert(id.clone(), OpenBlock { id, thread_id, messages: 0, started_ms });
+                }
+                Some("block_end") => {
+                    if let Some(id) = field("block_id") {
+                        self.blocks.shift_remove(&id);
+                    }
+                }
+                _ => {}
+            }
+            return;
+        }
+        let id = entry.message_id.as_deref().unwrap_or_default();
+        // A message starts when it is not a delta of one already open (as `before` counts it).
+        let starts = match self.messages.get_mut(id) {
+            Some(open) => {
+                open.chunks += 1;
+                open.chunks == 1
+            }
+            None => true,
+        };
+        if let (Some(block), true) = (&entry.block_id, starts)
+            && let Some(open) = self.blocks.get_mut(block.as_str())
+        {
+            open.messages += 1;
+        }
+    }
+
     /// Ends everything still open: messages outside blocks, then blocks from the newest.
     pub(crate) fn end_all(&mut self, now_ms: u64) -> Vec<Closing> {
         let loose: Vec<String> =

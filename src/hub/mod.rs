@@ -158,13 +158,31 @@ impl Default for HubConfig {
     }
 }
 
-/// The `stream_end` of a stream that ends with `outcome` at `now_ms`, stamped as sequence `sequence`: what a
-/// storage appends for a stream that was open when the service stopped.
-pub(crate) fn stream_end(outcome: &Outcome, sequence: u64, started_ms: u64, now_ms: u64, id: String) -> OutputMessage {
-    let mut end = lifecycle::stream_end(outcome, now_ms.saturating_sub(started_ms));
-    end.message_id = Some(id);
-    stream::stamp(&mut end, sequence, now_ms, None);
-    end
+/// The end of a stream whose producer is gone (the service stopped, or the node writing it died) with
+/// `outcome` at `now_ms`, after `log`'s entries: `message_end` and `block_end` for what they left open, then
+/// `stream_end`, stamped from the sequence after the last entry. What a storage appends for a stream that was
+/// open when its writer stopped.
+pub(crate) fn ending(
+    info: &StreamInfo,
+    log: &[Arc<OutputMessage>],
+    outcome: &Outcome,
+    now_ms: u64,
+) -> Vec<OutputMessage> {
+    let mut open = lifecycle::Lifecycle::default();
+    log.iter().for_each(|entry| open.observe(entry));
+    let last = log.last().and_then(|entry| entry.sequence()).unwrap_or_default();
+    let short = info.epoch.get(..8).unwrap_or(&info.epoch);
+    let closings = open.end_all(now_ms).into_iter().map(|closing| closing.event);
+    let end = lifecycle::stream_end(outcome, now_ms.saturating_sub(info.created_ms));
+    closings
+        .chain([end])
+        .zip(last + 1..)
+        .map(|(mut event, sequence)| {
+            event.message_id = Some(format!("m{sequence}-{short}"));
+            stream::stamp(&mut event, sequence, now_ms, None);
+            event
+        })
+        .collect()
 }
 
 /// A stream a storage kept from before a restart, ended: see [`Hub::restore`].

@@ -59,7 +59,7 @@ pub(crate) use threads::{StoredThread, ThreadWrite};
 use writer::{Command, Writer};
 
 use crate::hub::{Entry, Hub, Restored, Storage, StreamInfo};
-use crate::output::{ErrorProps, Outcome};
+use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 /// Why the store could not open.
 #[derive(Debug, thiserror::Error)]
@@ -273,16 +273,30 @@ impl Store {
                     code: Some("interrupted".into()),
                     details: None,
                 });
-                let end_id = format!("m{}-{}", last + 1, info.epoch.get(..8).unwrap_or(&info.epoch));
-                let end = crate::hub::stream_end(&outcome, last + 1, info.created_ms, now_ms, end_id);
-                let size = serde_json::to_vec(&end).map_or(0, |j| j.len() as u64);
-                let entries =
-                    vec![Entry::Message { message: Arc::new(end), bytes: size }, Entry::End(Arc::new(outcome.clone()))];
+                // What it left open is closed first, as a live end would: read from its entries on disk.
+                let mut kept = Vec::new();
+                if let Err(error) = self.reader.read(&row.id, 0, last, usize::MAX, &mut kept) {
+                    tracing::error!(stream = row.id, "reading an interrupted stream's entries: {error}");
+                }
+                let kept: Vec<Arc<OutputMessage>> = kept
+                    .into_iter()
+                    .filter_map(|entry| if let Entry::Message { message, .. } = entry { Some(message) } else { None })
+                    .collect();
+                let ending = crate::hub::ending(&info, &kept, &outcome, now_ms);
+                let ended = last + ending.len() as u64;
+                let mut entries: Vec<Entry> = ending
+                    .into_iter()
+                    .map(|event| {
+                        let size = serde_json::to_vec(&event).map_or(0, |j| j.len() as u64);
+                        bytes += size;
+                        Entry::Message { message: Arc::new(event), bytes: size }
+                    })
+                    .collect();
+                entries.push(Entry::End(Arc::new(outcome.clone())));
                 let committed = crate::hub::Committed::new(last, false, crate::hub::MemoryLog::after(last));
                 let entries = writer::Serialised::of(&entries);
                 self.writer.send(Command::Append { stream: row.id.clone(), entries, committed });
-                bytes += size;
-                (outcome, last + 1, now_ms)
+                (outcome, ended, now_ms)
             }
         };
         let log = Box::new(StoreLog::restored(&row.id, last, outcome, self.writer.clone(), Arc::clone(&self.reader)));
