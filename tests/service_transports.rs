@@ -974,6 +974,20 @@ async fn stream_endpoints_append_end_and_refuse() {
     assert_eq!(status, 400, "{reply}");
     assert_envelope(&reply, Some("messages[2].props.url"), "invalid_message");
     assert!(reply["error"]["message"].as_str().expect("message").contains("line 4"), "names the line: {reply}");
+    // A line that is not JSON: its column, within that line (not the parser's "line 1").
+    let (status, reply) = post_raw(
+        &client,
+        &messages_url,
+        "application/x-ndjson",
+        "{\"type\":\"text\",\"props\":{\"content\":\"a\"}}\n{bad}\n",
+    )
+    .await;
+    assert_eq!(status, 400, "{reply}");
+    let message = reply["error"]["message"].as_str().expect("message");
+    assert!(
+        message.starts_with("line 2: ") && message.contains("at column 2") && !message.contains("line 1"),
+        "{reply}"
+    );
     let bad_array = json!([
         { "type": "text", "props": { "content": "a" } },
         { "type": "image", "props": { "url": "/relative.png" } },

@@ -145,7 +145,7 @@ pub(crate) async fn keep_up(
             let looked = match catch_up(&mut connection, held.id(), held.log(), &append, look).await {
                 Ok(true) => {
                     held.follower_ended();
-                    cluster.stop_listening(held.id()).await;
+                    cluster.done_following(held.id(), &notices).await;
                     ended = true;
                     Ok(())
                 }
@@ -170,7 +170,7 @@ pub(crate) async fn keep_up(
             if since.elapsed() >= cluster.let_go_after && hub.let_go(&held) {
                 tracing::debug!(stream = held.id(), "let go of a followed stream nothing here uses");
                 if !ended {
-                    cluster.stop_listening(held.id()).await;
+                    cluster.done_following(held.id(), &notices).await;
                 }
                 return;
             }
@@ -182,7 +182,7 @@ pub(crate) async fn keep_up(
     }
     // Gone from the hub some other way.
     if !ended {
-        cluster.stop_listening(&id).await;
+        cluster.done_following(&id, &notices).await;
     }
 }
 

@@ -242,6 +242,17 @@ impl Inner {
         self.notices.clone().subscribe(keys::notices(id)).await
     }
 
+    /// Stops the notices of a follower that is done with its stream (`notices` being its own), unless a
+    /// newer follower of the same stream listens already: taken in under the same lock as a new follower,
+    /// so an unsubscribe never lands after a newer subscribe.
+    async fn done_following(&self, id: &str, notices: &Arc<Notify>) {
+        let _one = self.following.lock().await;
+        let mine = self.followers.lock().is_ok_and(|f| f.get(id).is_some_and(|n| Arc::ptr_eq(n, notices)));
+        if mine {
+            self.stop_listening(id).await;
+        }
+    }
+
     async fn stop_listening(&self, id: &str) {
         if let Ok(mut followers) = self.followers.lock() {
             followers.remove(id);

@@ -69,10 +69,13 @@ async fn forward(app: &App, writer: &str, request: Request) -> Result<Response, 
     }
     headers.insert(HeaderName::from_static(FORWARDED), HeaderValue::from_static("1"));
     let client = app.cluster.as_ref().map(|c| c.http().clone()).unwrap_or_default();
-    let answer = client.request(parts.method, &target).headers(headers).body(body).send().await.map_err(|error| {
-        tracing::warn!(writer, %error, "forwarding a write to the stream's writer failed");
-        unreachable_writer(writer)
-    })?;
+    let answer = client
+        .request(parts.method, &target)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .map_err(|error| not_reached(writer, &error))?;
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut passed = HeaderMap::new();
     for name in PASSED_BACK {
@@ -108,10 +111,7 @@ pub(crate) async fn post_to_writer(
         let token = app.credentials.token(id, Access::Write, super::auth::now_s() + 60);
         request = request.bearer_auth(token);
     }
-    let answer = request.send().await.map_err(|error| {
-        tracing::warn!(writer, %error, "forwarding a WebSocket op to the stream's writer failed");
-        unreachable_writer(&writer)
-    })?;
+    let answer = request.send().await.map_err(|error| not_reached(&writer, &error))?;
     let status = StatusCode::from_u16(answer.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let body: serde_json::Value = answer.json().await.map_err(|_| unreachable_writer(&writer))?;
     if status.is_success() {
@@ -125,6 +125,15 @@ pub(crate) async fn post_to_writer(
         field("param"),
         &field("code").unwrap_or_else(|| "writer_error".into()),
     ))
+}
+
+/// Logs why the writer was not reached (the innermost cause: "connection refused", not only "error sending
+/// request"), and the 503 for it.
+fn not_reached(writer: &str, error: &reqwest::Error) -> HttpError {
+    let cause = std::iter::successors(std::error::Error::source(error), |e| e.source()).last();
+    let cause = cause.map_or_else(|| error.to_string(), ToString::to_string);
+    tracing::warn!(writer, cause, "forwarding to the stream's writer failed");
+    unreachable_writer(writer)
 }
 
 fn unreachable_writer(writer: &str) -> HttpError {

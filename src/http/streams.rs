@@ -191,7 +191,9 @@ fn ndjson_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
         .map(|(index, (line, text))| {
             OutputMessage::from_json(text).map_err(|e| {
                 let mut error = HttpError::from(e).within(&format!("messages[{index}]"));
-                error.error.message = format!("line {}: {}", line + 1, error.error.message);
+                // The parser counts within the line: its "at line 1 column 7" is this line's column 7.
+                let within = error.error.message.replace(" at line 1 column ", " at column ");
+                error.error.message = format!("line {}: {within}", line + 1);
                 error
             })
         })
