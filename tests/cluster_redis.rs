@@ -559,3 +559,24 @@ async fn a_redis_outage_longer_than_a_lease_ends_no_live_stream() {
     assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "no gap, no duplicate");
     assert_eq!(read.iter().filter(|e| e.data.contains("\"p 2\"")).count(), 1);
 }
+
+/// Asking again and again for a stream that does not exist costs Redis one lookup a second, not one per
+/// request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_stream_asked_for_again_and_again_is_looked_up_once() {
+    let redis = RedisServer::start();
+    let b = node(&redis);
+    let client = reqwest::Client::new();
+    let before = redis.stat("total_commands_processed");
+    let started = std::time::Instant::now();
+    for _ in 0..200 {
+        let response = client.get(b.url("/v1/streams/made-up-id/events")).send().await.expect("subscribe");
+        assert_eq!(response.status(), 404);
+        let body: Value = response.json().await.expect("JSON");
+        assert_eq!(body["error"]["code"], "stream_not_found", "{body}");
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    // The lookups, plus the node's lease renewals and this INFO.
+    let commands = redis.stat("total_commands_processed") - before;
+    assert!(commands <= 3 * seconds + 2, "{commands} Redis commands in {seconds} s for 200 lookups of one id");
+}

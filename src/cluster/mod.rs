@@ -85,6 +85,8 @@ struct Inner {
     followers: Mutex<HashMap<String, Arc<Notify>>>,
     /// Held while a stream is being taken in, so two requests for it take it in once.
     following: tokio::sync::Mutex<()>,
+    /// Ids Redis had no stream for, a moment ago.
+    absent: Absent,
     /// For writes forwarded to the node that writes a stream.
     http: reqwest::Client,
     /// The secret stream tokens are signed with, the same on every node.
@@ -150,6 +152,7 @@ impl Cluster {
             let_go_after: config.let_go_after,
             followers: Mutex::new(HashMap::new()),
             following: tokio::sync::Mutex::new(()),
+            absent: Absent::default(),
             http: reqwest::Client::builder()
                 .connect_timeout(Duration::from_secs(2))
                 .build()
@@ -204,12 +207,20 @@ impl Cluster {
         if let Some(held) = hub.get(id) {
             return Ok(Some(held));
         }
+        if self.inner.absent.known(id) {
+            return Ok(None);
+        }
+        // Looked up before the lock, so ids Redis does not have (made up, mistyped, expired) never wait
+        // behind the take-in of real streams, nor hold it up.
+        let mut connection = self.inner.connection.clone();
+        let Some(meta) = follow::meta(&mut connection, id).await? else {
+            self.inner.absent.insert(id);
+            return Ok(None);
+        };
         let _one = self.inner.following.lock().await;
         if let Some(held) = hub.get(id) {
             return Ok(Some(held));
         }
-        let mut connection = self.inner.connection.clone();
-        let Some(meta) = follow::meta(&mut connection, id).await? else { return Ok(None) };
         let notices = Arc::new(Notify::new());
         let open = meta.outcome.is_none();
         if open {
@@ -260,6 +271,33 @@ impl Inner {
         if let Err(error) = self.notices.clone().unsubscribe(keys::notices(id)).await {
             tracing::debug!(stream = id, %error, "unsubscribing from a stream's notices");
         }
+    }
+}
+
+/// Ids Redis had no stream for, each remembered for [`Absent::FOR`]: a client asking again and again for
+/// a stream that does not exist is answered without asking Redis each time. Safe because stream ids are
+/// made by the nodes, at random, and given out only once Redis has the stream: nobody holds an id before
+/// its stream exists. Bounded: past [`Absent::MOST`] ids, those remembered longest are forgotten.
+#[derive(Debug, Default)]
+struct Absent(Mutex<HashMap<String, std::time::Instant>>);
+
+impl Absent {
+    const FOR: Duration = Duration::from_secs(1);
+    const MOST: usize = 10_000;
+
+    fn known(&self, id: &str) -> bool {
+        self.0.lock().is_ok_and(|absent| absent.get(id).is_some_and(|at| at.elapsed() < Self::FOR))
+    }
+
+    fn insert(&self, id: &str) {
+        let Ok(mut absent) = self.0.lock() else { return };
+        if absent.len() >= Self::MOST {
+            absent.retain(|_, at| at.elapsed() < Self::FOR);
+            if absent.len() >= Self::MOST {
+                absent.clear();
+            }
+        }
+        absent.insert(id.to_owned(), std::time::Instant::now());
     }
 }
 

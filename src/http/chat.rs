@@ -232,6 +232,11 @@ pub(crate) async fn launch(
             })?
         }
     };
+    // With several nodes, the stream's id goes out (its header) once Redis has the stream, so any node
+    // finds it at once (one node finds it in its hub from the start).
+    if app.cluster.is_some() {
+        stream.readable(1).await;
+    }
     // The access line names the route: the front door.
     tracing::info!(model, thread = threading.id(), "run started");
     let on_disconnect = started(app, &model, &stream, headers).await?;

@@ -95,3 +95,25 @@ impl Drop for RedisServer {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+impl RedisServer {
+    /// A counter of `INFO stats` (`total_commands_processed`, ...).
+    pub(crate) fn stat(&self, name: &str) -> u64 {
+        use std::io::{Read, Write};
+        let mut socket = std::net::TcpStream::connect(("127.0.0.1", self.port)).expect("connect to Redis");
+        socket.set_read_timeout(Some(Duration::from_secs(2))).expect("a timeout");
+        socket.write_all(b"INFO stats\r\n").expect("send INFO");
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 8192];
+        let prefix = format!("{name}:");
+        loop {
+            let n = socket.read(&mut buf).expect("read INFO");
+            reply.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&reply);
+            if let Some(value) = text.lines().find_map(|line| line.strip_prefix(&prefix)) {
+                return value.trim().parse().expect("a number");
+            }
+            assert!(n > 0, "INFO stats has no {name}");
+        }
+    }
+}
