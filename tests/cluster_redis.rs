@@ -580,3 +580,20 @@ async fn an_unknown_stream_asked_for_again_and_again_is_looked_up_once() {
     let commands = redis.stat("total_commands_processed") - before;
     assert!(commands <= 3 * seconds + 2, "{commands} Redis commands in {seconds} s for 200 lookups of one id");
 }
+
+/// A run's stream id is given out once Redis has the stream: another node finds it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_stream_is_found_on_another_node_as_soon_as_its_id_is_given_out() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    for _ in 0..5 {
+        let request = json!({"model": "demo", "messages": [{"role": "user", "content": "hi"}], "stream": true});
+        let response = client.post(a.url("/v1/chat/completions")).json(&request).send().await.expect("chat");
+        assert_eq!(response.status(), 200);
+        let id = response.headers()["x-agentmux-stream-id"].to_str().expect("an id").to_owned();
+        let found = client.get(b.url(&format!("/v1/streams/{id}"))).send().await.expect("snapshot");
+        assert_eq!(found.status(), 200, "the run's stream on another node at once");
+        drop(response);
+    }
+}
