@@ -30,10 +30,15 @@ pub(crate) const RENEW: Duration = Duration::from_secs(1);
 pub(crate) const JUDGE_AFTER: Duration = Duration::from_secs(LEASE.as_secs() + RENEW.as_secs());
 
 /// Since when this node's renewals have succeeded without a break (`None` while they fail).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Steady(Mutex<Option<Instant>>);
 
 impl Steady {
+    /// Renewals that have gone through from now on (a node starts once its first renewal did).
+    pub(crate) fn from_now() -> Steady {
+        Steady(Mutex::new(Some(Instant::now())))
+    }
+
     fn record(&self, renewed: bool) {
         let mut since = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match (renewed, *since) {

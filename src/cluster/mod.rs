@@ -135,7 +135,7 @@ impl Cluster {
         let secret = shared_secret(&mut connection.clone()).await?;
         // The lease is taken before any stream is made here, and kept for as long as the node runs.
         lease::renew(&mut connection.clone(), &owner.node, &owner.url).await?;
-        let steady = Arc::new(lease::Steady::default());
+        let steady = Arc::new(lease::Steady::from_now());
         tokio::spawn(lease::keep(
             connection.clone(),
             Arc::clone(&owner.node),

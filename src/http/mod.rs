@@ -585,6 +585,8 @@ async fn trace(State(metrics): State<Metrics>, request: Request, next: Next) -> 
         let duration_ms = started.elapsed().as_micros() as f64 / 1e3;
         tracing::info!(status, duration_ms, "access");
         match code {
+            // A readiness probe's 503 is its answer, not a failure: a balancer probes every second.
+            Some(code) if status >= 500 && route == "/readyz" => tracing::debug!(status, code, "not ready"),
             Some(code) if status >= 500 => tracing::error!(status, code, "request failed"),
             Some(code) => tracing::debug!(status, code, "request refused"),
             None => {}
