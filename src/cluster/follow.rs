@@ -215,7 +215,7 @@ async fn end_if_writer_died(connection: &mut ConnectionManager, stream: &Stream,
         details: None,
     });
     let now_ms = SystemClock.now_ms();
-    let ending = crate::hub::ending(stream.info(), &log, &outcome, now_ms);
+    let ending = crate::hub::ending(stream.info(), &log, last, &outcome, now_ms);
     let append = Append {
         first: last + 1,
         messages: ending.iter().map(|event| serde_json::to_string(event).unwrap_or_default()).collect(),

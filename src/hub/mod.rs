@@ -160,17 +160,18 @@ impl Default for HubConfig {
 
 /// The end of a stream whose producer is gone (the service stopped, or the node writing it died) with
 /// `outcome` at `now_ms`, after `log`'s entries: `message_end` and `block_end` for what they left open, then
-/// `stream_end`, stamped from the sequence after the last entry. What a storage appends for a stream that was
-/// open when its writer stopped.
+/// `stream_end`, stamped from the sequence after `last` (the log's last, as the storage knows it: entries it
+/// could not read back leave less closed, never a sequence stamped twice). What a storage appends for a
+/// stream that was open when its writer stopped.
 pub(crate) fn ending(
     info: &StreamInfo,
     log: &[Arc<OutputMessage>],
+    last: u64,
     outcome: &Outcome,
     now_ms: u64,
 ) -> Vec<OutputMessage> {
     let mut open = lifecycle::Lifecycle::default();
     log.iter().for_each(|entry| open.observe(entry));
-    let last = log.last().and_then(|entry| entry.sequence()).unwrap_or_default();
     let short = info.epoch.get(..8).unwrap_or(&info.epoch);
     let closings = open.end_all(now_ms).into_iter().map(|closing| closing.event);
     let end = lifecycle::stream_end(outcome, now_ms.saturating_sub(info.created_ms));

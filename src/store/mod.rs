@@ -282,7 +282,7 @@ impl Store {
                     .into_iter()
                     .filter_map(|entry| if let Entry::Message { message, .. } = entry { Some(message) } else { None })
                     .collect();
-                let ending = crate::hub::ending(&info, &kept, &outcome, now_ms);
+                let ending = crate::hub::ending(&info, &kept, last, &outcome, now_ms);
                 let ended = last + ending.len() as u64;
                 let mut entries: Vec<Entry> = ending
                     .into_iter()
