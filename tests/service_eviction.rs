@@ -63,15 +63,44 @@ async fn ended_stream() -> (TestServer, Arc<SteppingClock>, reqwest::Client, Str
     (server, clock, client, id, last)
 }
 
+/// An SSE body being read. The server takes a subscriber's batch when it polls the body for it, which may be
+/// after the client sees the headers (and the CUI format's `retry:` block); once the first event's bytes are
+/// in, the server holds the whole stream.
+struct Reading {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    read: Vec<u8>,
+}
+
+impl Reading {
+    /// Subscribes at `path` and waits for the first event's bytes.
+    async fn start(server: &TestServer, path: &str) -> Reading {
+        let response = reqwest::Client::new().get(server.url(path)).send().await.expect("subscribe");
+        assert_eq!(response.status(), 200);
+        let body = Box::pin(response.bytes_stream());
+        let mut reading = Reading { body, read: Vec::new() };
+        while !reading.read.windows(5).any(|w| w == b"data:") {
+            let chunk = tokio::time::timeout(PATIENCE, reading.body.next()).await.expect("the first event in time");
+            reading.read.extend_from_slice(&chunk.expect("the body goes on").expect("body bytes"));
+        }
+        reading
+    }
+
+    /// Reads the rest of the body to its end; all of it.
+    async fn read_to_end(mut self) -> Vec<u8> {
+        while let Some(chunk) = tokio::time::timeout(PATIENCE, self.body.next()).await.expect("the body ends in time") {
+            self.read.extend_from_slice(&chunk.expect("body bytes"));
+        }
+        self.read
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cui_sse_reader_handed_the_whole_stream_before_its_eviction_ends_at_stream_end() {
     let (server, clock, client, id, last) = ended_stream().await;
-    let reader = reqwest::Client::new();
-    let response = reader.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("subscribe");
-    assert_eq!(response.status(), 200);
+    let reading = Reading::start(&server, &format!("/v1/streams/{id}/events")).await;
     evict(&client, &server, &clock, &id).await;
 
-    let body = read_body(response).await;
+    let body = reading.read_to_end().await;
     let (events, used) = parse_sse(&body);
     assert_eq!(used, body.len());
     let after_end: Vec<&str> =
@@ -83,13 +112,10 @@ async fn a_cui_sse_reader_handed_the_whole_stream_before_its_eviction_ends_at_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openai_sse_reader_handed_the_whole_stream_before_its_eviction_ends_at_done() {
     let (server, clock, client, id, _) = ended_stream().await;
-    let reader = reqwest::Client::new();
-    let url = server.url(&format!("/v1/streams/{id}/events?format=openai"));
-    let response = reader.get(url).send().await.expect("subscribe");
-    assert_eq!(response.status(), 200);
+    let reading = Reading::start(&server, &format!("/v1/streams/{id}/events?format=openai")).await;
     evict(&client, &server, &clock, &id).await;
 
-    let body = read_body(response).await;
+    let body = reading.read_to_end().await;
     let (events, used) = parse_sse(&body);
     assert_eq!(used, body.len());
     let done = events.iter().position(|e| e.data == "[DONE]").expect("[DONE]");
