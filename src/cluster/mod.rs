@@ -43,6 +43,8 @@
 //!
 //! # Keys
 //!
+//! Threads and their audit log are shared through the same Redis (`threads.rs`).
+//!
 //! `keys.rs`: per stream a Redis Stream of entries (entry id `<sequence>-0`), a hash of its facts, owner and
 //! outcome, and a notice channel. The keys expire with the stream: its idle timeout and retention after each
 //! append, its retention once it has ended.
@@ -51,6 +53,7 @@ mod follow;
 mod keys;
 mod lease;
 mod script;
+mod threads;
 mod writer;
 
 use std::collections::HashMap;
@@ -62,6 +65,8 @@ use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
 use tokio::sync::{Notify, mpsc};
 
 use crate::hub::{Hub, Ids, Log, RandomIds, Storage, Stream, StreamInfo};
+pub use threads::SharedThreads;
+pub(crate) use threads::{KeptRun, KeptThread, ThreadCommit};
 use writer::{OwnedLog, Owner, Writer};
 
 /// This node's link to the others through Redis; cheap to clone.
@@ -167,6 +172,11 @@ impl Cluster {
     /// The storage the hub keeps the streams this node creates in.
     pub fn storage(&self) -> Arc<dyn Storage> {
         Arc::new(RedisStorage { writer: self.inner.writer.clone() })
+    }
+
+    /// The threads every node shares, kept in Redis for `ttl` without a change.
+    pub fn threads(&self, ttl: Duration) -> SharedThreads {
+        SharedThreads::new(self.clone(), self.inner.connection.clone(), ttl)
     }
 
     /// This node's id, as Redis names the owner of its streams.

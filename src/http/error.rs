@@ -314,6 +314,17 @@ impl From<ThreadError> for HttpError {
             ThreadError::Full { .. } => HttpError::capacity(message, Room::Unknown),
             ThreadError::Upto(_) => HttpError::bad_request(message, Some("upto".into()), "invalid_value"),
             ThreadError::Start(e) => e.into(),
+            ThreadError::Unavailable(_) => {
+                let mut error = HttpError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    message,
+                    None,
+                    "cluster_unavailable",
+                );
+                error.retry = true;
+                error
+            }
         }
     }
 }

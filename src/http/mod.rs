@@ -169,6 +169,10 @@ impl App {
     pub fn with_cluster(mut self, cluster: crate::cluster::Cluster) -> Self {
         // A token one node gave is good on every node.
         self.credentials = Arc::new(Credentials::new(&self.settings.api_keys, cluster.secret()));
+        // A conversation goes on whichever node its next turn reaches.
+        let shared = cluster.threads(self.settings.threads.ttl);
+        self.threads =
+            Threads::shared(self.hub.clone(), Arc::clone(&self.agents), self.settings.threads.clone(), shared);
         self.cluster = Some(cluster);
         self
     }

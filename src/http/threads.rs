@@ -42,7 +42,7 @@ pub(crate) async fn create(
     let create: CreateBody =
         if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
     let transcript =
-        app.threads.create(create.id.as_deref(), create.messages, owner.as_deref()).map_err(|e| match e {
+        app.threads.create(create.id.as_deref(), create.messages, owner.as_deref()).await.map_err(|e| match e {
             ThreadError::InvalidId => HttpError::from(e).with_param("id"),
             other => other.into(),
         })?;
@@ -55,7 +55,7 @@ pub(crate) async fn get(
     KeyName(owner): KeyName,
     ThreadId(id): ThreadId,
 ) -> Result<Response, HttpError> {
-    let transcript = app.threads.get(&id, owner.as_deref()).await.ok_or(ThreadError::NotFound(id))?;
+    let transcript = app.threads.get(&id, owner.as_deref()).await?.ok_or(ThreadError::NotFound(id))?;
     Ok(Json(transcript).into_response())
 }
 
@@ -64,7 +64,7 @@ pub(crate) async fn delete(
     KeyName(owner): KeyName,
     ThreadId(id): ThreadId,
 ) -> Result<Response, HttpError> {
-    if !app.threads.delete(&id, owner.as_deref()) {
+    if !app.threads.delete(&id, owner.as_deref()).await? {
         return Err(ThreadError::NotFound(id).into());
     }
     Ok(Json(json!({"id": id, "object": "thread.deleted", "deleted": true})).into_response())
@@ -76,7 +76,7 @@ pub(crate) async fn audit(
     KeyName(owner): KeyName,
     ThreadId(id): ThreadId,
 ) -> Result<Response, HttpError> {
-    let entries = app.threads.audit(&id, owner.as_deref()).await.ok_or_else(|| ThreadError::NotFound(id.clone()))?;
+    let entries = app.threads.audit(&id, owner.as_deref()).await?.ok_or_else(|| ThreadError::NotFound(id.clone()))?;
     Ok(Json(json!({"thread_id": id, "object": "thread.audit", "entries": entries})).into_response())
 }
 

@@ -89,7 +89,7 @@ pub(crate) async fn resume(
     KeyName(owner): KeyName,
     Path(chat): Path<String>,
 ) -> Result<Response, HttpError> {
-    match app.threads.running(&chat, owner.as_deref()) {
+    match app.threads.running(&chat, owner.as_deref()).await? {
         None => Ok(StatusCode::NO_CONTENT.into_response()),
         Some(stream) => {
             super::record_stream(stream.id());

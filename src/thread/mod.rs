@@ -7,6 +7,8 @@
 //! - [`AuditEntry`] and [`Decision`] (`audit.rs`): what a thread keeps. The history the next run sees is
 //!   the messages of its history entries, so the two never disagree.
 //! - `record.rs`: what a finished run adds: its text, tool calls and tool results as chat messages.
+//! - `shared.rs`: threads every node of a cluster shares through Redis: each use reads the thread again,
+//!   each change is committed only onto what was read.
 //!
 //! Two runs on one thread at once: the second is refused with [`ThreadError::Busy`] (HTTP 409
 //! `thread_busy`), naming the running stream, since its answer would depend on a result nobody has seen yet.
@@ -16,6 +18,7 @@
 mod audit;
 mod record;
 mod run;
+mod shared;
 mod store;
 
 use std::time::Duration;
@@ -97,6 +100,9 @@ pub enum ThreadError {
     /// The agent could not start.
     #[error(transparent)]
     Start(#[from] StartError),
+    /// Redis, where the threads of several nodes are kept, did not answer (or answered nonsense).
+    #[error("the thread could not be read from or written to Redis: {0}")]
+    Unavailable(String),
 }
 
 /// Checks a thread id a client picked.

@@ -13,9 +13,10 @@ use serde_json::{Map, Value, json};
 
 use super::audit::{AuditEntry, Decision, history_of};
 use super::record::run_result;
-use super::store::{RECORD_WAIT, Run, State, Thread, Threads};
+use super::store::{Keeper, RECORD_WAIT, Run, State, Thread, Threads};
 use super::{ThreadError, check_id};
 use crate::agent::StartError;
+use crate::cluster::ThreadCommit;
 use crate::conversation::{ChatMessage, Conversation, ConversationError, Role, ToolCall, validate_thread_input};
 use crate::hub::Stream;
 use crate::output::{EndStatus, Outcome, Reducer};
@@ -87,12 +88,30 @@ impl Threads {
         check_id(&turn.thread)?;
         let deadline = tokio::time::Instant::now() + RECORD_WAIT;
         loop {
-            let thread = self.insert(&turn.thread, Vec::new(), false, turn.owner.as_deref())?;
+            let (thread, turn_lock) = self.open(&turn.thread, turn.owner.as_deref()).await?;
+            self.caught_up(&thread).await?;
             let recorded = thread.recorded.notified();
             tokio::pin!(recorded);
             recorded.as_mut().enable();
-            match self.attempt(&thread, client, &turn)? {
-                Attempt::Started(stream) => return Ok(stream),
+            let (attempt, commit) = self.attempt(&thread, client, &turn);
+            let kept = self.commit(&thread, commit).await;
+            drop(turn_lock);
+            let attempt = match (attempt, kept) {
+                (attempt, Ok(true)) => attempt?,
+                // Another node changed the thread first: a run started here was never handed out.
+                (attempt, kept) => {
+                    if let Ok(Attempt::Started(stream)) = attempt {
+                        stream.cancel();
+                    }
+                    kept?;
+                    continue;
+                }
+            };
+            match attempt {
+                Attempt::Started(stream) => {
+                    spawn_record(self, &thread, Arc::clone(&stream));
+                    return Ok(stream);
+                }
                 Attempt::Gone => continue,
                 Attempt::Wait => {
                     if tokio::time::timeout_at(deadline, recorded).await.is_err() {
@@ -104,11 +123,33 @@ impl Threads {
         }
     }
 
-    fn attempt(&self, thread: &Arc<Thread>, client: Option<&str>, turn: &Turn) -> Result<Attempt, ThreadError> {
+    /// Thread `id` (made for `owner` when there is none), with its turn lock held.
+    async fn open(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+    ) -> Result<(Arc<Thread>, tokio::sync::OwnedMutexGuard<()>), ThreadError> {
+        if let Keeper::Shared(shared) = &self.inner.keeper
+            && let Some((thread, turn)) = super::shared::read(self, shared, id).await?
+        {
+            return if thread.owned_by(owner) { Ok((thread, turn)) } else { Err(ThreadError::NotFound(id.to_owned())) };
+        }
+        let thread = self.insert(id, Vec::new(), false, owner).await?;
+        let turn = Arc::clone(&thread.turn).lock_owned().await;
+        Ok((thread, turn))
+    }
+
+    /// A turn's attempt on `thread`, and what it changed for the keeper.
+    fn attempt(
+        &self,
+        thread: &Arc<Thread>,
+        client: Option<&str>,
+        turn: &Turn,
+    ) -> (Result<Attempt, ThreadError>, Option<ThreadCommit>) {
         let mut state = thread.lock();
         let attempt = self.try_start(thread, &mut state, client, turn);
-        self.journal(thread, &mut state);
-        attempt
+        let commit = self.changes(thread, &mut state);
+        (attempt, commit)
     }
 
     fn try_start(
@@ -175,17 +216,8 @@ impl Threads {
             state.entries.push(entry);
         }
         state.bytes += bytes;
-        self.begin(thread, state, &turn.model, &stream);
+        begin(state, &turn.model, &stream);
         Ok(Attempt::Started(stream))
-    }
-
-    /// Marks `stream` as the thread's run, and records its result when it ends.
-    fn begin(&self, thread: &Arc<Thread>, state: &mut State, model: &str, stream: &Arc<Stream>) {
-        state.pending.clear();
-        state.used = Instant::now();
-        state.updated = SystemTime::now();
-        state.run = Some(Run { stream: Arc::clone(stream), model: model.to_owned(), started: Instant::now() });
-        tokio::spawn(record(self.clone(), Arc::clone(thread), Arc::clone(stream)));
     }
 
     /// Copies the history of thread `id` up to the entry `upto` (by default, up to its last user input, so
@@ -201,7 +233,7 @@ impl Threads {
         if !self.inner.agents.contains(model) {
             return Err(StartError::UnknownModel(model.to_owned()).into());
         }
-        let source = self.settled(id, owner).await.ok_or_else(|| ThreadError::NotFound(id.to_owned()))?;
+        let source = self.settled(id, owner).await?.ok_or_else(|| ThreadError::NotFound(id.to_owned()))?;
         let copied = {
             let state = source.lock();
             let cut = match upto {
@@ -234,26 +266,47 @@ impl Threads {
         };
         let (entries, upto) = copied;
         let new_id = format!("thread_{}", uuid::Uuid::new_v4().simple());
-        let thread = self.insert(&new_id, entries, true, owner)?;
-        let mut state = thread.lock();
-        let history: Vec<ChatMessage> = state.history().cloned().collect();
-        let started = Conversation::new(model, history)
-            .map_err(ThreadError::from)
-            .map(|c| c.with_thread(&new_id))
-            .and_then(|c| Ok(self.inner.agents.start(&self.inner.hub, client, c)?));
-        match started {
-            Ok(stream) => {
-                self.begin(&thread, &mut state, model, &stream);
-                self.journal(&thread, &mut state);
+        let thread = self.insert(&new_id, entries, true, owner).await?;
+        let turn_lock = Arc::clone(&thread.turn).lock_owned().await;
+        let started = {
+            let mut state = thread.lock();
+            let history: Vec<ChatMessage> = state.history().cloned().collect();
+            Conversation::new(model, history)
+                .map_err(ThreadError::from)
+                .map(|c| c.with_thread(&new_id))
+                .and_then(|c| Ok(self.inner.agents.start(&self.inner.hub, client, c)?))
+                .map(|stream| {
+                    begin(&mut state, model, &stream);
+                    (stream, self.changes(&thread, &mut state))
+                })
+        };
+        let kept = match started {
+            Ok((stream, commit)) => self.commit(&thread, commit).await.map(|kept| (stream, kept)),
+            Err(error) => Err(error),
+        };
+        drop(turn_lock);
+        match kept {
+            Ok((stream, true)) => {
+                spawn_record(self, &thread, Arc::clone(&stream));
                 Ok(Replay { thread: new_id, stream, upto })
             }
-            Err(error) => {
-                drop(state);
-                self.delete(&new_id, owner);
-                Err(error)
+            failed => {
+                if let Ok((stream, false)) = &failed {
+                    stream.cancel();
+                }
+                let _ = self.delete(&new_id, owner).await;
+                Err(failed.err().unwrap_or_else(|| ThreadError::Unavailable("the new thread changed at once".into())))
             }
         }
     }
+}
+
+/// Marks `stream` as the thread's run.
+fn begin(state: &mut State, model: &str, stream: &Arc<Stream>) {
+    state.pending.clear();
+    state.used = Instant::now();
+    state.updated = SystemTime::now();
+    state.run = Some(Run { stream: Arc::clone(stream), model: model.to_owned(), started: Instant::now() });
 }
 
 /// Where `turn`'s input goes in a thread in `state`: after the thread's history, or, for a client that sends
@@ -327,9 +380,16 @@ fn reject(state: &mut State, model_name: &str, input: &[ChatMessage], error: &Th
     state.updated = SystemTime::now();
 }
 
-/// Waits for the run on `stream` to end, then records its result in `thread`.
+/// Records the result of the run on `stream` in `thread` once it ends (a plain function: `record` reads the
+/// thread, which may spawn the recording of another run).
+pub(super) fn spawn_record(threads: &Threads, thread: &Arc<Thread>, stream: Arc<Stream>) {
+    tokio::spawn(record(threads.clone(), Arc::clone(thread), stream));
+}
+
+/// Waits for the run on `stream` to end, then records its result in `thread`: on this node, or, with Redis,
+/// in the thread as Redis holds it then, unless another node recorded it first.
 async fn record(threads: Threads, thread: Arc<Thread>, stream: Arc<Stream>) {
-    let outcome = stream.ended().await;
+    let outcome = threads.run_ended(&thread.id, &stream).await;
     // A reduction of its own, dropped after: the stream's snapshot view would stay with the stream.
     let mut reducer = Reducer::default();
     for message in stream.history() {
@@ -337,22 +397,85 @@ async fn record(threads: Threads, thread: Arc<Thread>, stream: Arc<Stream>) {
         let _ = reducer.apply(&message);
     }
     let result = run_result(reducer.messages(), &outcome);
-    {
-        let mut state = thread.lock();
-        let Some(run) = state.run.take() else { return };
-        if !state.gone {
-            let entries = entries(&run, stream.id(), result.messages, &outcome, result.pending.len());
-            let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
-            threads.hold(bytes);
-            state.bytes += bytes;
-            state.entries.extend(entries);
-            state.pending = result.pending;
-            state.updated = SystemTime::now();
+    let mut thread = thread;
+    let mut failures = 0;
+    loop {
+        let mut _turn = None;
+        if let Keeper::Shared(shared) = &threads.inner.keeper {
+            match super::shared::read(&threads, shared, &thread.id).await {
+                Ok(Some((current, turn))) => (thread, _turn) = (current, Some(turn)),
+                Ok(None) => break,
+                Err(error) if failures < RECORD_TRIES => {
+                    failures += 1;
+                    tracing::warn!(thread = thread.id, stream = stream.id(), %error, "recording a run's result");
+                    tokio::time::sleep(RECORD_RETRY).await;
+                    continue;
+                }
+                Err(error) => {
+                    // Left to the next node that reads the thread: Redis still has the run going on.
+                    tracing::error!(thread = thread.id, stream = stream.id(), %error, "a run's result not recorded");
+                    thread.lock().stale = true;
+                    break;
+                }
+            }
         }
-        state.used = Instant::now();
-        threads.journal(&thread, &mut state);
+        let commit = {
+            let mut state = thread.lock();
+            if state.run.as_ref().is_none_or(|run| run.stream.id() != stream.id()) {
+                break;
+            }
+            let Some(run) = state.run.take() else { break };
+            if !state.gone {
+                let entries = entries(&run, stream.id(), result.messages.clone(), &outcome, result.pending.len());
+                let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
+                threads.hold(bytes);
+                state.bytes += bytes;
+                state.entries.extend(entries);
+                state.pending = result.pending.clone();
+                state.updated = SystemTime::now();
+            }
+            state.used = Instant::now();
+            threads.changes(&thread, &mut state)
+        };
+        match threads.commit(&thread, commit).await {
+            Ok(true) => break,
+            // Read again: another node may have recorded it.
+            Ok(false) => continue,
+            Err(error) => {
+                failures += 1;
+                tracing::warn!(thread = thread.id, stream = stream.id(), %error, "recording a run's result");
+                tokio::time::sleep(RECORD_RETRY).await;
+            }
+        }
     }
     thread.recorded.notify_waiters();
+}
+
+/// How often, and how far apart, a node tries to record a run's result in Redis while Redis fails.
+const RECORD_TRIES: u32 = 30;
+const RECORD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Threads {
+    /// The run on `stream` once it has ended; meanwhile, with Redis, thread `id` is kept alive.
+    async fn run_ended(&self, id: &str, stream: &Stream) -> Outcome {
+        let Keeper::Shared(shared) = &self.inner.keeper else { return stream.ended().await };
+        let period = shared.ttl() / 3;
+        if period.is_zero() {
+            return stream.ended().await;
+        }
+        let ended = stream.ended();
+        tokio::pin!(ended);
+        loop {
+            tokio::select! {
+                outcome = &mut ended => return outcome,
+                () = tokio::time::sleep(period) => {
+                    if let Err(error) = shared.keep(id).await {
+                        tracing::warn!(thread = id, %error, "keeping a thread with a run going on");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The entries of a run's result: one per message, and the run's end.

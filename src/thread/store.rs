@@ -3,6 +3,10 @@
 //! A thread is its audit entries, the run going on (if any), the calls its last run handed to the client,
 //! and when it was last used. Each thread has its own lock; the map's lock is never taken while a thread's is
 //! held. The bytes threads hold are counted globally, so that the total stays bounded whatever the clients do.
+//!
+//! Where else a thread is kept is the [`Keeper`]'s: nowhere, the embedded store (a journal of what this
+//! process holds, read back at start), or Redis, shared by every node, where the map is only this node's
+//! copy of the threads its clients use, read again before each use (`shared.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +20,7 @@ use tokio::sync::Notify;
 use super::audit::{AuditEntry, Decision, history_of};
 use super::{ThreadConfig, ThreadError, check_id};
 use crate::agent::Agents;
+use crate::cluster::{SharedThreads, ThreadCommit};
 use crate::conversation::{ChatMessage, ToolCall, validate_user_input};
 use crate::hub::{Hub, Stream};
 use crate::store::{Store, StoredThread, ThreadWrite};
@@ -33,11 +38,21 @@ pub(super) struct Inner {
     pub(super) config: ThreadConfig,
     pub(super) hub: Hub,
     pub(super) agents: Arc<Agents>,
-    /// Where threads are kept across restarts, if anywhere.
-    store: Option<Arc<Store>>,
-    map: Mutex<HashMap<String, Arc<Thread>>>,
+    /// Where threads are kept besides this map.
+    pub(super) keeper: Keeper,
+    pub(super) map: Mutex<HashMap<String, Arc<Thread>>>,
     /// Bytes of messages held by every thread.
     bytes: AtomicU64,
+}
+
+/// Where threads are kept besides this process's memory.
+pub(super) enum Keeper {
+    /// Nowhere: they last as long as the process.
+    Memory,
+    /// The embedded store, which this process alone writes: the map is the record, the store its journal.
+    Store(Arc<Store>),
+    /// Redis, which every node reads and writes: Redis is the record, the map this node's copy of it.
+    Shared(SharedThreads),
 }
 
 impl std::fmt::Debug for Threads {
@@ -49,10 +64,16 @@ impl std::fmt::Debug for Threads {
 /// One thread.
 pub(super) struct Thread {
     pub(super) id: String,
+    /// Which thread of that id this is, in Redis (a thread deleted and made again is another); empty
+    /// elsewhere.
+    pub(super) epoch: String,
     /// The API key (by name) that created it, with keys configured: no other key finds it.
-    owner: Option<String>,
-    created: SystemTime,
+    pub(super) owner: Option<String>,
+    pub(super) created: SystemTime,
     state: Mutex<State>,
+    /// Held from reading a shared thread to committing what changed, so this node's own changes to it go
+    /// one at a time (other nodes' are caught by the commit's check).
+    pub(super) turn: Arc<tokio::sync::Mutex<()>>,
     /// Fires when a run's result has been recorded.
     pub(super) recorded: Notify,
 }
@@ -68,8 +89,12 @@ pub(super) struct State {
     pub(super) updated: SystemTime,
     /// Set when the thread is deleted or evicted: a run still going records nothing.
     pub(super) gone: bool,
-    /// How many of `entries` the store has been handed.
-    journaled: usize,
+    /// How many of `entries` the keeper has.
+    pub(super) journaled: usize,
+    /// The stream of the run the keeper has as going on (shared threads).
+    pub(super) kept_running: Option<String>,
+    /// The copy may differ from the keeper's record: read all of it again (shared threads).
+    pub(super) stale: bool,
 }
 
 /// The run going on in a thread.
@@ -80,8 +105,21 @@ pub(super) struct Run {
 }
 
 impl Thread {
+    /// A thread with `state`, made `created`.
+    pub(super) fn new(id: &str, epoch: String, owner: Option<String>, created: SystemTime, state: State) -> Thread {
+        Thread {
+            id: id.to_owned(),
+            epoch,
+            owner,
+            created,
+            state: Mutex::new(state),
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            recorded: Notify::new(),
+        }
+    }
+
     /// Whether a request from `owner` (a key's name, or none without keys) may see it.
-    fn owned_by(&self, owner: Option<&str>) -> bool {
+    pub(super) fn owned_by(&self, owner: Option<&str>) -> bool {
         self.owner.is_none() || self.owner.as_deref() == owner
     }
 
@@ -91,6 +129,22 @@ impl Thread {
 }
 
 impl State {
+    /// A thread's state with `entries`, holding `bytes`, last used `used`.
+    pub(super) fn new(entries: Vec<AuditEntry>, bytes: u64, used: Instant) -> State {
+        State {
+            entries,
+            bytes,
+            run: None,
+            pending: Vec::new(),
+            used,
+            updated: SystemTime::now(),
+            gone: false,
+            journaled: 0,
+            kept_running: None,
+            stale: false,
+        }
+    }
+
     /// The conversation so far.
     pub(super) fn history(&self) -> impl Iterator<Item = &ChatMessage> {
         history_of(&self.entries).into_iter().filter_map(AuditEntry::history)
@@ -116,7 +170,7 @@ pub struct Transcript {
     pub pending_tool_calls: Vec<ToolCall>,
 }
 
-fn unix_ms(time: SystemTime) -> u64 {
+pub(super) fn unix_ms(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
@@ -133,20 +187,30 @@ impl Threads {
     /// Threads kept in `store` (those it kept from before a restart first), or in memory only.
     pub fn with_store(hub: Hub, agents: Arc<Agents>, config: ThreadConfig, store: Option<Arc<Store>>) -> Self {
         let kept = store.as_ref().map(|s| s.take_threads()).unwrap_or_default();
-        let threads = Threads {
-            inner: Arc::new(Inner {
-                config,
-                hub,
-                agents,
-                store,
-                map: Mutex::new(HashMap::new()),
-                bytes: AtomicU64::new(0),
-            }),
-        };
+        let keeper = store.map_or(Keeper::Memory, Keeper::Store);
+        let threads = Threads::with_keeper(hub, agents, config, keeper);
         for thread in kept {
             threads.restore(thread);
         }
         threads
+    }
+
+    /// Threads every node of a cluster shares, in Redis (`--engine redis`).
+    pub fn shared(hub: Hub, agents: Arc<Agents>, config: ThreadConfig, shared: SharedThreads) -> Self {
+        Threads::with_keeper(hub, agents, config, Keeper::Shared(shared))
+    }
+
+    fn with_keeper(hub: Hub, agents: Arc<Agents>, config: ThreadConfig, keeper: Keeper) -> Self {
+        Threads {
+            inner: Arc::new(Inner {
+                config,
+                hub,
+                agents,
+                keeper,
+                map: Mutex::new(HashMap::new()),
+                bytes: AtomicU64::new(0),
+            }),
+        }
     }
 
     /// Takes back a thread the store kept.
@@ -159,54 +223,50 @@ impl Threads {
         let used = Instant::now()
             .checked_sub(Duration::from_millis(now_ms.saturating_sub(kept.used_ms)))
             .unwrap_or_else(Instant::now);
-        let journaled = entries.len();
-        let thread = Arc::new(Thread {
-            id: kept.id.clone(),
-            owner: kept.owner,
-            created: UNIX_EPOCH + Duration::from_millis(kept.created_ms),
-            state: Mutex::new(State {
-                entries,
-                bytes,
-                run: None,
-                pending: serde_json::from_value(kept.pending).unwrap_or_default(),
-                used,
-                updated: SystemTime::now(),
-                gone: false,
-                journaled,
-            }),
-            recorded: Notify::new(),
-        });
+        let mut state = State::new(entries, bytes, used);
+        state.journaled = state.entries.len();
+        state.pending = serde_json::from_value(kept.pending).unwrap_or_default();
+        let created = UNIX_EPOCH + Duration::from_millis(kept.created_ms);
+        let thread = Arc::new(Thread::new(&kept.id, String::new(), kept.owner, created, state));
         self.map().insert(kept.id, thread);
     }
 
-    /// Hands the store what changed in `thread` since it last did: its row, and the entries it lacks.
-    pub(super) fn journal(&self, thread: &Thread, state: &mut State) {
-        let Some(store) = &self.inner.store else { return };
+    /// What changed in `thread` since the keeper last had it: the store is handed it here and now; for
+    /// Redis, the commit to make once the thread's lock is let go ([`Threads::commit`]).
+    pub(super) fn changes(&self, thread: &Thread, state: &mut State) -> Option<ThreadCommit> {
         if state.gone {
-            return;
+            return None;
         }
-        for (position, entry) in state.entries.iter().enumerate().skip(state.journaled) {
-            let entry = serde_json::to_string(entry).unwrap_or_default();
-            store.write_thread(ThreadWrite::Entry { thread: thread.id.clone(), position: position as u64, entry });
+        match &self.inner.keeper {
+            Keeper::Memory => None,
+            Keeper::Store(store) => {
+                for (position, entry) in state.entries.iter().enumerate().skip(state.journaled) {
+                    let entry = serde_json::to_string(entry).unwrap_or_default();
+                    let (thread, position) = (thread.id.clone(), position as u64);
+                    store.write_thread(ThreadWrite::Entry { thread, position, entry });
+                }
+                state.journaled = state.entries.len();
+                store.write_thread(ThreadWrite::Thread {
+                    id: thread.id.clone(),
+                    created_ms: unix_ms(thread.created),
+                    used_ms: unix_ms(SystemTime::now()),
+                    pending: serde_json::to_string(&state.pending).unwrap_or_else(|_| "[]".into()),
+                    owner: thread.owner.clone(),
+                });
+                None
+            }
+            Keeper::Shared(_) => super::shared::commit_of(thread, state),
         }
-        state.journaled = state.entries.len();
-        store.write_thread(ThreadWrite::Thread {
-            id: thread.id.clone(),
-            created_ms: unix_ms(thread.created),
-            used_ms: unix_ms(SystemTime::now()),
-            pending: serde_json::to_string(&state.pending).unwrap_or_else(|_| "[]".into()),
-            owner: thread.owner.clone(),
-        });
     }
 
-    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Thread>>> {
+    pub(super) fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Thread>>> {
         self.inner.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Creates a thread, under `id` or a new one, with `messages` (user, system and developer messages
     /// only: the client cannot write what the model said), for `owner` (the key that creates it, when the
     /// service has keys: no other key will find it).
-    pub fn create(
+    pub async fn create(
         &self,
         id: Option<&str>,
         messages: Vec<ChatMessage>,
@@ -229,20 +289,31 @@ impl Threads {
                 AuditEntry::new(None, Some(message), decision, Map::new())
             })
             .collect();
-        let thread = self.insert(&id, entries, true, owner)?;
+        let thread = self.insert(&id, entries, true, owner).await?;
         let state = thread.lock();
         Ok(self.transcript(&thread, &state))
     }
 
     /// Adds a thread with `entries` for `owner`; an existing one is an error when `exclusive`, and is
     /// returned otherwise (not found when another key owns it).
-    pub(super) fn insert(
+    pub(super) async fn insert(
         &self,
         id: &str,
         mut entries: Vec<AuditEntry>,
         exclusive: bool,
         owner: Option<&str>,
     ) -> Result<Arc<Thread>, ThreadError> {
+        let config = &self.inner.config;
+        let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
+        if bytes > config.thread_bytes {
+            return Err(ThreadError::TooLarge { size: bytes, limit: config.thread_bytes });
+        }
+        for entry in &mut entries {
+            entry.audit.insert("bytes".into(), entry.size().into());
+        }
+        if let Keeper::Shared(shared) = &self.inner.keeper {
+            return super::shared::insert(self, shared, id, &entries, exclusive, owner).await;
+        }
         let mut map = self.map();
         if let Some(thread) = map.get(id) {
             return match (exclusive, thread.owned_by(owner)) {
@@ -251,38 +322,15 @@ impl Threads {
                 (false, false) => Err(ThreadError::NotFound(id.to_owned())),
             };
         }
-        let config = &self.inner.config;
         if map.len() >= config.max_threads {
             return Err(ThreadError::Full { limit: config.max_threads as u64 });
         }
-        let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
-        if bytes > config.thread_bytes {
-            return Err(ThreadError::TooLarge { size: bytes, limit: config.thread_bytes });
-        }
         self.reserve(bytes)?;
-        for entry in &mut entries {
-            entry.audit.insert("bytes".into(), entry.size().into());
-        }
-        let now = SystemTime::now();
-        let thread = Arc::new(Thread {
-            id: id.to_owned(),
-            owner: owner.map(str::to_owned),
-            created: now,
-            state: Mutex::new(State {
-                entries,
-                bytes,
-                run: None,
-                pending: Vec::new(),
-                used: Instant::now(),
-                updated: now,
-                gone: false,
-                journaled: 0,
-            }),
-            recorded: Notify::new(),
-        });
+        let state = State::new(entries, bytes, Instant::now());
+        let thread = Arc::new(Thread::new(id, String::new(), owner.map(str::to_owned), SystemTime::now(), state));
         map.insert(id.to_owned(), Arc::clone(&thread));
         drop(map);
-        self.journal(&thread, &mut thread.lock());
+        self.changes(&thread, &mut thread.lock());
         Ok(thread)
     }
 
@@ -309,16 +357,20 @@ impl Threads {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| Some(held.saturating_sub(bytes)));
     }
 
-    /// The thread `id`, if `owner` may see it.
-    pub(super) fn find(&self, id: &str, owner: Option<&str>) -> Option<Arc<Thread>> {
-        self.map().get(id).filter(|thread| thread.owned_by(owner)).cloned()
+    /// The thread `id`, if `owner` may see it: as the keeper has it now.
+    pub(super) async fn find(&self, id: &str, owner: Option<&str>) -> Result<Option<Arc<Thread>>, ThreadError> {
+        let thread = match &self.inner.keeper {
+            Keeper::Shared(shared) => super::shared::read(self, shared, id).await?.map(|(thread, _turn)| thread),
+            _ => self.map().get(id).cloned(),
+        };
+        Ok(thread.filter(|thread| thread.owned_by(owner)))
     }
 
     /// The run going on in thread `id`, if `owner` may see the thread and one is.
-    pub fn running(&self, id: &str, owner: Option<&str>) -> Option<Arc<Stream>> {
-        let thread = self.find(id, owner)?;
+    pub async fn running(&self, id: &str, owner: Option<&str>) -> Result<Option<Arc<Stream>>, ThreadError> {
+        let Some(thread) = self.find(id, owner).await? else { return Ok(None) };
         let state = thread.lock();
-        state.run.as_ref().map(|run| Arc::clone(&run.stream)).filter(|stream| stream.outcome().is_none())
+        Ok(state.run.as_ref().map(|run| Arc::clone(&run.stream)).filter(|stream| stream.outcome().is_none()))
     }
 
     pub(super) fn transcript(&self, thread: &Thread, state: &State) -> Transcript {
@@ -335,8 +387,9 @@ impl Threads {
 
     /// The thread, once the result of a run that has ended is recorded: a client that read a run's end and
     /// reads the thread at once sees the run in it.
-    pub(super) async fn settled(&self, id: &str, owner: Option<&str>) -> Option<Arc<Thread>> {
-        let thread = self.find(id, owner)?;
+    pub(super) async fn settled(&self, id: &str, owner: Option<&str>) -> Result<Option<Arc<Thread>>, ThreadError> {
+        let Some(thread) = self.find(id, owner).await? else { return Ok(None) };
+        self.caught_up(&thread).await?;
         let deadline = tokio::time::Instant::now() + RECORD_WAIT;
         loop {
             let recorded = thread.recorded.notified();
@@ -347,47 +400,64 @@ impl Threads {
                 break;
             }
         }
-        Some(thread)
+        Ok(Some(thread))
+    }
+
+    /// With Redis, waits (a moment at most) for this node's copy of the stream of the thread's run to have
+    /// the end Redis has already: a run that ended on another node reaches this one a moment later, and a
+    /// client that read the end there and turns to this node at once should find the run ended here too.
+    pub(super) async fn caught_up(&self, thread: &Thread) -> Result<(), ThreadError> {
+        let Keeper::Shared(shared) = &self.inner.keeper else { return Ok(()) };
+        let running = thread.lock().run.as_ref().map(|run| Arc::clone(&run.stream));
+        let Some(stream) = running.filter(|stream| stream.outcome().is_none()) else { return Ok(()) };
+        if shared.stream_ended(stream.id()).await.map_err(super::shared::unavailable)? {
+            let _ = tokio::time::timeout(RECORD_WAIT, stream.ended()).await;
+        }
+        Ok(())
     }
 
     /// The thread's conversation, or `None` when there is no such thread (for `owner`).
-    pub async fn get(&self, id: &str, owner: Option<&str>) -> Option<Transcript> {
-        let thread = self.settled(id, owner).await?;
+    pub async fn get(&self, id: &str, owner: Option<&str>) -> Result<Option<Transcript>, ThreadError> {
+        let Some(thread) = self.settled(id, owner).await? else { return Ok(None) };
         let state = thread.lock();
-        Some(self.transcript(&thread, &state))
+        Ok(Some(self.transcript(&thread, &state)))
     }
 
     /// The thread's audit log, in order, or `None` when there is no such thread (for `owner`).
-    pub async fn audit(&self, id: &str, owner: Option<&str>) -> Option<Vec<AuditEntry>> {
-        let thread = self.settled(id, owner).await?;
+    pub async fn audit(&self, id: &str, owner: Option<&str>) -> Result<Option<Vec<AuditEntry>>, ThreadError> {
+        let Some(thread) = self.settled(id, owner).await? else { return Ok(None) };
         let state = thread.lock();
-        Some(state.entries.clone())
+        Ok(Some(state.entries.clone()))
     }
 
     /// Removes a thread; a run still going on it goes on, and its result is not recorded. False when there
     /// was no such thread (for `owner`).
-    pub fn delete(&self, id: &str, owner: Option<&str>) -> bool {
+    pub async fn delete(&self, id: &str, owner: Option<&str>) -> Result<bool, ThreadError> {
+        if let Keeper::Shared(shared) = &self.inner.keeper {
+            return super::shared::delete(self, shared, id, owner).await;
+        }
         let mut map = self.map();
         if !map.get(id).is_some_and(|thread| thread.owned_by(owner)) {
-            return false;
+            return Ok(false);
         }
-        let Some(thread) = map.remove(id) else { return false };
+        let Some(thread) = map.remove(id) else { return Ok(false) };
         drop(map);
         self.forget(&thread);
-        true
-    }
-
-    fn forget(&self, thread: &Thread) {
-        let mut state = thread.lock();
-        state.gone = true;
-        if let Some(store) = &self.inner.store {
+        if let Keeper::Store(store) = &self.inner.keeper {
             store.write_thread(ThreadWrite::Delete { id: thread.id.clone() });
         }
+        Ok(true)
+    }
+
+    /// Lets go of this process's copy of a thread (a run still going on it records nothing here).
+    pub(super) fn forget(&self, thread: &Thread) {
+        let mut state = thread.lock();
+        state.gone = true;
         self.release(std::mem::take(&mut state.bytes));
         state.entries = Vec::new();
     }
 
-    /// How many threads are kept.
+    /// How many threads are kept (with Redis: this node's copies).
     pub fn len(&self) -> usize {
         self.map().len()
     }
@@ -397,9 +467,17 @@ impl Threads {
         self.len() == 0
     }
 
-    /// Evicts the threads unused for longer than the TTL that have no run going on.
+    /// Evicts the threads unused for longer than the TTL that have no run going on. With Redis, which
+    /// expires threads itself, this node lets go of its copies unused for [`super::shared::KEEP_COPY`] (or
+    /// the TTL, when shorter).
     pub fn sweep(&self) {
-        let ttl = self.inner.config.ttl;
+        let (ttl, shared) = match &self.inner.keeper {
+            Keeper::Shared(_) => {
+                let ttl = self.inner.config.ttl;
+                (if ttl.is_zero() { super::shared::KEEP_COPY } else { ttl.min(super::shared::KEEP_COPY) }, true)
+            }
+            _ => (self.inner.config.ttl, false),
+        };
         if ttl.is_zero() {
             return;
         }
@@ -416,6 +494,9 @@ impl Threads {
         for thread in evicted {
             tracing::debug!(thread = thread.id, "thread evicted after its TTL");
             self.forget(&thread);
+            if let (Keeper::Store(store), false) = (&self.inner.keeper, shared) {
+                store.write_thread(ThreadWrite::Delete { id: thread.id.clone() });
+            }
         }
     }
 }

@@ -1,0 +1,231 @@
+//! Threads and their audit log shared by several agentmux processes through a real `redis-server`
+//! (`--engine redis`): a conversation goes on whichever node its turns reach, one run at a time across all
+//! of them, and a run whose node dies is recorded by another.
+
+mod common;
+
+use std::time::Duration;
+
+use common::http::{get_json, post_json, read_body};
+use common::process::ServerProcess;
+use common::redis::RedisServer;
+use serde_json::{Value, json};
+
+fn node(redis: &RedisServer) -> ServerProcess {
+    ServerProcess::spawn(&["--engine", "redis", "--redis-url", &redis.url()])
+}
+
+/// A turn on `thread` at `node`: `model` answers `content`; the response, not yet read.
+async fn turn(
+    client: &reqwest::Client,
+    node: &ServerProcess,
+    thread: &str,
+    model: &str,
+    content: &str,
+    stream: bool,
+) -> reqwest::Response {
+    let request = json!({"model": model, "messages": [{"role": "user", "content": content}], "stream": stream});
+    client
+        .post(node.url("/v1/chat/completions"))
+        .header("x-agentmux-thread-id", thread)
+        .json(&request)
+        .send()
+        .await
+        .expect("a turn")
+}
+
+/// An `echo` turn answered whole: echo says `content` back.
+async fn echo_turn(client: &reqwest::Client, node: &ServerProcess, thread: &str, content: &str) {
+    let response = turn(client, node, thread, "echo", content, false).await;
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.expect("JSON");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], content);
+}
+
+/// `(role, content)` of each message of thread `id` as `node` shows it.
+async fn messages(client: &reqwest::Client, node: &ServerProcess, id: &str) -> Vec<(String, String)> {
+    let (status, thread) = get_json(client, &node.url(&format!("/v1/threads/{id}"))).await;
+    assert_eq!(status, 200, "{thread}");
+    let listed = thread["messages"].as_array().cloned().unwrap_or_default();
+    listed
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap_or("?").to_owned(), m["content"].as_str().unwrap_or("").to_owned()))
+        .collect()
+}
+
+async fn audit(client: &reqwest::Client, node: &ServerProcess, id: &str) -> Vec<Value> {
+    let (status, audit) = get_json(client, &node.url(&format!("/v1/threads/{id}/audit"))).await;
+    assert_eq!(status, 200, "{audit}");
+    audit["entries"].as_array().cloned().unwrap_or_default()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(r, c)| ((*r).to_owned(), (*c).to_owned())).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_goes_on_whichever_node_its_turns_reach() {
+    let redis = RedisServer::start();
+    let (a, b, c) = (node(&redis), node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let system = json!({"id": "t-shared", "messages": [{"role": "system", "content": "Be brief."}]});
+    let (status, created) = post_json(&client, &a.url("/v1/threads"), &system).await;
+    assert_eq!(status, 201, "{created}");
+    let (status, again) = post_json(&client, &c.url("/v1/threads"), &json!({"id": "t-shared"})).await;
+    assert_eq!((status, again["error"]["code"].as_str()), (409, Some("thread_exists")), "{again}");
+
+    echo_turn(&client, &a, "t-shared", "first question").await;
+    echo_turn(&client, &b, "t-shared", "second question").await;
+    echo_turn(&client, &a, "t-shared", "third question").await;
+    let expected = pairs(&[
+        ("system", "Be brief."),
+        ("user", "first question"),
+        ("assistant", "first question"),
+        ("user", "second question"),
+        ("assistant", "second question"),
+        ("user", "third question"),
+        ("assistant", "third question"),
+    ]);
+    for node in [&a, &b, &c] {
+        assert_eq!(messages(&client, node, "t-shared").await, expected, "the thread on {}", node.base);
+    }
+    // One audit log, the same on every node: each turn's input, answer and end, in order.
+    let on_a = audit(&client, &a, "t-shared").await;
+    assert_eq!(audit(&client, &b, "t-shared").await, on_a);
+    assert_eq!(audit(&client, &c, "t-shared").await, on_a);
+    let decisions: Vec<&str> = on_a.iter().filter_map(|e| e["decision"].as_str()).collect();
+    assert_eq!(
+        decisions,
+        [
+            "system_context",
+            "user_input",
+            "answer",
+            "run_end",
+            "user_input",
+            "answer",
+            "run_end",
+            "user_input",
+            "answer",
+            "run_end"
+        ]
+    );
+
+    // A replay asked of C forks the thread there; B reads the fork.
+    let (status, replay) = post_json(&client, &c.url("/v1/threads/t-shared/replay"), &json!({"model": "echo"})).await;
+    assert_eq!(status, 201, "{replay}");
+    let fork = replay["thread_id"].as_str().expect("the fork's id").to_owned();
+    let stream = replay["stream_id"].as_str().expect("its run").to_owned();
+    read_body(client.get(b.url(&format!("/v1/streams/{stream}/events"))).send().await.expect("the replay's run")).await;
+    let mut forked = expected[..6].to_vec();
+    forked.push(("assistant".into(), "third question".into()));
+    assert_eq!(messages(&client, &b, &fork).await, forked);
+
+    // Deleted on B, gone everywhere; made again under the same id, it is a new thread on every node.
+    let deleted = client.delete(b.url("/v1/threads/t-shared")).send().await.expect("delete");
+    assert_eq!(deleted.status(), 200);
+    for node in [&a, &b, &c] {
+        let (status, gone) = get_json(&client, &node.url("/v1/threads/t-shared")).await;
+        assert_eq!((status, gone["error"]["code"].as_str()), (404, Some("thread_not_found")), "{gone}");
+    }
+    echo_turn(&client, &c, "t-shared", "anew").await;
+    assert_eq!(messages(&client, &a, "t-shared").await, pairs(&[("user", "anew"), ("assistant", "anew")]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_run_at_a_time_per_thread_across_nodes() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    for round in 0..4 {
+        // Two turns at once on two nodes: one runs, the other is told the thread is busy.
+        let thread = format!("t-race-{round}");
+        let (on_a, on_b) = tokio::join!(
+            turn(&client, &a, &thread, "demo", "from A", true),
+            turn(&client, &b, &thread, "demo", "from B", true),
+        );
+        let (running, busy) = match (on_a.status().as_u16(), on_b.status().as_u16()) {
+            (200, 409) => (on_a, on_b),
+            (409, 200) => (on_b, on_a),
+            other => panic!("one turn runs and one is busy, not {other:?}"),
+        };
+        let stream = running.headers()["x-agentmux-stream-id"].to_str().expect("an id").to_owned();
+        let refusal: Value = busy.json().await.expect("JSON");
+        assert_eq!(refusal["error"]["code"], "thread_busy", "{refusal}");
+        assert!(refusal["error"]["message"].as_str().is_some_and(|m| m.contains(&stream)), "names the run: {refusal}");
+        read_body(running).await;
+
+        // Only the run that went is in the thread, whole.
+        let entries = audit(&client, &b, &thread).await;
+        let inputs: Vec<&Value> = entries.iter().filter(|e| e["decision"] == "user_input").collect();
+        assert_eq!(inputs.len(), 1, "one input recorded: {entries:?}");
+        assert_eq!(inputs[0]["stream_id"], json!(stream));
+        let end = entries.last().expect("entries");
+        assert_eq!((end["decision"].as_str(), end["audit"]["status"].as_str()), (Some("run_end"), Some("completed")));
+        assert_eq!(entries.iter().filter(|e| e["decision"] == "run_end").count(), 1, "recorded once: {entries:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_node_dies_is_recorded_by_another_and_the_conversation_goes_on() {
+    let redis = RedisServer::start();
+    let (mut a, b) = (node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    echo_turn(&client, &a, "t-dies", "before").await;
+    let mut running = turn(&client, &a, "t-dies", "demo", "a long one", true).await;
+    assert_eq!(running.status(), 200);
+    let stream = running.headers()["x-agentmux-stream-id"].to_str().expect("an id").to_owned();
+    running.chunk().await.expect("the run's first bytes");
+    let (_, thread) = get_json(&client, &b.url("/v1/threads/t-dies")).await;
+    assert_eq!(thread["running"], json!(stream), "B sees the run going on: {thread}");
+
+    a.kill();
+    drop(running);
+    // The run ends `interrupted` once A's lease lapses (seconds), and B records it.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let thread = loop {
+        let (status, thread) = get_json(&client, &b.url("/v1/threads/t-dies")).await;
+        assert_eq!(status, 200, "{thread}");
+        if thread["running"].is_null() {
+            break thread;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the run is recorded within seconds: {thread}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(thread["messages"][2]["content"], "a long one", "{thread}");
+    let entries = audit(&client, &b, "t-dies").await;
+    let end = entries.last().expect("entries");
+    assert_eq!(end["decision"], "run_end", "{end}");
+    assert_eq!(end["stream_id"], json!(stream));
+    assert_eq!(
+        (end["audit"]["status"].as_str(), end["audit"]["error"]["code"].as_str()),
+        (Some("error"), Some("interrupted")),
+        "{end}"
+    );
+
+    echo_turn(&client, &b, "t-dies", "after").await;
+    let last = messages(&client, &b, "t-dies").await;
+    assert_eq!(last.last(), Some(&("assistant".to_owned(), "after".to_owned())));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_right_after_a_run_ended_on_another_node_goes_on() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let mut expected = Vec::new();
+    for i in 0..8 {
+        // The client reads the run's end on one node and asks the other at once: that node's copy of the
+        // run may not have the end yet, but Redis does, so the turn waits the moment it takes, never 409.
+        let node = if i % 2 == 0 { &a } else { &b };
+        let content = format!("turn {i}");
+        let response = turn(&client, node, "t-quick", "echo", &content, true).await;
+        assert_eq!(response.status(), 200, "turn {i} on {}", node.base);
+        let body = read_body(response).await;
+        assert!(body.ends_with(b"data: [DONE]\n\n"));
+        expected.push(("user".to_owned(), content.clone()));
+        expected.push(("assistant".to_owned(), content));
+    }
+    assert_eq!(messages(&client, &a, "t-quick").await, expected);
+    assert_eq!(messages(&client, &b, "t-quick").await, expected);
+}
