@@ -229,3 +229,38 @@ async fn a_turn_right_after_a_run_ended_on_another_node_goes_on() {
     assert_eq!(messages(&client, &a, "t-quick").await, expected);
     assert_eq!(messages(&client, &b, "t-quick").await, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threads_while_redis_is_away_are_a_clear_retryable_error_and_come_back_whole() {
+    let mut redis = RedisServer::start();
+    let a = node(&redis);
+    let client = reqwest::Client::new();
+    echo_turn(&client, &a, "t-away", "kept").await;
+
+    redis.stop();
+    for path in ["/v1/threads/t-away", "/v1/threads/t-away/audit"] {
+        let response = client.get(a.url(path)).send().await.expect("an answer");
+        assert_eq!(response.status(), 503, "{path}");
+        assert_ne!(response.headers().get("x-should-retry").and_then(|v| v.to_str().ok()), Some("false"));
+        let body: Value = response.json().await.expect("the error envelope");
+        assert_eq!(body["error"]["code"], "cluster_unavailable", "{body}");
+    }
+    let refused = turn(&client, &a, "t-away", "echo", "lost?", false).await;
+    assert_eq!(refused.status(), 503);
+
+    redis.start_again();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, thread) = get_json(&client, &a.url("/v1/threads/t-away")).await;
+        if status == 200 {
+            assert_eq!(
+                thread["messages"],
+                json!([{"role": "user", "content": "kept"}, {"role": "assistant", "content": "kept"}])
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the thread is back with Redis: {status} {thread}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    echo_turn(&client, &a, "t-away", "again").await;
+}

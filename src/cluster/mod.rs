@@ -126,7 +126,11 @@ impl Cluster {
                 .set_connection_timeout(Some(Duration::from_secs(2)))
                 .set_response_timeout(Some(Duration::from_secs(5)))
         };
-        let connection = client.get_connection_manager_with_config(settings()).await?;
+        // Commands fail fast while Redis is away (a client gets its 503 in a moment, not after the manager's
+        // default six reconnect attempts, ten seconds or more); every caller tries again on its own terms (the
+        // writer for 10 s, the lease and followers each second), and each new command reconnects.
+        let commands = settings().set_number_of_retries(2).set_max_delay(Duration::from_millis(500));
+        let connection = client.get_connection_manager_with_config(commands).await?;
         let (pushes, received) = mpsc::unbounded_channel();
         let notices = client
             .get_connection_manager_with_config(settings().set_push_sender(pushes).set_automatic_resubscription())
