@@ -231,11 +231,40 @@ async fn a_turn_right_after_a_run_ended_on_another_node_goes_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_node_died_unwatched_does_not_hold_up_the_next_turn() {
+    let redis = RedisServer::start();
+    let (mut a, b) = (node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let mut running = turn(&client, &a, "t-unwatched", "demo", "a long one", true).await;
+    assert_eq!(running.status(), 200);
+    let stream = running.headers()["x-agentmux-stream-id"].to_str().expect("an id").to_owned();
+    running.chunk().await.expect("the run's first bytes");
+    a.kill();
+    drop(running);
+    // Past A's lease (5 s) and the time B must have renewed its own before it judges others' (6 s): no node
+    // has read the thread since the run started, and the first turn on it goes on, not 409 naming a run of
+    // a node that is gone.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    echo_turn(&client, &b, "t-unwatched", "after").await;
+    let entries = audit(&client, &b, "t-unwatched").await;
+    let ends: Vec<&Value> = entries.iter().filter(|e| e["decision"] == "run_end").collect();
+    assert_eq!(ends.len(), 2, "{entries:?}");
+    assert_eq!(
+        (ends[0]["stream_id"].as_str(), ends[0]["audit"]["error"]["code"].as_str()),
+        (Some(stream.as_str()), Some("interrupted"))
+    );
+    assert_eq!(ends[1]["audit"]["status"], "completed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_while_redis_is_away_are_a_clear_retryable_error_and_come_back_whole() {
     let mut redis = RedisServer::start();
-    let a = node(&redis);
+    let (a, b) = (node(&redis), node(&redis));
     let client = reqwest::Client::new();
     echo_turn(&client, &a, "t-away", "kept").await;
+    let (status, created) = common::http::post_empty(&client, &b.url("/v1/streams")).await;
+    assert_eq!(status, 201, "{created}");
+    let written_on_b = created["id"].as_str().expect("an id").to_owned();
 
     redis.stop();
     for path in ["/v1/threads/t-away", "/v1/threads/t-away/audit"] {
@@ -248,6 +277,8 @@ async fn threads_while_redis_is_away_are_a_clear_retryable_error_and_come_back_w
     let refused = turn(&client, &a, "t-away", "echo", "lost?", false).await;
     assert_eq!(refused.status(), 503);
 
+    // Away longer than a connection manager's own reconnect attempts last (about 10 s).
+    tokio::time::sleep(Duration::from_secs(14)).await;
     redis.start_again();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -263,4 +294,8 @@ async fn threads_while_redis_is_away_are_a_clear_retryable_error_and_come_back_w
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     echo_turn(&client, &a, "t-away", "again").await;
+    // Following a stream written on another node subscribes to its notices: that connection is back too.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (status, snapshot) = get_json(&client, &a.url(&format!("/v1/streams/{written_on_b}"))).await;
+    assert_eq!(status, 200, "the first lookup after the outage: {snapshot}");
 }

@@ -136,7 +136,8 @@ pub(crate) async fn keep_up(
     // What a notice does not tell is looked at once a `LOOK_EVERY`: whether the writer's lease holds, and
     // the outcome of a stream whose notice was lost.
     let mut looked_at = Instant::now();
-    let mut noticed = true;
+    // The first look is a whole one: a stream whose writer died before anyone followed it ends at once.
+    let mut noticed = false;
     loop {
         let Some(held) = stream.upgrade() else { break };
         if !ended {

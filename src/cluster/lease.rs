@@ -64,8 +64,16 @@ pub(crate) async fn renew(connection: &mut ConnectionManager, node: &str, url: &
     connection.pset_ex(keys::node(node), url, LEASE.as_millis() as u64).await
 }
 
-/// Renews `node`'s lease every [`RENEW`] for as long as the runtime runs, keeping `steady` up to date.
-pub(crate) async fn keep(mut connection: ConnectionManager, node: Arc<str>, url: Arc<str>, steady: Arc<Steady>) {
+/// Renews `node`'s lease every [`RENEW`] for as long as the runtime runs, keeping `steady` up to date; and
+/// pings the notices connection as often, so that it reconnects (and subscribes again) within a second of
+/// Redis coming back, however long Redis was away: a connection manager whose reconnect attempts ran out
+/// tries again only when next used, and the notices connection is otherwise used only to subscribe.
+pub(crate) async fn keep(
+    [mut connection, mut notices]: [ConnectionManager; 2],
+    node: Arc<str>,
+    url: Arc<str>,
+    steady: Arc<Steady>,
+) {
     let mut every = tokio::time::interval(RENEW);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -85,6 +93,10 @@ pub(crate) async fn keep(mut connection: ConnectionManager, node: Arc<str>, url:
             Ok(()) => {}
         }
         steady.record(renewed.is_ok());
+        let ping = redis::cmd("PING");
+        if let Err(error) = tokio::time::timeout(RENEW, ping.query_async::<()>(&mut notices)).await.unwrap_or(Ok(())) {
+            tracing::debug!(%error, "pinging the notices connection");
+        }
     }
 }
 

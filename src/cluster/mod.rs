@@ -146,7 +146,7 @@ impl Cluster {
         lease::renew(&mut connection.clone(), &owner.node, &owner.url).await?;
         let steady = Arc::new(lease::Steady::from_now());
         tokio::spawn(lease::keep(
-            connection.clone(),
+            [connection.clone(), notices.clone()],
             Arc::clone(&owner.node),
             Arc::clone(&owner.url),
             Arc::clone(&steady),

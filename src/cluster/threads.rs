@@ -250,10 +250,25 @@ return 0
         redis::pipe().pexpire(meta(id), ttl as i64).pexpire(audit(id), ttl as i64).query_async(&mut connection).await
     }
 
-    /// Whether Redis has stream `id` as ended.
-    pub(crate) async fn stream_ended(&self, id: &str) -> redis::RedisResult<bool> {
+    /// Whether stream `id` has ended, or is about to: Redis has its end, or its writer died (its lease
+    /// lapsed, as this node may judge), so a follower here ends it at its next look (at once, for a stream
+    /// just taken in).
+    pub(crate) async fn stream_ending(&self, id: &str) -> redis::RedisResult<bool> {
         use redis::AsyncCommands;
-        self.connection.clone().hexists(super::keys::meta(id), "outcome").await
+        let mut connection = self.connection.clone();
+        let (outcome, writer): (bool, Option<String>) = redis::pipe()
+            .hexists(super::keys::meta(id), "outcome")
+            .hget(super::keys::meta(id), "owner")
+            .query_async(&mut connection)
+            .await?;
+        if outcome {
+            return Ok(true);
+        }
+        let Some(writer) = writer else { return Ok(false) };
+        if *writer == *self.cluster.inner.owner.node || !self.cluster.inner.steady.may_judge() {
+            return Ok(false);
+        }
+        Ok(!connection.exists::<_, bool>(super::keys::node(&writer)).await?)
     }
 
     /// How long a thread lives without a change.

@@ -404,13 +404,14 @@ impl Threads {
     }
 
     /// With Redis, waits (a moment at most) for this node's copy of the stream of the thread's run to have
-    /// the end Redis has already: a run that ended on another node reaches this one a moment later, and a
-    /// client that read the end there and turns to this node at once should find the run ended here too.
+    /// the end Redis has already, or is about to have: a run that ended on another node reaches this one a
+    /// moment later (a client that read the end there and turns to this node at once should find the run
+    /// ended here too), and a run whose node died ends `interrupted` at the follower's first look.
     pub(super) async fn caught_up(&self, thread: &Thread) -> Result<(), ThreadError> {
         let Keeper::Shared(shared) = &self.inner.keeper else { return Ok(()) };
         let running = thread.lock().run.as_ref().map(|run| Arc::clone(&run.stream));
         let Some(stream) = running.filter(|stream| stream.outcome().is_none()) else { return Ok(()) };
-        if shared.stream_ended(stream.id()).await.map_err(super::shared::unavailable)? {
+        if shared.stream_ending(stream.id()).await.map_err(super::shared::unavailable)? {
             let _ = tokio::time::timeout(RECORD_WAIT, stream.ended()).await;
         }
         Ok(())
