@@ -299,3 +299,30 @@ async fn threads_while_redis_is_away_are_a_clear_retryable_error_and_come_back_w
     let (status, snapshot) = get_json(&client, &a.url(&format!("/v1/streams/{written_on_b}"))).await;
     assert_eq!(status, 200, "the first lookup after the outage: {snapshot}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_handed_over_on_one_node_is_answered_on_another_once() {
+    let redis = RedisServer::start();
+    let (a, b, c) = (node(&redis), node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    // This fixture ends on a call to `get_weather`: the client is to run it.
+    let handed = turn(&client, &a, "t-tools", "replay/tool-call-fragments", "weather?", false).await;
+    assert_eq!(handed.status(), 200);
+    let (_, waiting) = get_json(&client, &c.url("/v1/threads/t-tools")).await;
+    assert_eq!(waiting["pending_tool_calls"][0]["id"], "call_weather_1", "{waiting}");
+
+    let answer = json!({"model": "echo", "messages": [{"role": "tool", "tool_call_id": "call_weather_1", "content": "{\"temp_c\": 18}"}]});
+    let post = |node: &ServerProcess| {
+        client.post(node.url("/v1/chat/completions")).header("x-agentmux-thread-id", "t-tools").json(&answer).send()
+    };
+    let answered = post(&b).await.expect("the result");
+    assert_eq!(answered.status(), 200);
+    let again = post(&c).await.expect("the result again");
+    assert_eq!(again.status(), 400, "answered already, on another node");
+    let after = messages(&client, &a, "t-tools").await;
+    let roles: Vec<&str> = after.iter().map(|(role, _)| role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+    let decisions: Vec<String> =
+        audit(&client, &b, "t-tools").await.iter().filter_map(|e| e["decision"].as_str().map(str::to_owned)).collect();
+    assert_eq!(decisions, ["user_input", "tool_call", "run_end", "tool_result", "answer", "run_end", "rejected"]);
+}
