@@ -65,7 +65,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
 use tokio::sync::{Notify, mpsc};
 
 use crate::hub::{Hub, Ids, Log, RandomIds, Storage, Stream, StreamInfo};
-pub use threads::SharedThreads;
+pub(crate) use threads::SharedThreads;
 pub(crate) use threads::{KeptRun, KeptThread, ThreadCommit};
 use writer::{OwnedLog, Owner, Writer};
 
@@ -179,7 +179,7 @@ impl Cluster {
     }
 
     /// The threads every node shares, kept in Redis for `ttl` without a change.
-    pub fn threads(&self, ttl: Duration) -> SharedThreads {
+    pub(crate) fn threads(&self, ttl: Duration) -> SharedThreads {
         SharedThreads::new(self.clone(), self.inner.connection.clone(), ttl)
     }
 

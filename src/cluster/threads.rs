@@ -122,7 +122,7 @@ pub(crate) struct ThreadCommit {
 
 /// The threads of every node, in Redis. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct SharedThreads {
+pub(crate) struct SharedThreads {
     /// For the streams of the runs.
     cluster: super::Cluster,
     connection: ConnectionManager,

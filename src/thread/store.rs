@@ -196,7 +196,7 @@ impl Threads {
     }
 
     /// Threads every node of a cluster shares, in Redis (`--engine redis`).
-    pub fn shared(hub: Hub, agents: Arc<Agents>, config: ThreadConfig, shared: SharedThreads) -> Self {
+    pub(crate) fn shared(hub: Hub, agents: Arc<Agents>, config: ThreadConfig, shared: SharedThreads) -> Self {
         Threads::with_keeper(hub, agents, config, Keeper::Shared(shared))
     }
 
