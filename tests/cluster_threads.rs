@@ -326,3 +326,32 @@ async fn a_call_handed_over_on_one_node_is_answered_on_another_once() {
         audit(&client, &b, "t-tools").await.iter().filter_map(|e| e["decision"].as_str().map(str::to_owned)).collect();
     assert_eq!(decisions, ["user_input", "tool_call", "run_end", "tool_result", "answer", "run_end", "rejected"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_full_of_copies_lets_the_least_used_go_and_serves_every_thread() {
+    let redis = RedisServer::start();
+    let small = |redis: &RedisServer| {
+        ServerProcess::spawn(&["--engine", "redis", "--redis-url", &redis.url(), "--max-threads", "3"])
+    };
+    let (a, b) = (small(&redis), small(&redis));
+    let client = reqwest::Client::new();
+    // Twice as many threads as a node keeps copies of, made and used on both nodes in turn: Redis holds
+    // them all, and a node lets its least used copies go rather than refuse.
+    for i in 0..6 {
+        let node = if i % 2 == 0 { &a } else { &b };
+        let (status, created) =
+            post_json(&client, &node.url("/v1/threads"), &json!({"id": format!("t-many-{i}")})).await;
+        assert_eq!(status, 201, "{created}");
+    }
+    for i in 0..6 {
+        for node in [&a, &b] {
+            echo_turn(&client, node, &format!("t-many-{i}"), &format!("on {}", node.base)).await;
+        }
+    }
+    for i in 0..6 {
+        for node in [&b, &a] {
+            let listed = messages(&client, node, &format!("t-many-{i}")).await;
+            assert_eq!(listed.len(), 4, "thread {i} whole on {}: {listed:?}", node.base);
+        }
+    }
+}

@@ -176,15 +176,36 @@ async fn copy(
     let turn = Arc::clone(&thread.turn).lock_owned().await;
     let mut map = threads.map();
     let limit = threads.inner.config.max_threads;
+    let mut evicted = Vec::new();
     if !map.contains_key(id) && map.len() >= limit {
-        return Err(ThreadError::Full { limit: limit as u64 });
+        // The copies are a cache of what Redis holds: the least recently used ones without a run go.
+        evicted = least_used(&mut map, limit / 100 + 1);
+        if evicted.is_empty() {
+            return Err(ThreadError::Full { limit: limit as u64 });
+        }
     }
     map.insert(id.to_owned(), Arc::clone(&thread));
     drop(map);
-    if let Some(old) = old {
-        threads.forget(&old);
+    for old in evicted.iter().chain(&old) {
+        threads.forget(old);
     }
     Ok((thread, turn))
+}
+
+/// Takes out of `map` up to `count` copies without a run going on, those unused longest first.
+fn least_used(map: &mut std::collections::HashMap<String, Arc<Thread>>, count: usize) -> Vec<Arc<Thread>> {
+    let mut idle: Vec<(Instant, String)> = map
+        .iter()
+        .filter_map(|(id, thread)| {
+            let state = thread.lock();
+            state.run.is_none().then(|| (state.used, id.clone()))
+        })
+        .collect();
+    if idle.len() > count {
+        idle.select_nth_unstable(count);
+        idle.truncate(count);
+    }
+    idle.into_iter().filter_map(|(_, id)| map.remove(&id)).collect()
 }
 
 /// Brings `thread`'s copy up to `kept`; the run to follow, when Redis has one the copy does not.
