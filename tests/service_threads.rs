@@ -433,6 +433,25 @@ async fn threads_expire_after_their_ttl_and_stay_within_their_size() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_keeps_its_most_threads_refuses_a_new_one_retryably() {
+    let settings =
+        Settings { threads: ThreadConfig { max_threads: 1, ..ThreadConfig::default() }, ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let (status, _) = post_json(&client, &server.url("/v1/threads"), &json!({ "id": "t-one" })).await;
+    assert_eq!(status, 201);
+    let response = client.post(server.url("/v1/threads")).json(&json!({ "id": "t-two" })).send().await.expect("POST");
+    assert_eq!(response.status(), 503);
+    assert_ne!(response.headers().get("x-should-retry").and_then(|v| v.to_str().ok()), Some("false"));
+    let body: Value = response.json().await.expect("the error envelope");
+    assert_envelope(&body, None, "capacity");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("idle ones expire") && !message.contains("streams"), "says what frees room: {message}");
+    assert_eq!(turn(&server, "t-three", "echo", user("hi")).await.0, 503, "nor a turn on a new one");
+    assert_eq!(turn(&server, "t-one", "echo", user("hi")).await.0, 200, "the one kept goes on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_turns_sent_at_once_one_runs_and_a_cancelled_run_is_recorded_as_such() {
     let server = TestServer::start().await;
     let client = reqwest::Client::new();

@@ -311,7 +311,11 @@ impl From<ThreadError> for HttpError {
             ThreadError::TooLarge { .. } => {
                 HttpError::bad_request(message, Some("messages".into()), "thread_too_large")
             }
-            ThreadError::Full { .. } => HttpError::capacity(message, Room::Unknown),
+            // Retryable as `Room::Unknown` is, without its words about streams: the message says what frees room.
+            ThreadError::Full { .. } => HttpError {
+                retry: true,
+                ..HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity")
+            },
             ThreadError::Upto(_) => HttpError::bad_request(message, Some("upto".into()), "invalid_value"),
             ThreadError::Start(e) => e.into(),
             ThreadError::Unavailable(_) => {
