@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::http::{Sse, parse_sse, post_empty, read_body, read_events};
+use common::http::{Sse, get_json, parse_sse, post_empty, read_body, read_events};
 use common::process::ServerProcess;
 use common::redis::RedisServer;
 use serde_json::{Value, json};
@@ -596,4 +596,46 @@ async fn a_runs_stream_is_found_on_another_node_as_soon_as_its_id_is_given_out()
         assert_eq!(found.status(), 200, "the run's stream on another node at once");
         drop(response);
     }
+}
+
+/// A `demo` run started on `node`: its stream id (the response, read to its end in the background).
+async fn start_run(client: &reqwest::Client, node: &ServerProcess) -> (String, tokio::task::JoinHandle<Vec<u8>>) {
+    let request = json!({"model": "demo", "messages": [{"role": "user", "content": "show me"}], "stream": true});
+    let response = client.post(node.url("/v1/chat/completions")).json(&request).send().await.expect("chat");
+    assert_eq!(response.status(), 200);
+    let id = response.headers()["x-agentmux-stream-id"].to_str().expect("an id").to_owned();
+    (id, tokio::spawn(read_body(response)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_run_on_one_node_is_watched_on_the_others_and_cancelled_from_any() {
+    let redis = RedisServer::start();
+    let (a, b, c) = (node(&redis), node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+
+    // Watched from its start on B (typed messages) and C (OpenAI chunks) while the agent runs on A.
+    let (id, on_a) = start_run(&client, &a).await;
+    let on_b = tokio::spawn(read_events(events(&client, &b, &id, "?from=0").await));
+    let on_c = tokio::spawn(read_body(events(&client, &c, &id, "?format=openai&from=0").await));
+    let on_b = on_b.await.expect("B's reader");
+    let on_c = on_c.await.expect("C's reader");
+    on_a.await.expect("A's answer");
+    let whole = read_events(events(&client, &a, &id, "?from=0").await).await;
+    assert_eq!(data(&on_b), data(&whole), "B read the run as A holds it");
+    assert!(on_b.last().is_some_and(|e| e.data.contains("stream_end")), "to its end");
+    let openai = read_body(events(&client, &a, &id, "?format=openai&from=0").await).await;
+    assert_eq!(String::from_utf8_lossy(&on_c), String::from_utf8_lossy(&openai), "C's chunks are A's");
+    assert!(on_c.ends_with(b"data: [DONE]\n\n"));
+
+    // A cancel sent to C reaches the agent on A: the run ends `cancelled` for readers on every node.
+    let (id, on_a) = start_run(&client, &a).await;
+    let on_b = tokio::spawn(read_events(events(&client, &b, &id, "?from=0").await));
+    let (status, cancelled) = post_empty(&client, &c.url(&format!("/v1/streams/{id}/cancel"))).await;
+    assert_eq!((status, cancelled["status"].as_str()), (202, Some("cancelled")), "{cancelled}");
+    let on_b = on_b.await.expect("B's reader");
+    on_a.await.expect("A's answer");
+    let end = on_b.last().expect("events").json();
+    assert_eq!(end["props"]["data"]["status"], "cancelled", "{end}");
+    let (status, snapshot) = get_json(&client, &c.url(&format!("/v1/streams/{id}"))).await;
+    assert_eq!((status, snapshot["status"].as_str()), (200, Some("cancelled")), "{snapshot}");
 }
