@@ -175,6 +175,23 @@ struct Serve {
     /// The most streams held at once, open or retained.
     #[arg(long, env = "AGENTMUX_MAX_STREAMS", default_value_t = 100_000)]
     max_streams: usize,
+    /// The most messages one stream holds, its own lifecycle events included (at least 2).
+    #[arg(long, env = "AGENTMUX_MAX_STREAM_MESSAGES", default_value_t = 100_000,
+          value_parser = clap::value_parser!(u64).range(2..))]
+    max_stream_messages: u64,
+    /// The most bytes of messages (as JSON) one stream holds (at least 65536).
+    #[arg(long, env = "AGENTMUX_MAX_STREAM_BYTES", default_value_t = 64 << 20,
+          value_parser = clap::value_parser!(u64).range(65_536..))]
+    max_stream_bytes: u64,
+    /// The largest message, as JSON once stamped (at least 4096).
+    #[arg(long, env = "AGENTMUX_MAX_MESSAGE_BYTES", default_value_t = 1 << 20,
+          value_parser = clap::value_parser!(u64).range(4096..))]
+    max_message_bytes: u64,
+    /// The most bytes of messages the service holds in memory, in every stream and every format in use (at
+    /// least 1048576).
+    #[arg(long, env = "AGENTMUX_MAX_HUB_BYTES", default_value_t = 1 << 30,
+          value_parser = clap::value_parser!(u64).range(1 << 20..))]
+    max_hub_bytes: u64,
     /// The most streams one client (peer address; an IPv6 /64) may have open at once [default: a tenth of
     /// --max-streams].
     #[arg(long, env = "AGENTMUX_CLIENT_STREAMS")]
@@ -356,11 +373,14 @@ fn run_serve(serve: Serve) -> ExitCode {
         // A key with a budget of its own in the keys file: the hub counts its streams by its name.
         let client_budgets = budgets(&api_keys, streams_per_client, serve.client_streams_per_minute);
         let limits = Limits {
+            message_bytes: serve.max_message_bytes,
+            messages_per_stream: usize::try_from(serve.max_stream_messages).unwrap_or(usize::MAX),
+            stream_bytes: serve.max_stream_bytes,
+            hub_bytes: serve.max_hub_bytes,
             streams: serve.max_streams,
             streams_per_client,
             streams_per_client_per_minute: serve.client_streams_per_minute,
             client_budgets,
-            ..Limits::default()
         };
         let redis = serve.engine == Engine::Redis;
         let store = if serve.ephemeral || redis {

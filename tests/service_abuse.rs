@@ -267,3 +267,56 @@ async fn the_binary_raises_its_open_file_limit_and_sizes_the_cap_from_it() {
     let client = reqwest::Client::new();
     assert_eq!(client.get(server.url("/healthz")).send().await.expect("healthz").status(), 200);
 }
+
+/// The stream limits are the operator's to set: a binary started with small ones refuses past them (and a
+/// stream keeps its own events' places and room while it does), and one set below what a stream needs does
+/// not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_takes_its_stream_limits_from_its_flags() {
+    let server = common::process::ServerProcess::spawn(&[
+        "--max-stream-messages",
+        "6",
+        "--max-message-bytes",
+        "4096",
+        "--max-stream-bytes",
+        "65536",
+    ]);
+    let client = reqwest::Client::new();
+    let create = |client: &reqwest::Client| client.post(server.url("/v1/streams")).send();
+    let created: Value = create(&client).await.expect("create").json().await.expect("json");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let messages = server.url(&format!("/v1/streams/{id}/messages"));
+    // stream_start, four messages, and the place kept for stream_end: six.
+    for n in 0..4 {
+        let body = json!({"type": "text", "props": {"content": format!("m{n}")}});
+        let response = client.post(&messages).json(&body).send().await.expect("append");
+        assert_eq!(response.status(), 200, "message {n} fits");
+    }
+    let response = client.post(&messages).json(&json!({"type": "text", "props": {"content": "one more"}})).send();
+    let response = response.await.expect("append");
+    assert_eq!(response.status(), 409, "a fifth message would leave no place for stream_end");
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "stream_full", "{body}");
+    assert!(body["error"]["message"].as_str().is_some_and(|m| m.contains('6')), "it names the limit: {body}");
+    let end = client.post(server.url(&format!("/v1/streams/{id}/end"))).send().await.expect("end");
+    assert_eq!(end.status(), 200, "the stream still ends into its kept place");
+
+    // A message over --max-message-bytes on a fresh stream.
+    let created: Value = create(&client).await.expect("create").json().await.expect("json");
+    let id = created["id"].as_str().expect("id");
+    let big = json!({"type": "text", "props": {"content": "x".repeat(5000)}});
+    let response = client.post(server.url(&format!("/v1/streams/{id}/messages"))).json(&big).send();
+    let response = response.await.expect("append");
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "message_too_large", "{body}");
+
+    // Below the least a stream needs: refused at start, saying which flag.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--ephemeral", "--max-stream-messages", "1"])
+        .output()
+        .expect("run agentmux");
+    assert!(!output.status.success(), "it does not start");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--max-stream-messages"), "{stderr}");
+}
