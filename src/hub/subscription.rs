@@ -212,12 +212,21 @@ impl Subscription {
             self.unyielded = 0;
             tokio::task::yield_now().await;
         }
+        // A reader that took everything there was, and has not been told of anything since, waits at once:
+        // every change of the log is told on `changes` after it is made, and the look that took the last
+        // batch marked the version it saw before it looked. (Looking again would find nothing, at the price
+        // of the rendition's lock, once per delivery.)
+        if self.live && matches!(self.changes.has_changed(), Ok(false)) {
+            self.unyielded = 0;
+        } else if let Some(next) = self.try_next() {
+            return next;
+        }
         loop {
-            if let Some(next) = self.try_next() {
-                return next;
-            }
             if self.changes.changed().await.is_err() {
                 return None;
+            }
+            if let Some(next) = self.try_next() {
+                return next;
             }
         }
     }
@@ -262,7 +271,9 @@ impl Subscription {
         self.at.store(self.cursor, Ordering::Release);
         let bounds = |_: &Rendition, first, count| Bounds::Rendered { rendition: Arc::clone(&shared), first, count };
         let batch = self.take_from(&rendition, bounds);
-        self.live = self.cursor >= rendition.len() && rendition.rendered() >= self.stream.log().last_sequence();
+        // Not once the log has its end: what is left (the end's own frames) is taken, not waited for.
+        let log = self.stream.log();
+        self.live = self.cursor >= rendition.len() && rendition.rendered() >= log.last_sequence() && !log.is_ended();
         batch
     }
 
