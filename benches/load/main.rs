@@ -295,13 +295,15 @@ fn standard(quick: bool) -> Vec<Scenario> {
         ]
     } else {
         vec![
-            // A stream holds at most 100,000 messages, lifecycle events included.
-            fanout("fanout-100", 100, 0, 90_000),
+            // Long enough to last about three seconds (agentmux is started with room for it): at 90,000
+            // messages a run lasted one, and the shared machine's swings decided the ratio.
+            fanout("fanout-100", 100, 0, 270_000),
             fanout("fanout-1000", 1000, 0, 30_000),
             fanout("fanout-5000", 5000, 0, 6_000),
             Scenario {
                 name: "latency-1000".into(),
-                kind: Kind::Latency { subscribers: 1000, rate: 100.0, seconds: 10.0 },
+                // Twenty seconds: the p99 of ten swung with whatever else the machine did meanwhile.
+                kind: Kind::Latency { subscribers: 1000, rate: 100.0, seconds: 20.0 },
                 ceiling: true,
                 nchan: true,
             },
@@ -447,6 +449,11 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
             if scenario.nchan && settings.nchan.is_some() {
                 targets.push(Target::Nchan);
             }
+            // Every other run takes the servers in the opposite order, so that none is always first after
+            // the last scenario or always last: what the machine does meanwhile falls on each in turn.
+            if run % 2 == 0 {
+                targets.reverse();
+            }
             for target in targets {
                 let began = Instant::now();
                 let needed = scenario.connections() as u64 + 64;
@@ -558,6 +565,9 @@ fn medians(selected: &[Scenario], all: &[RunResult]) -> Vec<RunResult> {
                 let values = runs.iter().filter_map(|r| r.extra.get(key).copied()).collect();
                 extra.insert(key.clone(), median(values));
             }
+            if target == Target::Agentmux.name() {
+                extra.extend(paired_ratios(&runs, all));
+            }
             let mut notes: Vec<String> = Vec::new();
             for note in runs.iter().flat_map(|r| r.notes.iter()) {
                 if notes.len() < 4 && !notes.contains(note) {
@@ -585,6 +595,37 @@ fn medians(selected: &[Scenario], all: &[RunResult]) -> Vec<RunResult> {
                 extra,
                 notes,
             });
+        }
+    }
+    out
+}
+
+/// One figure of a run, when it has it.
+type Figure = fn(&RunResult) -> Option<f64>;
+
+/// agentmux against each peer run by run: for each run, agentmux's deliveries per second over the peer's in
+/// the same run (and its p99 over the peer's), then the median of those ratios (`paired_<figure>_vs_<peer>`).
+/// The two ran seconds apart, so a slow phase of the shared machine falls on both sides of one ratio
+/// instead of on one side of the ratio of medians; the runs' own ratios go beside it (`..._run<n>`).
+fn paired_ratios(runs: &[&RunResult], all: &[RunResult]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for peer in [Target::Ceiling.name(), Target::Nchan.name()] {
+        let figures: [(&str, Figure); 2] = [
+            ("deliveries", |r| Some(r.deliveries_per_s).filter(|d| *d > 0.0)),
+            ("p99", |r| r.p99_ms.filter(|p| *p > 0.0)),
+        ];
+        for (figure, value) in figures {
+            let mut ratios = Vec::new();
+            for mine in runs {
+                let theirs = all.iter().find(|r| r.scenario == mine.scenario && r.target == peer && r.run == mine.run);
+                if let (Some(a), Some(b)) = (value(mine), theirs.and_then(value)) {
+                    out.insert(format!("paired_{figure}_vs_{peer}_run{}", mine.run), a / b);
+                    ratios.push(a / b);
+                }
+            }
+            if !ratios.is_empty() {
+                out.insert(format!("paired_{figure}_vs_{peer}"), median(ratios));
+            }
         }
     }
     out
@@ -640,6 +681,16 @@ fn notes(row: &RunResult, rows: &[RunResult]) -> String {
             get("server_kernel_us_per_delivery").unwrap_or(0.0),
             get("client_kernel_us_per_delivery").unwrap_or(0.0),
         ));
+    }
+    // The p99 beside each peer's, run by run (as the vs columns are for deliveries).
+    for peer in ["ceiling", "nchan"] {
+        if let Some(ratio) = get(&format!("paired_p99_vs_{peer}")) {
+            let each: Vec<String> = (1..)
+                .map_while(|run| get(&format!("paired_p99_vs_{peer}_run{run}")))
+                .map(|r| format!("{r:.2}"))
+                .collect();
+            parts.push(format!("p99 {ratio:.2}x the {peer}'s (per run {})", each.join(", ")));
+        }
     }
     if let Some(mib) = get("received_mib_per_s") {
         parts.push(format!("{mib:.0} MiB/s"));
@@ -738,15 +789,10 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
     ];
     let mut lines: Vec<Vec<String>> = Vec::new();
     for row in rows {
-        // agentmux's deliveries per second over another server's in the same scenario.
-        let versus = |other: &str| {
-            let other = rows.iter().find(|r| r.scenario == row.scenario && r.target == other);
-            match (row.target.as_str(), other) {
-                ("agentmux", Some(o)) if o.deliveries_per_s > 0.0 => {
-                    format!("{:.2}x", row.deliveries_per_s / o.deliveries_per_s)
-                }
-                _ => "".into(),
-            }
+        // agentmux's deliveries per second over another server's, run by run, the median of the runs.
+        let versus = |other: &str| match row.extra.get(&format!("paired_deliveries_vs_{other}")) {
+            Some(ratio) => format!("{ratio:.2}x"),
+            None => "".into(),
         };
         let idle = row.deliveries_per_s == 0.0 && row.deliveries == 0;
         lines.push(vec![
@@ -796,7 +842,8 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
     println!(
         "deliv/s: SSE events received per second by all subscribers (pings and the initial stream_start excluded) \
          from the first publish to the last event; vs ceil: agentmux / the minimal hyper server doing the same \
-         transport; vs nchan: agentmux / nginx with nchan (2 workers, EventSource; a message per POST, a batch's \
+         transport, each run's ratio (the two run seconds apart) and the median of those; vs nchan: the same \
+         against nginx with nchan (2 workers, EventSource; a message per POST, a batch's \
          POSTs pipelined; the same data: lines; a tenth of the batched fan-out scenarios' messages, at its \
          pace a run of seconds rather than minutes); latency: publish (stamped in the message) to receipt, sampled; \
          tokens: a delta per POST, or (tokens-output) emitted inside agentmux through its Output handle; \

@@ -173,6 +173,10 @@ impl Server {
                 if !args.iter().any(|a| a == "--data-dir") {
                     c.env("AGENTMUX_EPHEMERAL", "true");
                 }
+                // Room for the longest fan-out (a stream holds 100,000 messages and 64 MiB by default), so
+                // that a run lasts seconds rather than one; by the environment, which servers from before
+                // the flags ignore.
+                c.env("AGENTMUX_MAX_STREAM_MESSAGES", "1000000").env("AGENTMUX_MAX_STREAM_BYTES", "268435456");
                 c
             }
             Target::Ceiling => {
