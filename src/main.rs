@@ -176,20 +176,20 @@ struct Serve {
     #[arg(long, env = "AGENTMUX_MAX_STREAMS", default_value_t = 100_000)]
     max_streams: usize,
     /// The most messages one stream holds, its own lifecycle events included (at least 2).
-    #[arg(long, env = "AGENTMUX_MAX_STREAM_MESSAGES", default_value_t = 100_000,
+    #[arg(long, env = "AGENTMUX_MAX_STREAM_MESSAGES", default_value_t = Limits::default().messages_per_stream as u64,
           value_parser = clap::value_parser!(u64).range(2..))]
     max_stream_messages: u64,
     /// The most bytes of messages (as JSON) one stream holds (at least 65536).
-    #[arg(long, env = "AGENTMUX_MAX_STREAM_BYTES", default_value_t = 64 << 20,
+    #[arg(long, env = "AGENTMUX_MAX_STREAM_BYTES", default_value_t = Limits::default().stream_bytes,
           value_parser = clap::value_parser!(u64).range(65_536..))]
     max_stream_bytes: u64,
     /// The largest message, as JSON once stamped (at least 4096).
-    #[arg(long, env = "AGENTMUX_MAX_MESSAGE_BYTES", default_value_t = 1 << 20,
+    #[arg(long, env = "AGENTMUX_MAX_MESSAGE_BYTES", default_value_t = Limits::default().message_bytes,
           value_parser = clap::value_parser!(u64).range(4096..))]
     max_message_bytes: u64,
     /// The most bytes of messages the service holds in memory, in every stream and every format in use (at
     /// least 1048576).
-    #[arg(long, env = "AGENTMUX_MAX_HUB_BYTES", default_value_t = 1 << 30,
+    #[arg(long, env = "AGENTMUX_MAX_HUB_BYTES", default_value_t = Limits::default().hub_bytes,
           value_parser = clap::value_parser!(u64).range(1 << 20..))]
     max_hub_bytes: u64,
     /// The most streams one client (peer address; an IPv6 /64) may have open at once [default: a tenth of
