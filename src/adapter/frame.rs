@@ -55,7 +55,8 @@ impl Frame {
 
 /// `value` as compact JSON.
 fn to_json<T: Serialize + ?Sized>(value: &T) -> Bytes {
-    let mut buf = Vec::with_capacity(128);
+    // Room for most messages and chunks in one go: a frame is short-lived (copied into its rendition).
+    let mut buf = Vec::with_capacity(256);
     match serde_json::to_writer(&mut buf, value) {
         Ok(()) => Bytes::from(buf),
         // Our frame types serialise infallibly (string keys only); keep the frame valid JSON regardless.

@@ -163,12 +163,13 @@ impl Rendition {
             self.entries = entries;
             return false;
         }
-        let (first, mut frames, mut block) = (self.len(), std::mem::take(&mut self.frames), BytesMut::new());
+        let (first, mut frames) = (self.len(), std::mem::take(&mut self.frames));
         let messages = self.ends.len();
         for entry in entries.drain(..) {
             let entry = &entry;
+            let rendered = frames.len();
             self.renderer.render(entry, &mut frames);
-            self.extend(&mut frames, &mut block);
+            self.count(&frames[rendered..]);
             match entry {
                 Entry::Message { bytes, .. } => {
                     self.ends.push(self.len());
@@ -185,6 +186,9 @@ impl Rendition {
             }
         }
         self.renders.fetch_add((self.ends.len() - messages) as u64, Ordering::Relaxed);
+        // The chunk's frames, copied once into a block of exactly their size.
+        let mut block = BytesMut::with_capacity(frames.iter().map(Bytes::len).sum());
+        frames.drain(..).for_each(|frame| block.extend_from_slice(&frame));
         counted.added += block.len() as u64 + BOOKKEEPING * (self.len() - first) as u64;
         let held = self.renderer.held_bytes();
         counted.added += held.saturating_sub(self.held);
@@ -224,11 +228,11 @@ impl Rendition {
         dropped + BOOKKEEPING * (frames + ends) as u64
     }
 
-    fn extend(&mut self, frames: &mut Vec<Bytes>, block: &mut BytesMut) {
-        for frame in frames.drain(..) {
+    /// Counts frames just rendered: their offsets (the frames are copied into the block at the end).
+    fn count(&mut self, frames: &[Bytes]) {
+        for frame in frames {
             let total = self.offsets.last().copied().unwrap_or(0);
             self.offsets.push(total + frame.len() as u64);
-            block.extend_from_slice(&frame);
         }
     }
 

@@ -664,6 +664,11 @@ impl Stream {
             return Err(BatchError { index: 0, error: AppendError::Ended });
         }
         let mut staged = Staged::default();
+        staged.entries.reserve(messages.len());
+        staged.sequences.reserve(messages.len());
+        if messages.len() > 1 {
+            staged.undo.reserve(messages.len());
+        }
         if let Err(error) = self.stage(&mut producer, messages, &mut staged) {
             producer.reducer.rollback(staged.undo);
             producer.lifecycle.rollback(staged.opened);

@@ -76,8 +76,8 @@ impl DeltaError {
 /// How to take back one logged apply.
 #[derive(Debug, Clone)]
 pub(crate) enum Undo {
-    /// A message was started: remove it.
-    Created { message_id: Option<String> },
+    /// A message was started: remove it (the last one).
+    Created,
     /// A message was changed: restore it.
     Changed { slot: usize, previous: Box<OutputMessage> },
     /// Text or items were appended at `path`: cut back to `len`, restore the small fields.
@@ -137,7 +137,7 @@ impl Reducer {
         match self.slot_of(message) {
             None => {
                 let slot = self.apply(message)?;
-                undo.push(Undo::Created { message_id: message.message_id.clone() });
+                undo.push(Undo::Created);
                 Ok(slot)
             }
             Some(slot) => {
@@ -155,9 +155,8 @@ impl Reducer {
     pub(crate) fn rollback(&mut self, undo: Vec<Undo>) {
         for step in undo.into_iter().rev() {
             match step {
-                Undo::Created { message_id } => {
-                    self.messages.pop();
-                    if let Some(id) = message_id {
+                Undo::Created => {
+                    if let Some(id) = self.messages.pop().and_then(|state| state.message_id) {
                         self.slots.remove(&id);
                     }
                 }

@@ -23,15 +23,22 @@ pub fn encode(frame: &Frame) -> Bytes {
         Payload::Json(json) | Payload::Error(json) => json,
         Payload::End(marker) => marker.as_bytes(),
     };
-    let mut buf = Vec::with_capacity(data.len() + 32);
+    let mut id = itoa::Buffer::new();
+    let id = frame.id.map(|n| id.format(n).as_bytes());
+    let len = frame.event.map_or(0, |event| "event: \n".len() + event.len())
+        + id.map_or(0, |id| "id: \n".len() + id.len())
+        + "data: \n\n".len()
+        + data.len();
+    // Exactly its size, so that the bytes take over the allocation as it is.
+    let mut buf = Vec::with_capacity(len);
     if let Some(event) = frame.event {
         buf.extend_from_slice(b"event: ");
         buf.extend_from_slice(event.as_bytes());
         buf.push(b'\n');
     }
-    if let Some(id) = frame.id {
+    if let Some(id) = id {
         buf.extend_from_slice(b"id: ");
-        buf.extend_from_slice(id.to_string().as_bytes());
+        buf.extend_from_slice(id);
         buf.push(b'\n');
     }
     buf.extend_from_slice(b"data: ");
