@@ -26,6 +26,8 @@ mod responses;
 mod sent;
 mod ui;
 
+use bytes::Bytes;
+
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use ag_ui::{AgUiAdapter, AgUiOptions};
@@ -41,6 +43,13 @@ pub use ui::{UiMessageAdapter, UiMessageOptions};
 pub trait Adapter {
     /// Renders one message of the stream, appending its frames to `frames`.
     fn push(&mut self, message: &OutputMessage, frames: &mut Vec<Frame>);
+
+    /// The same, for a message whose compact JSON is at hand (a logged message carries it, see
+    /// [`crate::hub::Entry`]): a format that sends the message as it is sends these bytes rather than
+    /// serialising it again. Any other format renders it as [`Adapter::push`] does.
+    fn push_logged(&mut self, message: &OutputMessage, _json: &Bytes, frames: &mut Vec<Frame>) {
+        self.push(message, frames);
+    }
 
     /// Renders the end of the stream, appending the last frames to `frames`.
     fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Frame>);

@@ -94,7 +94,9 @@ pub(crate) async fn catch_up(
                 break;
             }
             saw_end |= message.kind == "event" && message.prop_str("event") == Some("stream_end");
-            entries.push(Entry::Message { message: Arc::new(message), bytes: json.len() as u64 });
+            // The JSON as the writing node logged it.
+            let (bytes, json) = (json.len() as u64, Some(bytes::Bytes::copy_from_slice(json.as_bytes())));
+            entries.push(Entry::Message { message: Arc::new(message), bytes, json });
         }
         let got = entries.len();
         if got > 0 {
@@ -219,7 +221,7 @@ async fn end_if_writer_died(connection: &mut ConnectionManager, stream: &Stream,
     let ending = crate::hub::ending(stream.info(), &log, last, &outcome, now_ms);
     let append = Append {
         first: last + 1,
-        messages: ending.iter().map(|event| serde_json::to_string(event).unwrap_or_default()).collect(),
+        messages: ending.iter().map(crate::hub::json_of).collect(),
         outcome: Some((serde_json::to_string(&outcome).unwrap_or_default(), now_ms)),
         register: None,
     };

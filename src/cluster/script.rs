@@ -81,8 +81,8 @@ pub(crate) async fn claim(
 pub(crate) struct Append {
     /// Sequence of the first message (when there are messages).
     pub(crate) first: u64,
-    /// The messages as JSON, in order.
-    pub(crate) messages: Vec<String>,
+    /// The messages as JSON, in order (as they were logged).
+    pub(crate) messages: Vec<bytes::Bytes>,
     /// The outcome as JSON and when the stream ended, when this append ends it.
     pub(crate) outcome: Option<(String, u64)>,
     /// The stream's facts, on its first append: epoch, created_ms, model.
@@ -112,7 +112,7 @@ pub(crate) async fn append(
         None => invocation.arg(0).arg("").arg(0).arg(""),
     };
     for message in &append.messages {
-        invocation.arg(message);
+        invocation.arg(&message[..]);
     }
     if let Some((outcome, ended_ms)) = &append.outcome {
         invocation.arg(outcome).arg(*ended_ms);

@@ -172,14 +172,13 @@ impl Log for OwnedLog {
         let mut ends = false;
         for entry in &entries {
             match entry {
-                Entry::Message { message, .. } => {
+                Entry::Message { message, json, .. } => {
                     let Some(sequence) = message.metadata.as_ref().and_then(|m| m.sequence) else { continue };
                     last_ms = message.metadata.as_ref().and_then(|m| m.timestamp).unwrap_or(last_ms);
                     if append.messages.is_empty() {
                         append.first = sequence;
                     }
-                    // A stamped message always serialises.
-                    append.messages.push(serde_json::to_string(&**message).unwrap_or_default());
+                    append.messages.push(json.clone().unwrap_or_else(|| crate::hub::json_of(message)));
                     last = sequence;
                 }
                 Entry::End(outcome) => {

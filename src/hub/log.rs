@@ -7,15 +7,19 @@
 //! history read through, so a durable store or a replicated log can stand in for [`MemoryLog`] without
 //! touching an adapter or a transport.
 //!
-//! Entries are stamped, serialisable messages, shared as `Arc`s so a reader copies a pointer, not a
-//! message; the outcome is an entry too ([`Entry::End`]), the last one, so a reader learns the end the
+//! Entries are stamped messages, shared as `Arc`s so a reader copies a pointer, not a message, each with
+//! its compact JSON, serialised once when it is logged: its size is what the limits count, and the CUI
+//! format, the store and the cluster send or keep those bytes rather than serialising the message each
+//! again. The outcome is an entry too ([`Entry::End`]), the last one, so a reader learns the end the
 //! same way it learns anything else. A log may keep less than all of its history (the in-memory log drops
 //! everything when its stream is evicted; a store may keep a window): a read from before what is kept is
 //! [`Gone`], and names where the kept history starts.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use tokio::sync::watch;
 
 use crate::output::{Outcome, OutputMessage};
@@ -23,15 +27,61 @@ use crate::output::{Outcome, OutputMessage};
 /// One entry of a stream's log.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
-    /// A stamped message, with its size as JSON (what it counts against the limits).
+    /// A stamped message, its size as JSON, and while it is recent the JSON itself.
     Message {
         /// The message, as stamped (its `metadata.sequence` is its place in the log).
         message: Arc<OutputMessage>,
-        /// Its size as compact JSON.
+        /// Its size as compact JSON: what it counts against the limits.
         bytes: u64,
+        /// The message as compact JSON (`bytes` long), serialised once when it was logged, or as a store or
+        /// a cluster kept it: whatever sends or keeps the message as it is (the CUI format, the store, the
+        /// cluster) writes these bytes rather than serialising it again. An in-memory log keeps it for its
+        /// last 4,096 messages only, what live readers render, so that it does not hold every message twice;
+        /// `None` beyond.
+        json: Option<Bytes>,
     },
     /// How the stream ended: always the last entry, after `stream_end`, and without a sequence of its own.
     End(Arc<Outcome>),
+}
+
+impl Entry {
+    /// A stamped message as an entry: serialises it.
+    ///
+    /// ```
+    /// use agentmux::hub::Entry;
+    /// use agentmux::output::OutputMessage;
+    ///
+    /// let entry = Entry::message(OutputMessage::text("hi"));
+    /// let Entry::Message { json: Some(json), .. } = &entry else { unreachable!() };
+    /// assert_eq!(&json[..], br#"{"type":"text","props":{"content":"hi"}}"#);
+    /// assert_eq!(entry.bytes(), 40);
+    /// ```
+    pub fn message(message: OutputMessage) -> Entry {
+        let json = json_of(&message);
+        Entry::Message { message: Arc::new(message), bytes: json.len() as u64, json: Some(json) }
+    }
+
+    /// Its size as JSON, what it counts against the limits (0 for the end, which is counted with the
+    /// stream's `stream_end`).
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Entry::Message { bytes, .. } => *bytes,
+            Entry::End(_) => 0,
+        }
+    }
+}
+
+/// How many of its last messages' JSON an in-memory log keeps: a live reader renders what was just appended,
+/// and one that reads older history serialises what it renders.
+pub(crate) const RECENT: usize = 4096;
+
+/// A message as compact JSON, for an [`Entry`].
+pub(crate) fn json_of(message: &OutputMessage) -> Bytes {
+    let mut json = Vec::with_capacity(256);
+    // Writing to a Vec cannot fail, and a message (string keys only) always serialises.
+    let _ = serde_json::to_writer(&mut json, message);
+    // Kept as long as the log keeps the message: no spare capacity.
+    Bytes::from(json.into_boxed_slice())
 }
 
 /// A read from before what the log still keeps.
@@ -128,7 +178,9 @@ struct MemoryState {
     messages: Vec<Arc<OutputMessage>>,
     /// Sizes of `messages`, as JSON.
     sizes: Vec<u64>,
-    /// Their sum.
+    /// The JSON of the last of `messages` (at most [`RECENT`]).
+    recent: VecDeque<Bytes>,
+    /// Their size.
     bytes: u64,
     /// Sequence of `messages[0]` minus one: what was forgotten or trimmed.
     forgotten: u64,
@@ -167,10 +219,20 @@ impl Log for MemoryLog {
         let mut state = self.lock();
         for entry in entries {
             match entry {
-                Entry::Message { message, bytes } => {
+                Entry::Message { message, bytes, json } => {
                     state.messages.push(message);
                     state.sizes.push(bytes);
                     state.bytes += bytes;
+                    match json {
+                        Some(json) => {
+                            if state.recent.len() == RECENT {
+                                state.recent.pop_front();
+                            }
+                            state.recent.push_back(json);
+                        }
+                        // The recent JSON is of the last messages, in a row.
+                        None => state.recent.clear(),
+                    }
                 }
                 Entry::End(outcome) => {
                     state.end = Some(outcome);
@@ -195,12 +257,12 @@ impl Log for MemoryLog {
         let messages = state.messages.get(from..).unwrap_or_default();
         let sizes = state.sizes.get(from..).unwrap_or_default();
         let taken = messages.len().min(max);
-        into.extend(
-            messages[..taken]
-                .iter()
-                .zip(sizes)
-                .map(|(message, &bytes)| Entry::Message { message: Arc::clone(message), bytes }),
-        );
+        // `recent[0]` is the JSON of message `recent_from`.
+        let recent_from = state.messages.len() - state.recent.len();
+        into.extend(messages[..taken].iter().zip(sizes).enumerate().map(|(i, (message, &bytes))| {
+            let json = (from + i).checked_sub(recent_from).and_then(|at| state.recent.get(at)).cloned();
+            Entry::Message { message: Arc::clone(message), bytes, json }
+        }));
         if let Some(outcome) = &state.end
             && taken == messages.len()
             && taken < max
@@ -246,6 +308,9 @@ impl MemoryLog {
         if count == 0 {
             return 0;
         }
+        let older = state.messages.len() - state.recent.len();
+        let recent = count.saturating_sub(older);
+        state.recent.drain(..recent);
         let dropped: u64 = if count == state.messages.len() {
             state.messages = Vec::new();
             std::mem::take(&mut state.sizes).iter().sum()
@@ -261,5 +326,60 @@ impl MemoryLog {
     /// How many messages it holds.
     pub(crate) fn len(&self) -> usize {
         self.lock().messages.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(sequence: u64) -> Entry {
+        let mut message = OutputMessage::text(format!("part {sequence}"));
+        message.metadata.get_or_insert_with(Default::default).sequence = Some(sequence);
+        Entry::message(message)
+    }
+
+    fn read_all(log: &MemoryLog, after: u64) -> Vec<Entry> {
+        let mut entries = Vec::new();
+        let _ = log.read(after, usize::MAX, &mut entries);
+        entries
+    }
+
+    /// The JSON of the last `RECENT` messages comes back with them, byte for byte; older messages come back
+    /// with their size only, and trimming keeps the two in step.
+    #[test]
+    fn the_recent_messages_keep_their_json_and_older_ones_their_size() {
+        let log = MemoryLog::default();
+        let count = RECENT as u64 + 100;
+        log.append((1..=count).map(entry).collect());
+        let check = |log: &MemoryLog, after: u64| {
+            for entry in read_all(log, after) {
+                let Entry::Message { message, bytes, json } = &entry else { panic!("only messages") };
+                let sequence = message.sequence().unwrap_or_default();
+                let Entry::Message { json: Some(expected), .. } = crate::hub::Entry::message((**message).clone())
+                else {
+                    unreachable!()
+                };
+                assert_eq!(*bytes, expected.len() as u64, "sequence {sequence}");
+                match json {
+                    Some(json) => {
+                        assert!(sequence > count - RECENT as u64, "sequence {sequence} is not recent");
+                        assert_eq!(json, &expected, "sequence {sequence}");
+                    }
+                    None => assert!(sequence <= count - RECENT as u64, "sequence {sequence} lost its JSON"),
+                }
+            }
+        };
+        check(&log, 0);
+        check(&log, count - 10);
+        // Trimmed into the recent part, then all of it.
+        assert!(log.trim(150) > 0);
+        check(&log, 150);
+        assert_eq!(read_all(&log, 150).len() as u64, count - 150);
+        log.append(vec![entry(count + 1)]);
+        check(&log, 150);
+        log.trim(u64::MAX);
+        log.append(vec![entry(count + 2)]);
+        check(&log, count + 1);
     }
 }

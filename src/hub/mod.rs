@@ -66,8 +66,8 @@ use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use clock::{Clock, Ids, RandomIds, SystemClock};
 pub(crate) use committed::Committed;
-pub(crate) use log::MemoryLog;
 pub use log::{Entry, Gone, Log};
+pub(crate) use log::{MemoryLog, json_of};
 pub use render::{Render, Renderer, StreamInfo};
 pub use storage::{MemoryStorage, Storage};
 pub(crate) use stream::NOT_KEPT;

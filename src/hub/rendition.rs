@@ -171,7 +171,8 @@ impl Rendition {
             self.renderer.render(entry, &mut frames);
             self.count(&frames[rendered..]);
             match entry {
-                Entry::Message { bytes, .. } => {
+                Entry::Message { .. } => {
+                    let bytes = entry.bytes();
                     self.ends.push(self.len());
                     counted.estimated += bytes;
                     self.estimated += bytes;
@@ -385,7 +386,7 @@ mod tests {
     fn entry(n: u64) -> Entry {
         let mut message = OutputMessage::text(format!("part {n} "));
         message.metadata.get_or_insert_with(Default::default).sequence = Some(n);
-        Entry::Message { message: Arc::new(message), bytes: 40 }
+        Entry::message(message)
     }
 
     /// Renders a log appended in the given pieces (one catch-up each) and ended, and also all at once with
@@ -501,7 +502,8 @@ mod tests {
         let mut counted = Counted::default();
         assert!(rendition.catch_up(&log, &mut counted));
         assert_eq!(rendition.rendered(), CHUNK as u64, "one chunk per catch-up");
-        assert_eq!(counted.estimated, 40 * CHUNK as u64, "gives back the estimate of what it rendered");
+        let logged: u64 = (1..=CHUNK as u64).map(|n| entry(n).bytes()).sum();
+        assert_eq!(counted.estimated, logged, "gives back the estimate of what it rendered");
         assert!(counted.added > rendition.bytes_between(0, rendition.len()), "counts frames and bookkeeping");
         while rendition.catch_up(&log, &mut counted) {}
         assert_eq!(rendition.rendered(), 2_500);

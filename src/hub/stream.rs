@@ -63,7 +63,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::lifecycle::{self, Closing, Lifecycle, Opened, Opening};
-use super::log::{Entry, Gone, Log};
+use super::log::{Entry, Gone, Log, json_of};
 use super::probes::Probes;
 use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
@@ -313,9 +313,7 @@ impl Stream {
         let mut producer = stream.lock();
         let id = stream.new_id("m");
         let entry = stream.stamp_event(&mut producer, start, id, now_ms);
-        let Entry::Message { bytes, .. } = &entry else {
-            return Err(HubError::HubFull { limit: limits.hub_bytes, retry_after: None });
-        };
+        let bytes = entry.bytes();
         let end = stream.reservation(lifecycle::stream_end(&lifecycle::widest_outcome(), u64::MAX));
         let outcome = json_size(&lifecycle::widest_outcome());
         if limits.messages_per_stream < 2 || bytes + end > limits.stream_bytes {
@@ -405,7 +403,7 @@ impl Stream {
 
     /// The follower's entries of a followed stream, in order after its last, counted against the hub.
     pub(crate) fn follow_append(&self, entries: Vec<Entry>) {
-        let bytes = entries.iter().map(|entry| if let Entry::Message { bytes, .. } = entry { *bytes } else { 0 }).sum();
+        let bytes = entries.iter().map(Entry::bytes).sum();
         self.force(bytes);
         self.log.append(entries);
     }
@@ -732,16 +730,17 @@ impl Stream {
                 stamp(&mut event, producer.last + staged.entries.len() as u64 + 1, now_ms, None);
                 // A lifecycle event starts a new message: the reducer cannot refuse it.
                 let _ = producer.reducer.apply_logged(&event, &mut staged.undo);
-                let bytes = json_size(&event);
-                events_bytes += bytes;
+                let entry = Entry::message(event);
+                events_bytes += entry.bytes();
                 closing_bytes += self.reservation(widest_end);
                 closings += 1;
-                staged.entries.push(Entry::Message { message: Arc::new(event), bytes });
+                staged.entries.push(entry);
             }
             let sequence = producer.last + staged.entries.len() as u64 + 1;
             let trace_id = message.metadata.take().and_then(|m| m.trace_id);
             stamp(&mut message, sequence, now_ms, trace_id);
-            let size = json_size(&message);
+            let json = json_of(&message);
+            let size = json.len() as u64;
             if size > limits.message_bytes {
                 return fail(AppendError::MessageTooLarge { size, limit: limits.message_bytes });
             }
@@ -769,7 +768,7 @@ impl Stream {
             staged.bytes += bytes;
             staged.closings += closings;
             staged.sequences.push(sequence);
-            staged.entries.push(Entry::Message { message: Arc::new(message), bytes: size });
+            staged.entries.push(Entry::Message { message: Arc::new(message), bytes: size, json: Some(json) });
         }
         Ok(())
     }
@@ -909,7 +908,7 @@ impl Stream {
             self.release(outcome_room - outcome_size);
         }
         producer.outcome_bytes = outcome_size;
-        entries.push(Entry::Message { message: Arc::new(end), bytes: size });
+        entries.push(Entry::message(end));
         let outcome = Arc::new(outcome);
         entries.push(Entry::End(Arc::clone(&outcome)));
         producer.end = Some(outcome);
@@ -1007,9 +1006,7 @@ impl Stream {
     fn push_closing(&self, producer: &mut Producer, closing: Closing, id: String, now_ms: u64) -> Entry {
         let room = self.reservation(closing.widest);
         let entry = self.stamp_event(producer, closing.event, id, now_ms);
-        if let Entry::Message { bytes, .. } = &entry {
-            self.settle(producer, room, *bytes);
-        }
+        self.settle(producer, room, entry.bytes());
         producer.closings = producer.closings.saturating_sub(1);
         entry
     }
@@ -1043,8 +1040,7 @@ impl Stream {
         stamp(&mut message, producer.last, now_ms, None);
         // The stream's own events start new messages: the reducer cannot refuse them.
         let _ = producer.reducer.apply(&message);
-        let bytes = json_size(&message);
-        Entry::Message { message: Arc::new(message), bytes }
+        Entry::message(message)
     }
 
     /// Counts `bytes` against the hub's limit; `false` (and nothing counted) when they do not fit.

@@ -251,8 +251,11 @@ fn delta_bytes(message: &OutputMessage) -> u64 {
 impl Renderer for ViewRenderer {
     fn render(&mut self, entry: &Entry, out: &mut Vec<Bytes>) {
         match entry {
-            Entry::Message { message, bytes } => {
-                self.adapter.push(message, &mut self.frames);
+            Entry::Message { message, bytes, json } => {
+                match json {
+                    Some(json) => self.adapter.push_logged(message, json, &mut self.frames),
+                    None => self.adapter.push(message, &mut self.frames),
+                }
                 if self.stateful {
                     // An upper bound: its reducer holds at most every message it was given, and a delta adds
                     // at most its values to the message it continues.

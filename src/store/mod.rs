@@ -287,9 +287,9 @@ impl Store {
                 let mut entries: Vec<Entry> = ending
                     .into_iter()
                     .map(|event| {
-                        let size = serde_json::to_vec(&event).map_or(0, |j| j.len() as u64);
-                        bytes += size;
-                        Entry::Message { message: Arc::new(event), bytes: size }
+                        let entry = Entry::message(event);
+                        bytes += entry.bytes();
+                        entry
                     })
                     .collect();
                 entries.push(Entry::End(Arc::new(outcome.clone())));
@@ -384,8 +384,7 @@ mod tests {
             assert_eq!(sequences, (after + 1..=last).collect::<Vec<_>>(), "in order, without a gap, from {after}");
             behind.push(entries);
         }
-        let whole: u64 =
-            behind[0].iter().map(|e| if let crate::hub::Entry::Message { bytes, .. } = e { *bytes } else { 0 }).sum();
+        let whole: u64 = behind[0].iter().map(crate::hub::Entry::bytes).sum();
         // At most twice the hot part: 2,048 of the 5,121 entries.
         assert!(hot * 5 / 2 <= whole, "memory holds the hot part only: {hot} of {whole} bytes");
         assert!(stream.end(crate::output::Outcome::completed()));

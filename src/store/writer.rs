@@ -98,20 +98,23 @@ impl Serialised {
         let mut out = Serialised::default();
         for entry in entries {
             match entry {
-                Entry::Message { message, bytes } => {
+                Entry::Message { message, bytes, json } => {
                     let Some(metadata) = message.metadata.as_ref() else { continue };
                     let Some(sequence) = metadata.sequence else { continue };
                     out.last_ms = metadata.timestamp.unwrap_or(out.last_ms);
                     if out.lines.is_empty() {
                         out.first = sequence;
-                        out.lines.reserve(*bytes as usize * entries.len());
+                        out.lines.reserve((*bytes as usize + 1) * entries.len());
                     } else {
                         out.lines.push(b'\n');
                     }
                     out.last = sequence;
-                    // Compact JSON never holds a raw line break: a line is a message. Writing to a Vec cannot
-                    // fail, and a message always serialises.
-                    let _ = serde_json::to_writer(&mut out.lines, &**message);
+                    // Compact JSON never holds a raw line break: a line is a message, as it was logged.
+                    match json {
+                        Some(json) => out.lines.extend_from_slice(json),
+                        // Writing to a Vec cannot fail, and a message always serialises.
+                        None => _ = serde_json::to_writer(&mut out.lines, &**message),
+                    }
                 }
                 Entry::End(outcome) => out.outcome = Some(serde_json::to_string(&**outcome).unwrap_or_default()),
             }
