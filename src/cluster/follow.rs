@@ -94,9 +94,7 @@ pub(crate) async fn catch_up(
                 break;
             }
             saw_end |= message.kind == "event" && message.prop_str("event") == Some("stream_end");
-            // The JSON as the writing node logged it.
-            let (bytes, json) = (json.len() as u64, Some(bytes::Bytes::copy_from_slice(json.as_bytes())));
-            entries.push(Entry::Message { message: Arc::new(message), bytes, json });
+            entries.push(Entry::kept(message, json));
         }
         let got = entries.len();
         if got > 0 {

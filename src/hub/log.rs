@@ -61,6 +61,13 @@ impl Entry {
         Entry::Message { message: Arc::new(message), bytes: json.len() as u64, json: Some(json) }
     }
 
+    /// A message read back as the JSON it was logged with (a store's line, a cluster's entry): the entry
+    /// keeps that JSON rather than serialising the message again.
+    pub(crate) fn kept(message: OutputMessage, json: &str) -> Entry {
+        let (bytes, json) = (json.len() as u64, Some(Bytes::copy_from_slice(json.as_bytes())));
+        Entry::Message { message: Arc::new(message), bytes, json }
+    }
+
     /// Its size as JSON, what it counts against the limits (0 for the end, which is counted with the
     /// stream's `stream_end`).
     pub fn bytes(&self) -> u64 {

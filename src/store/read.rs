@@ -93,9 +93,7 @@ impl Reader {
                     let message: OutputMessage = serde_json::from_str(line).map_err(|e| {
                         rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, e.into())
                     })?;
-                    // The line is the JSON the message was logged with.
-                    let json = Some(bytes::Bytes::copy_from_slice(line.as_bytes()));
-                    into.push(Entry::Message { message: Arc::new(message), bytes: line.len() as u64, json });
+                    into.push(Entry::kept(message, line));
                     read += 1;
                 }
             }
