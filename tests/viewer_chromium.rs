@@ -399,8 +399,8 @@ async fn the_viewer_resumes_a_cut_connection_without_duplicates() {
 }
 
 /// Where keys are configured: the list asks for a key, keeps it in the tab's session storage (never in the
-/// address), and shows the key's streams; a wrong key is asked for again; a stream's page opened with a read
-/// token alone (`?token=`) shows the run with no key at all.
+/// address), and shows the key's streams; a wrong key is forgotten and asked for again, saying it was refused;
+/// a stream's page opened with a read token alone (`?token=`) shows the run with no key at all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_keys_the_viewer_asks_for_one_and_keeps_it_in_the_session() {
     let keys: Vec<KeySpec> = ["sk-viewer"].iter().map(|line| line.parse().expect("a key")).collect();
@@ -443,10 +443,12 @@ async fn with_keys_the_viewer_asks_for_one_and_keeps_it_in_the_session() {
     submit("sk-wrong").await;
     until(
         &browser,
-        "document.querySelector('form.key-form')?.textContent.includes('needs an API key')",
+        "document.querySelector('form.key-form')?.textContent.includes('not accepted')",
         Duration::from_secs(10),
     )
     .await;
+    let forgotten = browser.execute("return sessionStorage.getItem('agentmux-key');", vec![]).await.expect("inspect");
+    assert_eq!(forgotten, Value::Null, "a refused key is not kept");
     submit("sk-viewer").await;
     until(&browser, "document.querySelectorAll('table.streams tr.stream').length === 1", Duration::from_secs(10)).await;
     let kept = browser

@@ -48,7 +48,15 @@ function failed(error: unknown, retry: () => void): void {
       app.append(note);
       return;
     }
-    askForKey(retry, error.status === 401 ? 'This service needs an API key.' : 'That key may not read this.');
+    if (error.status === 403) {
+      askForKey(retry, 'That key may not read this.');
+    } else if (key()) {
+      // The key kept in the session was refused: forget it, and say so, so a wrong key is told from the first ask.
+      sessionStorage.removeItem(KEY);
+      askForKey(retry, 'That key was not accepted. This service needs an API key.');
+    } else {
+      askForKey(retry, 'This service needs an API key.');
+    }
     return;
   }
   app.append(el('p', 'failure', `Could not read it: ${error instanceof Error ? error.message : String(error)}`));
