@@ -5,7 +5,7 @@ mod common;
 use std::sync::Arc;
 
 use agentmux::agent::Output;
-use agentmux::hub::{AppendError, Hub, HubConfig, HubError, Limits, Status};
+use agentmux::hub::{AppendError, Entry, Hub, HubConfig, HubError, Limits, Status};
 use agentmux::output::{DeltaAction, ErrorProps, Outcome, OutputMessage, Usage};
 use common::doubles::deterministic_hub as hub;
 use serde_json::json;
@@ -270,4 +270,36 @@ fn a_custom_message_streams_into_content() {
         serde_json::Value::Object(card.props.clone()),
         json!({"title": "T", "content": "Hello", "meta": {"done": true}})
     );
+}
+
+/// A batch's messages are logged with their JSON (one block for the batch, a slice each), interleaved with
+/// the lifecycle events they open, each entry's bytes exactly its own message's compact JSON.
+#[test]
+fn a_batch_logs_each_message_with_its_own_json() {
+    let hub = hub(Limits::default());
+    let stream = hub.create("m").expect("create");
+    let delta = |text: &str| OutputMessage::text(text).with_message_id("t").as_delta(DeltaAction::Append, None);
+    let batch = vec![
+        OutputMessage::text("quote \" and \n newline").with_block_id("b1"),
+        delta("é"),
+        OutputMessage::new("custom", serde_json::Map::new()).with_prop("n", 1.5),
+        delta("more"),
+        OutputMessage::tool_call("c1", "search", "{}").with_block_id("b2"),
+    ];
+    stream.append_batch(batch).expect("appended");
+    stream.append_batch(vec![delta("!")]).expect("appended");
+    let mut entries = Vec::new();
+    stream.log().read(0, usize::MAX, &mut entries).expect("read");
+    let mut messages = 0;
+    for entry in &entries {
+        let Entry::Message { message, bytes, json } = entry else { continue };
+        let expected = serde_json::to_vec(&**message).expect("serialises");
+        assert_eq!(json.as_deref(), Some(&expected[..]), "{message:?}");
+        assert_eq!(*bytes, expected.len() as u64);
+        messages += 1;
+    }
+    let events = entries.iter().filter(|e| matches!(e, Entry::Message { message, .. } if message.kind == "event"));
+    let events = events.count();
+    assert!(events >= 3, "stream_start and the blocks' and messages' starts are among them: {events}");
+    assert_eq!(messages, 6 + events, "every message the producer sent, and the events");
 }

@@ -59,11 +59,12 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::lifecycle::{self, Closing, Lifecycle, Opened, Opening};
-use super::log::{Entry, Gone, Log, json_of};
+use super::log::{Entry, Gone, Log};
 use super::probes::Probes;
 use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
@@ -705,6 +706,9 @@ impl Stream {
         let limits = &self.shared.config.limits;
         let logged = messages.len() > 1;
         let copies = producer.copies();
+        // The batch's messages as JSON, back to back: copied at the end into one block of exactly their size,
+        // which each entry holds a slice of (one allocation per batch, not one per message).
+        let mut json = Vec::with_capacity((messages.len() * 256).min(JSON_SCRATCH));
         for (index, mut message) in messages.into_iter().enumerate() {
             let fail = |error| Err(BatchError { index, error });
             let now_ms = self.shared.config.clock.now_ms();
@@ -739,8 +743,10 @@ impl Stream {
             let sequence = producer.last + staged.entries.len() as u64 + 1;
             let trace_id = message.metadata.take().and_then(|m| m.trace_id);
             stamp(&mut message, sequence, now_ms, trace_id);
-            let json = json_of(&message);
-            let size = json.len() as u64;
+            let start = json.len();
+            // Writing to a Vec cannot fail, and a message (string keys only) always serialises.
+            let _ = serde_json::to_writer(&mut json, &message);
+            let size = (json.len() - start) as u64;
             if size > limits.message_bytes {
                 return fail(AppendError::MessageTooLarge { size, limit: limits.message_bytes });
             }
@@ -768,7 +774,17 @@ impl Stream {
             staged.bytes += bytes;
             staged.closings += closings;
             staged.sequences.push(sequence);
-            staged.entries.push(Entry::Message { message: Arc::new(message), bytes: size, json: Some(json) });
+            staged.entries.push(Entry::Message { message: Arc::new(message), bytes: size, json: None });
+        }
+        // Every entry without its JSON yet is a message of the batch, in order (lifecycle events have theirs).
+        let block = Bytes::copy_from_slice(&json);
+        let mut at = 0;
+        for entry in &mut staged.entries {
+            if let Entry::Message { bytes, json: slot @ None, .. } = entry {
+                let end = at + *bytes as usize;
+                *slot = Some(block.slice(at..end));
+                at = end;
+            }
         }
         Ok(())
     }
@@ -1194,6 +1210,9 @@ const COUNT_STEP: i64 = 4 << 10;
 const CHUNK: usize = 1024;
 
 /// A batch on its way into the log.
+/// The most a batch's JSON is reserved for up front; a larger batch grows it.
+const JSON_SCRATCH: usize = 1 << 20;
+
 #[derive(Default)]
 struct Staged {
     entries: Vec<Entry>,

@@ -34,7 +34,7 @@ pub struct OutputMessage {
     #[serde(rename = "type", default)]
     pub kind: String,
     /// The type's props. For a delta, only what the delta carries.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "exact_props")]
     pub props: Map<String, Value>,
     /// Groups the chunks of one message; deltas with the same id update the same message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -108,6 +108,32 @@ pub struct Metadata {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// Props read into a map of exactly their size. serde_json's own reading grows a map from empty, and its
+/// first insert reserves room for three entries (about 200 bytes more than one needs), which a stream's log
+/// then keeps for every message it holds. The same map otherwise: a key seen twice keeps its first place
+/// and its last value.
+fn exact_props<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Map<String, Value>, D::Error> {
+    struct Exact;
+    impl<'de> serde::de::Visitor<'de> for Exact {
+        type Value = Map<String, Value>;
+
+        fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            formatter.write_str("a map")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+            let mut entries: smallvec::SmallVec<[(String, Value); 4]> = smallvec::SmallVec::new();
+            while let Some(entry) = access.next_entry()? {
+                entries.push(entry);
+            }
+            let mut props = Map::with_capacity(entries.len());
+            props.extend(entries);
+            Ok(props)
+        }
+    }
+    deserializer.deserialize_map(Exact)
 }
 
 impl OutputMessage {
@@ -306,6 +332,29 @@ impl OutputMessage {
             delta_action: None,
             type_change: false,
             metadata: self.metadata.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Props read to their exact size are the map serde_json reads: a key seen twice keeps its first
+    /// place and its last value, nested values untouched; props that are not an object name `props`.
+    #[test]
+    fn props_read_to_their_size_are_the_map_serde_json_reads() {
+        for props in [r#"{}"#, r#"{"b":1,"a":{"y":[1,2],"x":null},"b":"last"}"#, r#"{"content":"tok "}"#] {
+            let text = format!(r#"{{"type":"custom","props":{props}}}"#);
+            let message = OutputMessage::from_json(&text).expect("parses");
+            let expected: Map<String, Value> = serde_json::from_str(props).expect("a map");
+            assert_eq!(message.props, expected, "{props}");
+            assert_eq!(message.props.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "{props}");
+            assert_eq!(OutputMessage::from_value(serde_json::from_str(&text).expect("json")).expect("parses"), message);
+        }
+        for bad in [r#""text""#, "[]", "3"] {
+            let error = OutputMessage::from_json(&format!(r#"{{"type":"text","props":{bad}}}"#)).expect_err(bad);
+            assert_eq!(error.field(), Some("props"), "{bad}: {error}");
         }
     }
 }

@@ -80,14 +80,16 @@ pub(crate) enum Undo {
     Created,
     /// A message was changed: restore it.
     Changed { slot: usize, previous: Box<OutputMessage> },
-    /// Text or items were appended at `path`: cut back to `len`, restore the small fields.
+    /// Text or items were appended at the delta's `delta_path` (`None`: the type's main field; the type
+    /// is the message's still, an append never changes it): cut back to `len`, restore the small fields.
+    /// `block_id` and `thread_id` hold the old value only where the delta changed it.
     Truncate {
         slot: usize,
-        path: Vec<String>,
+        delta_path: Option<String>,
         len: usize,
         metadata: Option<crate::output::Metadata>,
-        block_id: Option<String>,
-        thread_id: Option<String>,
+        block_id: Option<Option<String>>,
+        thread_id: Option<Option<String>>,
     },
 }
 
@@ -161,9 +163,9 @@ impl Reducer {
                     }
                 }
                 Undo::Changed { slot, previous } => self.messages[slot] = *previous,
-                Undo::Truncate { slot, path, len, metadata, block_id, thread_id } => {
+                Undo::Truncate { slot, delta_path, len, metadata, block_id, thread_id } => {
                     let state = &mut self.messages[slot];
-                    let segments: Vec<&str> = path.iter().map(String::as_str).collect();
+                    let segments = segments(delta_path.as_deref(), &state.kind);
                     if let Some((first, rest)) = segments.split_first() {
                         match state.props.get_mut(*first).and_then(|v| path::get_mut(v, rest)) {
                             Some(Value::String(text)) => text.truncate(len),
@@ -172,8 +174,12 @@ impl Reducer {
                         }
                     }
                     state.metadata = metadata;
-                    state.block_id = block_id;
-                    state.thread_id = thread_id;
+                    if let Some(block_id) = block_id {
+                        state.block_id = block_id;
+                    }
+                    if let Some(thread_id) = thread_id {
+                        state.thread_id = thread_id;
+                    }
                 }
             }
         }
@@ -206,11 +212,37 @@ impl Reducer {
 }
 
 /// The segments of a delta's path: its `delta_path`, or the main field of the type it will have.
-pub(crate) fn delta_segments(message: &OutputMessage) -> Vec<&str> {
-    match message.delta_path.as_deref() {
-        Some("") => Vec::new(),
-        Some(path) => path.split('.').collect(),
-        None => main_field(&message.kind).into_iter().collect(),
+pub(crate) fn delta_segments(message: &OutputMessage) -> Segments<'_> {
+    segments(message.delta_path.as_deref(), &message.kind)
+}
+
+/// The segments of `delta_path`, or of the main field of `kind` when there is none.
+fn segments<'a>(delta_path: Option<&'a str>, kind: &str) -> Segments<'a> {
+    match delta_path {
+        Some("") => Segments::Many(Vec::new()),
+        Some(path) if !path.contains('.') => Segments::One([path]),
+        Some(path) => Segments::Many(path.split('.').collect()),
+        None => match main_field(kind) {
+            Some(field) => Segments::One([field]),
+            None => Segments::Many(Vec::new()),
+        },
+    }
+}
+
+/// A delta's path as segments; one segment (the main field, the common case) needs no allocation.
+pub(crate) enum Segments<'a> {
+    One([&'a str; 1]),
+    Many(Vec<&'a str>),
+}
+
+impl<'a> std::ops::Deref for Segments<'a> {
+    type Target = [&'a str];
+
+    fn deref(&self) -> &[&'a str] {
+        match self {
+            Segments::One(one) => one,
+            Segments::Many(many) => many,
+        }
     }
 }
 
@@ -232,13 +264,15 @@ fn cheap_undo(slot: usize, state: &OutputMessage, delta: &OutputMessage) -> Opti
         Value::Array(items) => items.len(),
         _ => return None,
     };
+    // What the apply will change, and only that (see `apply_delta`).
+    let changed = |new: &Option<String>, old: &Option<String>| (new.is_some() && new != old).then(|| old.clone());
     Some(Undo::Truncate {
         slot,
-        path: segments.iter().map(|s| (*s).to_owned()).collect(),
+        delta_path: delta.delta_path.clone(),
         len,
         metadata: state.metadata.clone(),
-        block_id: state.block_id.clone(),
-        thread_id: state.thread_id.clone(),
+        block_id: changed(&delta.block_id, &state.block_id),
+        thread_id: changed(&delta.thread_id, &state.thread_id),
     })
 }
 
