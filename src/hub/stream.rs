@@ -1209,10 +1209,10 @@ const COUNT_STEP: i64 = 4 << 10;
 /// Entries the snapshot reduces per read from the log.
 const CHUNK: usize = 1024;
 
-/// A batch on its way into the log.
 /// The most a batch's JSON is reserved for up front; a larger batch grows it.
 const JSON_SCRATCH: usize = 1 << 20;
 
+/// A batch on its way into the log.
 #[derive(Default)]
 struct Staged {
     entries: Vec<Entry>,
