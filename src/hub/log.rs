@@ -85,10 +85,15 @@ pub(crate) const RECENT: usize = 4096;
 /// A message as compact JSON, for an [`Entry`].
 pub(crate) fn json_of(message: &OutputMessage) -> Bytes {
     let mut json = Vec::with_capacity(256);
-    // Writing to a Vec cannot fail, and a message (string keys only) always serialises.
-    let _ = serde_json::to_writer(&mut json, message);
+    write_json(&mut json, message);
     // Kept as long as the log keeps the message: no spare capacity.
     Bytes::from(json.into_boxed_slice())
+}
+
+/// Appends a message's compact JSON to `out` (which never holds a raw line break: one line per message).
+pub(crate) fn write_json(out: &mut Vec<u8>, message: &OutputMessage) {
+    // Writing to a Vec cannot fail, and a message (string keys only) always serialises.
+    let _ = serde_json::to_writer(out, message);
 }
 
 /// A read from before what the log still keeps.

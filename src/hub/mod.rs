@@ -67,7 +67,7 @@ use crate::output::{ErrorProps, Outcome, OutputMessage};
 pub use clock::{Clock, Ids, RandomIds, SystemClock};
 pub(crate) use committed::Committed;
 pub use log::{Entry, Gone, Log};
-pub(crate) use log::{MemoryLog, json_of};
+pub(crate) use log::{MemoryLog, json_of, write_json};
 pub use render::{Render, Renderer, StreamInfo};
 pub use storage::{MemoryStorage, Storage};
 pub(crate) use stream::NOT_KEPT;

@@ -64,7 +64,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::lifecycle::{self, Closing, Lifecycle, Opened, Opening};
-use super::log::{Entry, Gone, Log};
+use super::log::{Entry, Gone, Log, write_json};
 use super::probes::Probes;
 use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
@@ -744,8 +744,7 @@ impl Stream {
             let trace_id = message.metadata.take().and_then(|m| m.trace_id);
             stamp(&mut message, sequence, now_ms, trace_id);
             let start = json.len();
-            // Writing to a Vec cannot fail, and a message (string keys only) always serialises.
-            let _ = serde_json::to_writer(&mut json, &message);
+            write_json(&mut json, &message);
             let size = (json.len() - start) as u64;
             if size > limits.message_bytes {
                 return fail(AppendError::MessageTooLarge { size, limit: limits.message_bytes });

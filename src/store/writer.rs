@@ -112,8 +112,7 @@ impl Serialised {
                     // Compact JSON never holds a raw line break: a line is a message, as it was logged.
                     match json {
                         Some(json) => out.lines.extend_from_slice(json),
-                        // Writing to a Vec cannot fail, and a message always serialises.
-                        None => _ = serde_json::to_writer(&mut out.lines, &**message),
+                        None => crate::hub::write_json(&mut out.lines, message),
                     }
                 }
                 Entry::End(outcome) => out.outcome = Some(serde_json::to_string(&**outcome).unwrap_or_default()),
