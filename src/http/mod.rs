@@ -35,6 +35,7 @@ mod openapi;
 mod repoll;
 mod responses;
 mod server;
+mod socket;
 mod sse;
 mod streams;
 mod threads;

@@ -48,6 +48,7 @@ use tower::Layer;
 
 use super::event_connection::{self, First};
 use super::repoll::Repolled;
+use super::socket;
 use super::{App, HttpError, router};
 use crate::hub::Hub;
 use crate::output::{ErrorProps, Outcome};
@@ -130,11 +131,7 @@ pub async fn serve(
             }
             () = lifetime.closing.cancelled() => break,
         };
-        // Events are small and latency matters more than packet count: no Nagle delay behind an
-        // unacknowledged write.
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "TCP_NODELAY not set");
-        }
+        socket::tune(&tcp);
         let Ok(permit) = Arc::clone(&cap).try_acquire_owned() else {
             if let Ok(answer) = Arc::clone(&overflow).try_acquire_owned() {
                 connections.spawn(refuse(tcp, answer, settings.max_connections, lifetime.gone.clone()));
