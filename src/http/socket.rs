@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 /// module doc). A write may overshoot it by one segment, so a connection keeps at most about twice this
 /// unsent. 64 KiB keeps a full segment ready to send even over loopback; 16 KiB was slower there, at every
 /// fan-out size measured.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 const UNSENT_BYTES: u32 = 64 << 10;
 
 /// Sets an accepted connection's socket up (see the module doc). An option the system refuses is logged
