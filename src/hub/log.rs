@@ -10,9 +10,7 @@
 //! Entries are stamped messages, shared as `Arc`s so a reader copies a pointer, not a message, each with
 //! its compact JSON, serialised once when it is logged: its size is what the limits count, and the CUI
 //! format, the store and the cluster send or keep those bytes rather than serialising the message each
-//! again. The in-memory log keeps every message as that JSON and the parsed message only for its last
-//! [`RECENT`], which live readers render: a parsed message takes several times the room of its JSON, and a
-//! reader of older history parses what it reads, as a reader of a store does. The outcome is an entry too ([`Entry::End`]), the last one, so a reader learns the end the
+//! again. The outcome is an entry too ([`Entry::End`]), the last one, so a reader learns the end the
 //! same way it learns anything else. A log may keep less than all of its history (the in-memory log drops
 //! everything when its stream is evicted; a store may keep a window): a read from before what is kept is
 //! [`Gone`], and names where the kept history starts.
@@ -37,8 +35,9 @@ pub enum Entry {
         bytes: u64,
         /// The message as compact JSON (`bytes` long), serialised once when it was logged, or as a store or
         /// a cluster kept it: whatever sends or keeps the message as it is (the CUI format, the store, the
-        /// cluster) writes these bytes rather than serialising it again. Every log gives it with each message
-        /// it reads; `None` only while a stream stages a batch, before its JSON is written.
+        /// cluster) writes these bytes rather than serialising it again. An in-memory log keeps it for its
+        /// last 4,096 messages only, what live readers render, so that it does not hold every message twice;
+        /// `None` beyond.
         json: Option<Bytes>,
     },
     /// How the stream ended: always the last entry, after `stream_end`, and without a sequence of its own.
@@ -79,8 +78,8 @@ impl Entry {
     }
 }
 
-/// How many of its last messages an in-memory log keeps parsed as well as in JSON: a live reader renders what
-/// was just appended, and one that reads older history parses what it reads.
+/// How many of its last messages' JSON an in-memory log keeps: a live reader renders what was just appended,
+/// and one that reads older history serialises what it renders.
 pub(crate) const RECENT: usize = 4096;
 
 /// A message as compact JSON, for an [`Entry`].
@@ -174,9 +173,9 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     fn memory_bytes(&self) -> u64;
 }
 
-/// The in-memory log: its messages' JSON and the last of them parsed, behind a mutex held only to push or to
-/// copy out reference-counted pointers (older messages are parsed after it is let go), and its length and end
-/// as atomics, so a reader that is caught up learns it without taking the lock that the producer needs.
+/// The in-memory log: a `Vec` of entries behind a mutex held only to push or to copy out `Arc`s, and its
+/// length and end as atomics, so a reader that is caught up learns it without taking the lock that the
+/// producer needs.
 #[derive(Debug)]
 pub(crate) struct MemoryLog {
     state: Mutex<MemoryState>,
@@ -187,13 +186,15 @@ pub(crate) struct MemoryLog {
 
 #[derive(Debug, Default)]
 struct MemoryState {
-    /// The JSON of the messages with sequences `forgotten + 1..=forgotten + json.len()`.
-    json: Vec<Bytes>,
-    /// The last of those messages parsed (at most [`RECENT`]).
-    recent: VecDeque<Arc<OutputMessage>>,
-    /// The size of `json`.
+    /// Messages with sequences `first..first + messages.len()`.
+    messages: Vec<Arc<OutputMessage>>,
+    /// Sizes of `messages`, as JSON.
+    sizes: Vec<u64>,
+    /// The JSON of the last of `messages` (at most [`RECENT`]).
+    recent: VecDeque<Bytes>,
+    /// Their size.
     bytes: u64,
-    /// Sequence of the first message kept minus one: what was forgotten or trimmed.
+    /// Sequence of `messages[0]` minus one: what was forgotten or trimmed.
     forgotten: u64,
     end: Option<Arc<Outcome>>,
 }
@@ -230,77 +231,57 @@ impl Log for MemoryLog {
         let mut state = self.lock();
         for entry in entries {
             match entry {
-                Entry::Message { message, json, .. } => {
-                    // A stream logs every message with its JSON; an entry made some other way gets it here.
-                    let json = json.unwrap_or_else(|| json_of(&message));
-                    state.bytes += json.len() as u64;
-                    state.json.push(json);
-                    if state.recent.len() == RECENT {
-                        state.recent.pop_front();
+                Entry::Message { message, bytes, json } => {
+                    state.messages.push(message);
+                    state.sizes.push(bytes);
+                    state.bytes += bytes;
+                    match json {
+                        Some(json) => {
+                            if state.recent.len() == RECENT {
+                                state.recent.pop_front();
+                            }
+                            state.recent.push_back(json);
+                        }
+                        // The recent JSON is of the last messages, in a row.
+                        None => state.recent.clear(),
                     }
-                    state.recent.push_back(message);
                 }
                 Entry::End(outcome) => {
                     state.end = Some(outcome);
                     self.ended.store(true, Ordering::Release);
-                    // Nothing comes after the end: give back what the vector's growth reserved.
-                    state.json.shrink_to_fit();
+                    // Nothing comes after the end: give back what the vectors' growth reserved.
+                    state.messages.shrink_to_fit();
+                    state.sizes.shrink_to_fit();
                 }
             }
         }
-        self.last.store(state.forgotten + state.json.len() as u64, Ordering::Release);
+        self.last.store(state.forgotten + state.messages.len() as u64, Ordering::Release);
         drop(state);
         self.changes.send_modify(|n| *n += 1);
     }
 
     fn read(&self, after: u64, max: usize, into: &mut Vec<Entry>) -> Result<(), Gone> {
-        let (mut after, mut max, start) = (after, max, into.len());
-        loop {
-            let state = self.lock();
-            if after < state.forgotten {
-                // Trimmed while older messages were parsed: those are read, and the next read learns the rest.
-                let gone = Gone { asked: after, kept_after: state.forgotten };
-                return if into.len() > start { Ok(()) } else { Err(gone) };
-            }
-            let from = (after - state.forgotten) as usize;
-            let json = state.json.get(from..).unwrap_or_default();
-            let taken = json.len().min(max);
-            // `recent[0]` is message `recent_from` of `json`.
-            let recent_from = state.json.len() - state.recent.len();
-            if from < recent_from && taken > 0 {
-                // Older than the parsed ones: their JSON is copied out and parsed without holding the lock.
-                let older: Vec<Bytes> = json[..taken.min(recent_from - from)].to_vec();
-                drop(state);
-                for json in older {
-                    let Ok(message) = serde_json::from_slice::<OutputMessage>(&json) else {
-                        // Never: the JSON was serialised from a message. Were it unreadable, it is not kept.
-                        tracing::error!(sequence = after + 1, "a logged message's JSON does not parse back");
-                        let gone = Gone { asked: after, kept_after: after + 1 };
-                        return if into.len() > start { Ok(()) } else { Err(gone) };
-                    };
-                    into.push(Entry::Message {
-                        message: Arc::new(message),
-                        bytes: json.len() as u64,
-                        json: Some(json),
-                    });
-                    after += 1;
-                    max -= 1;
-                }
-                continue;
-            }
-            into.extend(json[..taken].iter().enumerate().map(|(i, json)| Entry::Message {
-                message: Arc::clone(&state.recent[from - recent_from + i]),
-                bytes: json.len() as u64,
-                json: Some(json.clone()),
-            }));
-            if let Some(outcome) = &state.end
-                && taken == json.len()
-                && taken < max
-            {
-                into.push(Entry::End(Arc::clone(outcome)));
-            }
-            return Ok(());
+        let state = self.lock();
+        if after < state.forgotten {
+            return Err(Gone { asked: after, kept_after: state.forgotten });
         }
+        let from = (after - state.forgotten) as usize;
+        let messages = state.messages.get(from..).unwrap_or_default();
+        let sizes = state.sizes.get(from..).unwrap_or_default();
+        let taken = messages.len().min(max);
+        // `recent[0]` is the JSON of message `recent_from`.
+        let recent_from = state.messages.len() - state.recent.len();
+        into.extend(messages[..taken].iter().zip(sizes).enumerate().map(|(i, (message, &bytes))| {
+            let json = (from + i).checked_sub(recent_from).and_then(|at| state.recent.get(at)).cloned();
+            Entry::Message { message: Arc::clone(message), bytes, json }
+        }));
+        if let Some(outcome) = &state.end
+            && taken == messages.len()
+            && taken < max
+        {
+            into.push(Entry::End(Arc::clone(outcome)));
+        }
+        Ok(())
     }
 
     fn last_sequence(&self) -> u64 {
@@ -335,19 +316,19 @@ impl MemoryLog {
     /// what it trimmed back from disk. Returns the bytes dropped.
     pub(crate) fn trim(&self, upto: u64) -> u64 {
         let mut state = self.lock();
-        let count = upto.saturating_sub(state.forgotten).min(state.json.len() as u64) as usize;
+        let count = upto.saturating_sub(state.forgotten).min(state.messages.len() as u64) as usize;
         if count == 0 {
             return 0;
         }
-        let older = state.json.len() - state.recent.len();
+        let older = state.messages.len() - state.recent.len();
         let recent = count.saturating_sub(older);
         state.recent.drain(..recent);
-        let size = |json: &Bytes| json.len() as u64;
-        let dropped: u64 = if count == state.json.len() {
-            state.recent = VecDeque::new();
-            std::mem::take(&mut state.json).iter().map(size).sum()
+        let dropped: u64 = if count == state.messages.len() {
+            state.messages = Vec::new();
+            std::mem::take(&mut state.sizes).iter().sum()
         } else {
-            state.json.drain(..count).map(|json| size(&json)).sum()
+            state.messages.drain(..count);
+            state.sizes.drain(..count).sum()
         };
         state.forgotten += count as u64;
         state.bytes -= dropped;
@@ -356,7 +337,7 @@ impl MemoryLog {
 
     /// How many messages it holds.
     pub(crate) fn len(&self) -> usize {
-        self.lock().json.len()
+        self.lock().messages.len()
     }
 }
 
@@ -376,21 +357,29 @@ mod tests {
         entries
     }
 
-    /// Every message comes back with the JSON it was logged with, byte for byte, the older ones parsed back
-    /// into the message that was logged; trimming keeps the JSON and the parsed messages in step.
+    /// The JSON of the last `RECENT` messages comes back with them, byte for byte; older messages come back
+    /// with their size only, and trimming keeps the two in step.
     #[test]
-    fn every_message_keeps_its_json_and_older_ones_are_parsed_back() {
+    fn the_recent_messages_keep_their_json_and_older_ones_their_size() {
         let log = MemoryLog::default();
         let count = RECENT as u64 + 100;
-        let logged: Vec<Entry> = (1..=count).map(entry).collect();
-        log.append(logged.clone());
+        log.append((1..=count).map(entry).collect());
         let check = |log: &MemoryLog, after: u64| {
-            let read = read_all(log, after);
-            assert_eq!(read.len() as u64, count - after, "after {after}");
-            assert_eq!(read[..], logged[after as usize..], "after {after}");
-            for entry in &read {
-                let Entry::Message { message, bytes, json: Some(json) } = entry else { panic!("{entry:?}") };
-                assert_eq!(*bytes, json.len() as u64, "sequence {:?}", message.sequence());
+            for entry in read_all(log, after) {
+                let Entry::Message { message, bytes, json } = &entry else { panic!("only messages") };
+                let sequence = message.sequence().unwrap_or_default();
+                let Entry::Message { json: Some(expected), .. } = crate::hub::Entry::message((**message).clone())
+                else {
+                    unreachable!()
+                };
+                assert_eq!(*bytes, expected.len() as u64, "sequence {sequence}");
+                match json {
+                    Some(json) => {
+                        assert!(sequence > count - RECENT as u64, "sequence {sequence} is not recent");
+                        assert_eq!(json, &expected, "sequence {sequence}");
+                    }
+                    None => assert!(sequence <= count - RECENT as u64, "sequence {sequence} lost its JSON"),
+                }
             }
         };
         check(&log, 0);
@@ -399,15 +388,10 @@ mod tests {
         assert!(log.trim(150) > 0);
         check(&log, 150);
         assert_eq!(read_all(&log, 150).len() as u64, count - 150);
-        assert_eq!(log.read(149, 1, &mut Vec::new()), Err(Gone { asked: 149, kept_after: 150 }));
-        // A read of older messages stops at `max`, and the next one goes on from there.
-        let mut some = Vec::new();
-        assert_eq!(log.read(150, 3, &mut some), Ok(()));
-        assert_eq!(some[..], logged[150..153]);
+        log.append(vec![entry(count + 1)]);
+        check(&log, 150);
         log.trim(u64::MAX);
-        assert!(read_all(&log, count).is_empty());
-        let next = entry(count + 1);
-        log.append(vec![next.clone()]);
-        assert_eq!(read_all(&log, count), [next]);
+        log.append(vec![entry(count + 2)]);
+        check(&log, count + 1);
     }
 }
