@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
 use super::server::Held;
+use super::watched::Watched;
 
 /// The longest first request head read here; a longer one goes to hyper, which answers it as it does.
 const HEAD_LIMIT: usize = 8 * 1024;
@@ -139,12 +140,16 @@ where
         let mut scratch = [0u8; 64];
         while let Ok(1..) = reader.read(&mut scratch).await {}
     };
-    tokio::select! {
-        result = relay => if let Err(error) = result {
-            tracing::debug!(%error, "event stream connection closed with an error");
-        },
-        () = client_gone => {}
-        () = gone.cancelled() => {}
+    // Polled only when they are woken (see `watched.rs`): the relay is woken for every batch, they all but
+    // never.
+    let watchers = async {
+        tokio::select! {
+            () = client_gone => {}
+            () = gone.cancelled() => {}
+        }
+    };
+    if let Some(Err(error)) = Watched::new(std::pin::pin!(relay), std::pin::pin!(watchers)).await {
+        tracing::debug!(%error, "event stream connection closed with an error");
     }
 }
 

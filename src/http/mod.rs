@@ -41,6 +41,7 @@ mod streams;
 mod threads;
 mod ui;
 mod ui_chat;
+mod watched;
 mod ws;
 
 use std::sync::Arc;
