@@ -27,15 +27,13 @@ use std::task::{Context, Poll};
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Method, Request, Response, Version, header};
 use bytes::Bytes;
-use futures::FutureExt;
-use http_body::Frame;
-use http_body_util::BodyExt;
+use http_body::{Body as _, Frame};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
 use super::server::Held;
-use super::watched::Watched;
+use super::watched::{WakeFlag, Watched};
 
 /// The longest first request head read here; a longer one goes to hyper, which answers it as it does.
 const HEAD_LIMIT: usize = 8 * 1024;
@@ -192,20 +190,38 @@ fn response_head(parts: &axum::http::response::Parts, length: Option<u64>, bodil
 /// [`GATHERED_BYTES`]) go out in one write, as one chunk when `chunked`, with the last chunk at the end.
 /// Nothing waits to be gathered. A body that fails ends the response without its last chunk, so the
 /// client sees it cut short.
+///
+/// The body is polled with a [`WakeFlag`]: the look for more frames after a batch leaves the body waiting
+/// with that waker, so after the write the body is polled again only if it was woken meanwhile, not once
+/// more per delivery to find it still waiting.
 async fn relay_body(mut body: Body, writer: &mut (impl AsyncWrite + Unpin), chunked: bool) -> io::Result<()> {
     let mut frames: Vec<Bytes> = Vec::new();
     let mut ended = false;
+    let woken = WakeFlag::new();
+    // The body's last poll left it waiting (with `woken`'s waker): poll it again only once woken.
+    let mut waiting = false;
     while !ended {
         // `frames` is empty here: every pass ends by clearing it.
-        let mut bytes = match body.frame().await {
+        let first = std::future::poll_fn(|cx| {
+            if !woken.woken(cx) && waiting {
+                return Poll::Pending;
+            }
+            let polled = Pin::new(&mut body).poll_frame(&mut woken.context());
+            waiting = polled.is_pending();
+            polled
+        });
+        let mut bytes = match first.await {
             None => break,
             Some(frame) => gather(frame, &mut frames)?,
         };
         while !ended && frames.len() < GATHERED_FRAMES && bytes < GATHERED_BYTES {
-            match body.frame().now_or_never() {
-                None => break,
-                Some(None) => ended = true,
-                Some(Some(frame)) => bytes += gather(frame, &mut frames)?,
+            match Pin::new(&mut body).poll_frame(&mut woken.context()) {
+                Poll::Pending => {
+                    waiting = true;
+                    break;
+                }
+                Poll::Ready(None) => ended = true,
+                Poll::Ready(Some(frame)) => bytes += gather(frame, &mut frames)?,
             }
         }
         if bytes == 0 {
@@ -349,7 +365,9 @@ mod tests {
     use bytes::Bytes;
     use tokio::io::AsyncWrite;
 
-    use super::{ChunkSize, relay_body};
+    use std::time::Duration;
+
+    use super::{ChunkSize, GATHERED_FRAMES, relay_body};
 
     /// Records every write it is given, whole.
     #[derive(Default)]
@@ -395,6 +413,38 @@ mod tests {
         relay_body(body, &mut writes, true).await.expect("relayed");
         let writes: Vec<String> = writes.0.iter().map(|w| String::from_utf8_lossy(w).into_owned()).collect();
         assert_eq!(writes, ["1c\r\ndata: a\n\ndata: bb\n\ndata: c\n\n\r\n", "0\r\n\r\n"]);
+    }
+
+    /// More frames ready at once than one write takes go out in several writes, without a wake in between:
+    /// a write that stops at its limit leaves the body's frames to the next one, not to the next wake (an
+    /// empty frame and a pass with nothing to send likewise). A body that waits between its frames has each
+    /// one sent as it comes.
+    #[tokio::test]
+    async fn frames_past_one_writes_limit_go_out_without_a_wake() {
+        let count = GATHERED_FRAMES * 3 + 1;
+        let mut frames: Vec<Bytes> = (0..count).map(|n| Bytes::from(format!("data: {n}\n\n"))).collect();
+        frames.insert(GATHERED_FRAMES, Bytes::new());
+        let stream = futures::stream::iter(frames.into_iter().map(Ok::<_, io::Error>));
+        let mut writes = Writes::default();
+        let relayed = relay_body(Body::from_stream(stream), &mut writes, false);
+        tokio::time::timeout(Duration::from_secs(5), relayed).await.expect("no wake needed").expect("relayed");
+        let sent: String = writes.0.iter().map(|w| String::from_utf8_lossy(w)).collect();
+        let expected: String = (0..count).map(|n| format!("data: {n}\n\n")).collect();
+        assert_eq!(sent, expected);
+        assert_eq!(writes.0.len(), count.div_ceil(GATHERED_FRAMES));
+
+        let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, io::Error>>(1);
+        let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(receiver));
+        let mut writes = Writes::default();
+        let producer = async move {
+            for n in 0..3 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let _ = sender.send(Ok(Bytes::from(format!("data: {n}\n\n")))).await;
+            }
+        };
+        let (relayed, ()) = tokio::join!(relay_body(body, &mut writes, false), producer);
+        relayed.expect("relayed");
+        assert_eq!(writes.0, [b"data: 0\n\n".to_vec(), b"data: 1\n\n".to_vec(), b"data: 2\n\n".to_vec()]);
     }
 
     #[test]

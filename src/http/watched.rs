@@ -1,5 +1,6 @@
 //! [`Watched`]: a future run until it completes or a watcher of it does first, with the watcher polled only
-//! when its own waker was woken.
+//! when its own waker was woken; [`WakeFlag`], that waker, which event connections also poll their bodies
+//! with.
 //!
 //! `tokio::select!` polls every branch each time its task is woken, since the task has one waker for all of
 //! them. An event connection's task is woken for every batch it writes, while its watchers (the client
@@ -20,11 +21,39 @@ use futures::task::AtomicWaker;
 pub(crate) struct Watched<F, W> {
     work: F,
     watcher: W,
-    woken: Arc<Woken>,
+    woken: WakeFlag,
+}
+
+/// A waker of its own for a part of a task: a wake notes that the part was woken, then wakes the task. The
+/// task polls the part only when it was, and once at the start, so that the part registers this waker.
+pub(crate) struct WakeFlag {
+    shared: Arc<Woken>,
     waker: Waker,
 }
 
-/// The watcher's waker: whether it was woken since the watcher was last polled, and the task to wake.
+impl WakeFlag {
+    pub(crate) fn new() -> Self {
+        // Woken to begin with: the first look polls the part.
+        let shared = Arc::new(Woken { flag: AtomicBool::new(true), task: AtomicWaker::new() });
+        let waker = Waker::from(Arc::clone(&shared));
+        WakeFlag { shared, waker }
+    }
+
+    /// Registers the task polling now (whom a wake wakes) and says whether the part was woken since the
+    /// last look: poll it then, with [`WakeFlag::context`]. The flag is cleared first, so a wake during that
+    /// poll is seen at the next look.
+    pub(crate) fn woken(&self, cx: &Context<'_>) -> bool {
+        self.shared.task.register(cx.waker());
+        self.shared.flag.swap(false, Ordering::AcqRel)
+    }
+
+    /// The context to poll the part with.
+    pub(crate) fn context(&self) -> Context<'_> {
+        Context::from_waker(&self.waker)
+    }
+}
+
+/// A [`WakeFlag`]'s shared part: whether the part was woken since it was last polled, and the task to wake.
 struct Woken {
     flag: AtomicBool,
     task: AtomicWaker,
@@ -43,10 +72,7 @@ impl Wake for Woken {
 
 impl<F, W> Watched<F, W> {
     pub(crate) fn new(work: F, watcher: W) -> Self {
-        // Woken to begin with: the first poll polls the watcher, which registers its waker.
-        let woken = Arc::new(Woken { flag: AtomicBool::new(true), task: AtomicWaker::new() });
-        let waker = Waker::from(Arc::clone(&woken));
-        Watched { work, watcher, woken, waker }
+        Watched { work, watcher, woken: WakeFlag::new() }
     }
 }
 
@@ -55,15 +81,13 @@ impl<F: Future + Unpin, W: Future<Output = ()> + Unpin> Future for Watched<F, W>
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        // The task first, so that a watcher woken from here on wakes this task.
-        this.woken.task.register(cx.waker());
+        // The task registered first, so that a watcher woken from here on wakes it.
+        let woken = this.woken.woken(cx);
         if let Poll::Ready(output) = Pin::new(&mut this.work).poll(cx) {
+            // A wake taken here is not lost: the work is done, and with it the watching.
             return Poll::Ready(Some(output));
         }
-        // Cleared before the poll: a wake during it is seen by the next one.
-        if this.woken.flag.swap(false, Ordering::AcqRel)
-            && Pin::new(&mut this.watcher).poll(&mut Context::from_waker(&this.waker)).is_ready()
-        {
+        if woken && Pin::new(&mut this.watcher).poll(&mut this.woken.context()).is_ready() {
             return Poll::Ready(None);
         }
         Poll::Pending
