@@ -312,6 +312,30 @@ async fn a_redis_restart_loses_nothing_acknowledged() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_idle_through_a_redis_restart_answers_the_first_request_after_it() {
+    let mut redis = RedisServer::start();
+    let (a, b) = (node(&redis), node(&redis));
+    let client = reqwest::Client::new();
+    let id = create(&client, &a).await;
+    append(&client, &a, &id, messages("p", 0, 4)).await;
+    let (status, ended) = post_empty(&client, &a.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200, "{ended}");
+    redis.stop();
+    // Longer than a lease renewal: B's connection found Redis away, and makes a new one only when next used.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    redis.start_again();
+    // B's first request after Redis came back is served, not refused with a 503.
+    let read = read_events(events(&client, &b, &id, "").await).await;
+    let texts: Vec<String> = read
+        .iter()
+        .map(Sse::json)
+        .filter(|m| m["type"] == "text")
+        .filter_map(|m| m["props"]["content"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(texts, (0..4).map(|i| format!("p {i}")).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_writer_dies_ends_interrupted_on_every_other_node() {
     let redis = RedisServer::start();
     let (mut a, b, c) = (node(&redis), node(&redis), node(&redis));

@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::connection::RedisConnection;
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 use tokio::sync::Notify;
 
 use super::script::{self, Append};
@@ -39,7 +39,7 @@ pub(crate) struct Meta {
 }
 
 /// Reads a stream's `meta` hash: `None` when Redis has no such stream.
-pub(crate) async fn meta(connection: &mut ConnectionManager, id: &str) -> redis::RedisResult<Option<Meta>> {
+pub(crate) async fn meta(connection: &mut RedisConnection, id: &str) -> redis::RedisResult<Option<Meta>> {
     let fields: HashMap<String, String> = connection.hgetall(keys::meta(id)).await?;
     let (Some(epoch), Some(model)) = (fields.get("epoch"), fields.get("model")) else { return Ok(None) };
     let created_ms = fields.get("created_ms").and_then(|v| v.parse().ok()).unwrap_or_default();
@@ -56,7 +56,7 @@ pub(crate) async fn meta(connection: &mut ConnectionManager, id: &str) -> redis:
 /// hold `stream_end`, which the writer puts in Redis in one step with the outcome. So a notice costs a
 /// follower one read, not two.
 pub(crate) async fn catch_up(
-    connection: &mut ConnectionManager,
+    connection: &mut RedisConnection,
     id: &str,
     log: &dyn Log,
     append: &(dyn Fn(Vec<Entry>) + Sync),
@@ -113,7 +113,7 @@ pub(crate) async fn catch_up(
 }
 
 /// The log of a followed stream as first read: its history up to now, and the end if it has ended.
-pub(crate) async fn history(connection: &mut ConnectionManager, id: &str) -> redis::RedisResult<MemoryLog> {
+pub(crate) async fn history(connection: &mut RedisConnection, id: &str) -> redis::RedisResult<MemoryLog> {
     let log = MemoryLog::default();
     catch_up(connection, id, &log, &|entries| log.append(entries), true).await?;
     Ok(log)
@@ -127,7 +127,7 @@ pub(crate) async fn keep_up(
     hub: Hub,
     id: String,
     stream: Weak<Stream>,
-    mut connection: ConnectionManager,
+    mut connection: RedisConnection,
     notices: Arc<Notify>,
 ) {
     // A stream that had ended when it was taken in has its end already.
@@ -190,7 +190,7 @@ pub(crate) async fn keep_up(
 /// When the stream's writer has died (its lease lapsed), takes the stream over and ends it with the error
 /// `interrupted` after what Redis holds, unless another node does first; the end comes back to every
 /// follower as any entry does.
-async fn end_if_writer_died(connection: &mut ConnectionManager, stream: &Stream, me: &Owner) -> redis::RedisResult<()> {
+async fn end_if_writer_died(connection: &mut RedisConnection, stream: &Stream, me: &Owner) -> redis::RedisResult<()> {
     let writer: Option<String> = connection.hget(keys::meta(stream.id()), "owner").await?;
     let Some(writer) = writer else { return Ok(()) };
     if writer == *me.node || lease::alive(connection, &writer).await? {

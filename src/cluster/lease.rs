@@ -15,8 +15,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::connection::RedisConnection;
 use redis::AsyncCommands;
-use redis::aio::ConnectionManager;
 
 use super::keys;
 
@@ -60,7 +60,7 @@ impl Steady {
 }
 
 /// Takes or renews `node`'s lease.
-pub(crate) async fn renew(connection: &mut ConnectionManager, node: &str, url: &str) -> redis::RedisResult<()> {
+pub(crate) async fn renew(connection: &mut RedisConnection, node: &str, url: &str) -> redis::RedisResult<()> {
     connection.pset_ex(keys::node(node), url, LEASE.as_millis() as u64).await
 }
 
@@ -69,7 +69,7 @@ pub(crate) async fn renew(connection: &mut ConnectionManager, node: &str, url: &
 /// Redis coming back, however long Redis was away: a connection manager whose reconnect attempts ran out
 /// tries again only when next used, and the notices connection is otherwise used only to subscribe.
 pub(crate) async fn keep(
-    [mut connection, mut notices]: [ConnectionManager; 2],
+    [mut connection, mut notices]: [RedisConnection; 2],
     node: Arc<str>,
     url: Arc<str>,
     steady: Arc<Steady>,
@@ -101,6 +101,6 @@ pub(crate) async fn keep(
 }
 
 /// True while `node`'s lease holds.
-pub(crate) async fn alive(connection: &mut ConnectionManager, node: &str) -> redis::RedisResult<bool> {
+pub(crate) async fn alive(connection: &mut RedisConnection, node: &str) -> redis::RedisResult<bool> {
     connection.exists(keys::node(node)).await
 }

@@ -49,6 +49,7 @@
 //! outcome, and a notice channel. The keys expire with the stream: its idle timeout and retention after each
 //! append, its retention once it has ended.
 
+mod connection;
 mod follow;
 mod keys;
 mod lease;
@@ -60,11 +61,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManagerConfig;
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
 use tokio::sync::{Notify, mpsc};
 
 use crate::hub::{Hub, Ids, Log, RandomIds, Storage, Stream, StreamInfo};
+use connection::RedisConnection;
 pub(crate) use threads::SharedThreads;
 pub(crate) use threads::{KeptRun, KeptThread, ThreadCommit};
 use writer::{OwnedLog, Owner, Writer};
@@ -77,9 +79,9 @@ pub struct Cluster {
 
 #[derive(Debug)]
 struct Inner {
-    connection: ConnectionManager,
+    connection: RedisConnection,
     /// Subscribed to the notice channels of the streams followed here (RESP3 pushes).
-    notices: ConnectionManager,
+    notices: RedisConnection,
     writer: Writer,
     owner: Owner,
     /// Whether this node's lease renewals succeed, and since when (`lease.rs`).
@@ -128,13 +130,16 @@ impl Cluster {
         };
         // Commands fail fast while Redis is away (a client gets its 503 in a moment, not after the manager's
         // default six reconnect attempts, ten seconds or more); every caller tries again on its own terms (the
-        // writer for 10 s, the lease and followers each second), and each new command reconnects.
+        // writer for 10 s, the lease and followers each second), and each new command reconnects: the one that
+        // finds the connection refused is sent once more on the new connection (`connection.rs`).
         let commands = settings().set_number_of_retries(2).set_max_delay(Duration::from_millis(500));
-        let connection = client.get_connection_manager_with_config(commands).await?;
+        let connection = RedisConnection::new(client.get_connection_manager_with_config(commands).await?);
         let (pushes, received) = mpsc::unbounded_channel();
-        let notices = client
-            .get_connection_manager_with_config(settings().set_push_sender(pushes).set_automatic_resubscription())
-            .await?;
+        let notices = RedisConnection::new(
+            client
+                .get_connection_manager_with_config(settings().set_push_sender(pushes).set_automatic_resubscription())
+                .await?,
+        );
         let owner = Owner {
             node: Arc::from(RandomIds.epoch()),
             url: Arc::from(config.advertise_url.as_str()),
@@ -264,7 +269,7 @@ impl Inner {
         if let Ok(mut followers) = self.followers.lock() {
             followers.insert(id.to_owned(), Arc::clone(notices));
         }
-        self.notices.clone().subscribe(keys::notices(id)).await
+        self.notices.subscribe(keys::notices(id)).await
     }
 
     /// Stops the notices of a follower that is done with its stream (`notices` being its own), unless a
@@ -282,7 +287,7 @@ impl Inner {
         if let Ok(mut followers) = self.followers.lock() {
             followers.remove(id);
         }
-        if let Err(error) = self.notices.clone().unsubscribe(keys::notices(id)).await {
+        if let Err(error) = self.notices.unsubscribe(keys::notices(id)).await {
             tracing::debug!(stream = id, %error, "unsubscribing from a stream's notices");
         }
     }
@@ -316,7 +321,7 @@ impl Absent {
 }
 
 /// The cluster's token secret: made by the first node that asks (`SET NX`), read by every other.
-async fn shared_secret(connection: &mut ConnectionManager) -> redis::RedisResult<[u8; 32]> {
+async fn shared_secret(connection: &mut RedisConnection) -> redis::RedisResult<[u8; 32]> {
     use redis::AsyncCommands;
     let made = crate::store::random_secret();
     let _: Option<String> =

@@ -67,7 +67,7 @@ return tonumber(redis.call('HGET', meta, 'last'))
 /// stream's last sequence when this node is its writer now, `None` when another node was quicker or the
 /// stream has ended. From then on the dead node's appends are fenced.
 pub(crate) async fn claim(
-    connection: &mut redis::aio::ConnectionManager,
+    connection: &mut super::connection::RedisConnection,
     stream: &str,
     dead: &str,
     node: &str,
@@ -96,7 +96,7 @@ pub(crate) fn append_script() -> Script {
 
 /// Runs the script for `stream`'s `append` as `node` (reachable at `url`); returns the log's last sequence.
 pub(crate) async fn append(
-    connection: &mut redis::aio::ConnectionManager,
+    connection: &mut super::connection::RedisConnection,
     script: &Script,
     node: &str,
     url: &str,

@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::connection::RedisConnection;
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 /// A thread's facts, owner and run (see the module doc).
 fn meta(thread: &str) -> String {
@@ -125,13 +125,13 @@ pub(crate) struct ThreadCommit {
 pub(crate) struct SharedThreads {
     /// For the streams of the runs.
     cluster: super::Cluster,
-    connection: ConnectionManager,
+    connection: RedisConnection,
     /// How long a thread's keys live without a change (zero: forever).
     ttl: Duration,
 }
 
 impl SharedThreads {
-    pub(crate) fn new(cluster: super::Cluster, connection: ConnectionManager, ttl: Duration) -> SharedThreads {
+    pub(crate) fn new(cluster: super::Cluster, connection: RedisConnection, ttl: Duration) -> SharedThreads {
         SharedThreads { cluster, connection, ttl }
     }
 

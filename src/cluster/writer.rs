@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use super::connection::RedisConnection;
 use tokio::sync::{mpsc, watch};
 
 use super::script::{self, Append};
@@ -69,14 +69,14 @@ impl std::fmt::Debug for Command {
 
 impl Writer {
     /// Starts the writer task on the current runtime.
-    pub(crate) fn start(connection: ConnectionManager, owner: Owner) -> Writer {
+    pub(crate) fn start(connection: RedisConnection, owner: Owner) -> Writer {
         let (commands, receiver) = mpsc::unbounded_channel();
         tokio::spawn(run(receiver, connection, owner));
         Writer { commands }
     }
 }
 
-async fn run(mut commands: mpsc::UnboundedReceiver<Command>, connection: ConnectionManager, owner: Owner) {
+async fn run(mut commands: mpsc::UnboundedReceiver<Command>, connection: RedisConnection, owner: Owner) {
     let script = script::append_script();
     let mut round = Vec::new();
     while commands.recv_many(&mut round, ROUND).await > 0 {
@@ -112,7 +112,7 @@ fn merge(round: impl Iterator<Item = Command>) -> Vec<Command> {
     calls
 }
 
-async fn write(connection: &mut ConnectionManager, script: &redis::Script, owner: &Owner, command: Command) {
+async fn write(connection: &mut RedisConnection, script: &redis::Script, owner: &Owner, command: Command) {
     let ttl = if command.ends { owner.ended_ttl } else { owner.open_ttl };
     let ttl_ms = ttl.as_millis().min(u128::from(u64::MAX)) as u64;
     let deadline = tokio::time::Instant::now() + RETRY_FOR;
