@@ -653,6 +653,34 @@ async fn cancel_ends_the_stream_cancelled_before_the_agent_can_end_it() {
     assert!(wrong.is_empty(), "{} of 40 cancels lost to the agent's outcome: {wrong:?}", wrong.len());
 }
 
+/// An agent whose emit is refused because a cancel ended its stream already sees itself cancelled, so it
+/// can tell a cancel from a failure: nobody sees the stream ended by a cancel before its token has fired (the
+/// token once fired after the end, and an agent on another thread could fall between the two).
+#[test]
+fn a_stream_ended_by_a_cancel_is_seen_cancelled_by_its_agent_at_once() {
+    let hub = Hub::default();
+    let mut wrong = Vec::new();
+    for round in 0..200 {
+        let stream = hub.create("cancelled").expect("create");
+        let watching = {
+            let stream = Arc::clone(&stream);
+            std::thread::spawn(move || {
+                // What an agent does: it emits until refused, then asks whether it was cancelled.
+                while stream.append(OutputMessage::text("tick")).is_ok() {}
+                stream.cancellation().is_cancelled()
+            })
+        };
+        while stream.last_sequence() < 20 {
+            std::thread::yield_now();
+        }
+        assert!(stream.cancel());
+        if !watching.join().expect("the watcher") {
+            wrong.push(round);
+        }
+    }
+    assert!(wrong.is_empty(), "{} of 200 refused emits came before the cancel's token: {wrong:?}", wrong.len());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_the_demo_agent_ends_its_stream_cancelled() {
     let hub = Hub::default();

@@ -833,7 +833,7 @@ impl Stream {
     /// [`crate::output::NAME_BYTES`] is cut to it. See [`Stream::try_end`] for an end that may be refused
     /// instead.
     pub fn end(&self, outcome: Outcome) -> bool {
-        self.finish(outcome, false).unwrap_or(false)
+        self.finish(outcome, false, false).unwrap_or(false)
     }
 
     /// Ends the stream as [`Stream::end`] does, but with an outcome a producer sent: one that does not fit is
@@ -844,11 +844,13 @@ impl Stream {
     /// for the end and the limits together cannot hold it.
     pub fn try_end(&self, outcome: Outcome) -> Result<(), AppendError> {
         outcome.validate()?;
-        self.finish(outcome, true).map(|_| ())
+        self.finish(outcome, true, false).map(|_| ())
     }
 
-    /// Ends the stream; see [`Stream::end`] (`refusable`: false) and [`Stream::try_end`].
-    fn finish(&self, mut outcome: Outcome, refusable: bool) -> Result<bool, AppendError> {
+    /// Ends the stream; see [`Stream::end`] (`refusable`: false) and [`Stream::try_end`]. `cancelling`: fires
+    /// the cancellation token too, once the end is in the log and before anyone else may append (see
+    /// [`Stream::cancel`]).
+    fn finish(&self, mut outcome: Outcome, refusable: bool, cancelling: bool) -> Result<bool, AppendError> {
         if self.followed {
             return if refusable { Err(self.refusal_when_followed()) } else { Ok(false) };
         }
@@ -928,6 +930,9 @@ impl Stream {
         entries.push(Entry::End(Arc::clone(&outcome)));
         producer.end = Some(outcome);
         self.log.append(entries);
+        if cancelling {
+            self.cancel.cancel();
+        }
         drop(producer);
         self.warm.store(true, Ordering::Release);
         self.shared.ended(&self.info.id, self.client.as_deref());
@@ -937,8 +942,10 @@ impl Stream {
     /// Cancels the stream: fires the cancellation token the agent watches and ends the stream `cancelled`.
     /// `false` when it had already ended.
     pub fn cancel(&self) -> bool {
-        // End first: an agent woken by the token may return at once, and its outcome must not win.
-        let ended = self.end(Outcome::cancelled());
+        // The token fires after the end and before the producer's lock is let go: an agent woken by it that
+        // ends the stream finds it ended (its outcome does not win over the cancel), and an agent whose emit
+        // is refused because the stream ended already sees itself cancelled.
+        let ended = self.finish(Outcome::cancelled(), false, true).unwrap_or(false);
         self.cancel.cancel();
         ended
     }
