@@ -48,6 +48,12 @@ struct OpenBlock {
 }
 
 impl OpenMessage {
+    /// Its `message_end` at `now_ms`, and the widest it could have been.
+    fn closing(&self, now_ms: u64) -> Closing {
+        let event = self.end_event(self.chunks, now_ms.saturating_sub(self.started_ms));
+        Closing { event, widest: self.end_event(u64::MAX, u64::MAX) }
+    }
+
     fn end_event(&self, chunk_count: u64, duration_ms: u64) -> OutputMessage {
         let data = MessageEnd { message_id: self.id.clone(), kind: self.kind.clone(), chunk_count, duration_ms };
         let mut end = data.event();
@@ -179,11 +185,20 @@ impl Lifecycle {
         }
     }
 
+    /// How many messages and blocks are open: the closing events [`Lifecycle::end_all`] would give.
+    pub(crate) fn open(&self) -> usize {
+        self.messages.len() + self.blocks.len()
+    }
+
     /// `message_end` for an open message, if it is open.
     pub(crate) fn end_message(&mut self, id: &str, now_ms: u64) -> Option<Closing> {
-        let open = self.messages.shift_remove(id)?;
-        let event = open.end_event(open.chunks, now_ms.saturating_sub(open.started_ms));
-        Some(Closing { event, widest: open.end_event(u64::MAX, u64::MAX) })
+        self.messages.shift_remove(id).map(|open| open.closing(now_ms))
+    }
+
+    /// `message_end` for every open message `which` picks, in the order they opened: one pass over the open
+    /// messages, however many there are (ending them one by one would shift the rest each time).
+    fn end_messages(&mut self, now_ms: u64, which: impl Fn(&OpenMessage) -> bool) -> Vec<Closing> {
+        self.messages.extract_if(.., |_, open| which(open)).map(|(_, open)| open.closing(now_ms)).collect()
     }
 
     /// `block_end` for an open block, after `message_end` for its open messages.
@@ -191,9 +206,7 @@ impl Lifecycle {
         if !self.blocks.contains_key(id) {
             return Vec::new();
         }
-        let in_block: Vec<String> =
-            self.messages.values().filter(|m| m.block_id.as_deref() == Some(id)).map(|m| m.id.clone()).collect();
-        let mut events: Vec<Closing> = in_block.iter().filter_map(|m| self.end_message(m, now_ms)).collect();
+        let mut events = self.end_messages(now_ms, |m| m.block_id.as_deref() == Some(id));
         let Some(open) = self.blocks.shift_remove(id) else { return events };
         let event = open.end_event(open.messages, now_ms.saturating_sub(open.started_ms));
         events.push(Closing { event, widest: open.end_event(u64::MAX, u64::MAX) });
@@ -253,15 +266,12 @@ impl Lifecycle {
 
     /// Ends everything still open: messages outside blocks, then blocks from the newest.
     pub(crate) fn end_all(&mut self, now_ms: u64) -> Vec<Closing> {
-        let loose: Vec<String> =
-            self.messages.values().filter(|m| m.block_id.is_none()).map(|m| m.id.clone()).collect();
-        let mut events: Vec<Closing> = loose.iter().filter_map(|m| self.end_message(m, now_ms)).collect();
+        let mut events = self.end_messages(now_ms, |m| m.block_id.is_none());
         while let Some(block) = self.blocks.last().map(|(id, _)| id.clone()) {
             events.extend(self.end_block(&block, now_ms));
         }
         // Messages naming a block that never opened (impossible through `before`) end last.
-        let rest: Vec<String> = self.messages.keys().cloned().collect();
-        events.extend(rest.iter().filter_map(|m| self.end_message(m, now_ms)));
+        events.extend(self.end_messages(now_ms, |_| true));
         events
     }
 }

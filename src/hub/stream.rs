@@ -862,12 +862,12 @@ impl Stream {
         let copies = producer.copies();
         let now_ms = self.shared.config.clock.now_ms();
         let duration_ms = now_ms.saturating_sub(producer.started_ms);
-        let lifecycle = producer.lifecycle.clone();
-        let closings = producer.lifecycle.end_all(now_ms);
+        // One closing event for each open message and block, ended only once the end cannot be refused.
+        let open = producer.lifecycle.open();
         // Ids in the order of the events, taken now to size `stream_end` before anything is appended.
-        let ids: Vec<String> = closings.iter().map(|_| self.new_id("m")).collect();
+        let ids: Vec<String> = (0..open).map(|_| self.new_id("m")).collect();
         let end_id = self.new_id("m");
-        let sequence = producer.last + closings.len() as u64 + 1;
+        let sequence = producer.last + open as u64 + 1;
         let sized = |outcome: &Outcome| {
             let mut end = lifecycle::stream_end(outcome, duration_ms);
             end.message_id = Some(end_id.clone());
@@ -899,10 +899,7 @@ impl Stream {
                 producer.bytes += extra;
                 (room, outcome_room) = (room + extra, outcome_room + outcome_extra);
             }
-            Some(error) if refusable => {
-                producer.lifecycle = lifecycle;
-                return Err(error);
-            }
+            Some(error) if refusable => return Err(error),
             Some(_) => {
                 lifecycle::shrink(&mut outcome, |o| {
                     let (_, size, outcome_size) = sized(o);
@@ -911,6 +908,7 @@ impl Stream {
                 (end, size, outcome_size) = sized(&outcome);
             }
         }
+        let closings = producer.lifecycle.end_all(now_ms);
         let mut entries: Vec<Entry> = closings
             .into_iter()
             .zip(ids)
