@@ -666,7 +666,9 @@ impl Stream {
         staged.entries.reserve(messages.len());
         staged.sequences.reserve(messages.len());
         if messages.len() > 1 {
-            staged.undo.reserve(messages.len());
+            // Room for the lifecycle events a batch usually adds too (a message or block that starts), so the
+            // journal is not moved to a larger allocation halfway.
+            staged.undo.reserve(messages.len() + LIFECYCLE_ROOM);
         }
         if let Err(error) = self.stage(&mut producer, messages, &mut staged) {
             producer.reducer.rollback(staged.undo);
@@ -1241,6 +1243,9 @@ impl Drop for Stream {
         self.shared.release(*self.held.get_mut());
     }
 }
+
+/// Lifecycle events a batch's undo journal has room for beyond its messages (see `append_staged`).
+const LIFECYCLE_ROOM: usize = 8;
 
 /// A value's size as compact JSON, without building it.
 fn json_size(message: &impl Serialize) -> u64 {
