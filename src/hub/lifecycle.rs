@@ -17,6 +17,8 @@
 //! ([`widest_outcome`]): any finish reason and usage, and an error of up to [`END_ERROR_BYTES`] of message and
 //! code.
 
+use std::collections::HashMap;
+
 use indexmap::IndexMap;
 
 use crate::output::{
@@ -64,6 +66,12 @@ impl OpenMessage {
 }
 
 impl OpenBlock {
+    /// Its `block_end` at `now_ms`, and the widest it could have been.
+    fn closing(&self, now_ms: u64) -> Closing {
+        let event = self.end_event(self.messages, now_ms.saturating_sub(self.started_ms));
+        Closing { event, widest: self.end_event(u64::MAX, u64::MAX) }
+    }
+
     fn end_event(&self, message_count: u64, duration_ms: u64) -> OutputMessage {
         let mut end = BlockEnd { block_id: self.id.clone(), message_count, duration_ms }.event();
         end.block_id = Some(self.id.clone());
@@ -207,9 +215,7 @@ impl Lifecycle {
             return Vec::new();
         }
         let mut events = self.end_messages(now_ms, |m| m.block_id.as_deref() == Some(id));
-        let Some(open) = self.blocks.shift_remove(id) else { return events };
-        let event = open.end_event(open.messages, now_ms.saturating_sub(open.started_ms));
-        events.push(Closing { event, widest: open.end_event(u64::MAX, u64::MAX) });
+        events.extend(self.blocks.shift_remove(id).map(|open| open.closing(now_ms)));
         events
     }
 
@@ -264,14 +270,25 @@ impl Lifecycle {
         }
     }
 
-    /// Ends everything still open: messages outside blocks, then blocks from the newest.
+    /// Ends everything still open: messages outside blocks, then blocks from the newest, each after its
+    /// messages. One pass over the messages, however many messages and blocks are open.
     pub(crate) fn end_all(&mut self, now_ms: u64) -> Vec<Closing> {
         let mut events = self.end_messages(now_ms, |m| m.block_id.is_none());
-        while let Some(block) = self.blocks.last().map(|(id, _)| id.clone()) {
-            events.extend(self.end_block(&block, now_ms));
+        // The rest by block, each block's in the order they opened; messages naming a block that never opened
+        // (impossible through `before`) end last.
+        let mut by_block: HashMap<String, Vec<OpenMessage>> = HashMap::new();
+        let mut blockless = Vec::new();
+        for (_, open) in self.messages.drain(..) {
+            match open.block_id.as_ref().filter(|block| self.blocks.contains_key(block.as_str())) {
+                Some(block) => by_block.entry(block.clone()).or_default().push(open),
+                None => blockless.push(open),
+            }
         }
-        // Messages naming a block that never opened (impossible through `before`) end last.
-        events.extend(self.end_messages(now_ms, |_| true));
+        while let Some((id, block)) = self.blocks.pop() {
+            events.extend(by_block.remove(&id).into_iter().flatten().map(|open| open.closing(now_ms)));
+            events.push(block.closing(now_ms));
+        }
+        events.extend(blockless.into_iter().map(|open| open.closing(now_ms)));
         events
     }
 }
