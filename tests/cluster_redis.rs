@@ -54,6 +54,16 @@ fn data(events: &[Sse]) -> Vec<&str> {
     events.iter().map(|e| e.data.as_str()).collect()
 }
 
+/// The content of the text messages among `events`, in order.
+fn texts(events: &[Sse]) -> Vec<String> {
+    events
+        .iter()
+        .map(Sse::json)
+        .filter(|m| m["type"] == "text")
+        .filter_map(|m| m["props"]["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_written_on_one_node_is_read_on_the_others_in_their_own_formats() {
     let redis = RedisServer::start();
@@ -302,13 +312,7 @@ async fn a_redis_restart_loses_nothing_acknowledged() {
     for sequence in &acknowledged {
         assert!(ids.contains(sequence), "acknowledged {sequence} is kept");
     }
-    let texts: Vec<String> = read
-        .iter()
-        .map(Sse::json)
-        .filter(|m| m["type"] == "text")
-        .filter_map(|m| m["props"]["content"].as_str().map(str::to_owned))
-        .collect();
-    assert_eq!(texts, (0..40).map(|i| format!("p {i}")).collect::<Vec<_>>());
+    assert_eq!(texts(&read), (0..40).map(|i| format!("p {i}")).collect::<Vec<_>>());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,13 +330,7 @@ async fn a_node_idle_through_a_redis_restart_answers_the_first_request_after_it(
     redis.start_again();
     // B's first request after Redis came back is served, not refused with a 503.
     let read = read_events(events(&client, &b, &id, "").await).await;
-    let texts: Vec<String> = read
-        .iter()
-        .map(Sse::json)
-        .filter(|m| m["type"] == "text")
-        .filter_map(|m| m["props"]["content"].as_str().map(str::to_owned))
-        .collect();
-    assert_eq!(texts, (0..4).map(|i| format!("p {i}")).collect::<Vec<_>>());
+    assert_eq!(texts(&read), (0..4).map(|i| format!("p {i}")).collect::<Vec<_>>());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
