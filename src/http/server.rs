@@ -264,12 +264,11 @@ async fn end_open_streams(hub: &Hub, grace: Duration) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for stream in hub.open_streams() {
-        let ended = stream.end(Outcome::failed(ErrorProps {
+        let ended = stream.stop(Outcome::failed(ErrorProps {
             message: "the server is shutting down".into(),
             code: Some("shutdown".into()),
             details: None,
         }));
-        stream.cancellation().cancel();
         if ended {
             tracing::warn!(stream = stream.id(), "ended by shutdown");
         }

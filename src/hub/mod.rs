@@ -700,8 +700,7 @@ impl Hub {
                 code: Some("idle_timeout".into()),
                 details: None,
             });
-            if stream.end(outcome) {
-                stream.cancellation().cancel();
+            if stream.stop(outcome) {
                 tracing::info!(stream = stream.id(), "ended: idle");
                 ended += 1;
             }

@@ -452,9 +452,8 @@ impl Stream {
             code: Some("store_unavailable".into()),
             details: None,
         });
-        let ended = self.end(outcome);
+        let ended = self.stop(outcome);
         if ended {
-            self.cancel.cancel();
             tracing::error!(stream = self.info.id, "messages not kept: the stream is ended");
         }
         ended
@@ -942,10 +941,18 @@ impl Stream {
     /// Cancels the stream: fires the cancellation token the agent watches and ends the stream `cancelled`.
     /// `false` when it had already ended.
     pub fn cancel(&self) -> bool {
-        // The token fires after the end and before the producer's lock is let go: an agent woken by it that
-        // ends the stream finds it ended (its outcome does not win over the cancel), and an agent whose emit
-        // is refused because the stream ended already sees itself cancelled.
-        let ended = self.finish(Outcome::cancelled(), false, true).unwrap_or(false);
+        self.stop(Outcome::cancelled())
+    }
+
+    /// Ends the stream with `outcome` as [`Stream::end`] does, and fires the cancellation token the agent
+    /// watches (a cancel, a shutdown, an idle timeout, a store that failed). `false` when it had already
+    /// ended; the token fires either way.
+    ///
+    /// The token fires after the end and before the producer's lock is let go: an agent woken by it that
+    /// ends the stream finds it ended (its outcome does not win), and an agent whose emit is refused because
+    /// the stream ended already sees itself cancelled.
+    pub(crate) fn stop(&self, outcome: Outcome) -> bool {
+        let ended = self.finish(outcome, false, true).unwrap_or(false);
         self.cancel.cancel();
         ended
     }
