@@ -198,7 +198,9 @@ impl Output {
         self.stream.readable(sequence).await
     }
 
-    /// True once someone cancelled the stream.
+    /// True once someone cancelled the stream, or it was stopped for the agent (a shutdown, an idle timeout,
+    /// a store that failed). Already true when an emit is refused because such an end came first, so an
+    /// agent can tell a cancel from a failure.
     pub fn is_cancelled(&self) -> bool {
         self.stream.cancellation().is_cancelled()
     }
