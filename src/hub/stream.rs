@@ -850,7 +850,7 @@ impl Stream {
 
     /// Ends the stream; see [`Stream::end`] (`refusable`: false) and [`Stream::try_end`]. `cancelling`: fires
     /// the cancellation token too, once the end is in the log and before anyone else may append (see
-    /// [`Stream::cancel`]).
+    /// [`Stream::stop`]).
     fn finish(&self, mut outcome: Outcome, refusable: bool, cancelling: bool) -> Result<bool, AppendError> {
         if self.followed {
             return if refusable { Err(self.refusal_when_followed()) } else { Ok(false) };
