@@ -13,14 +13,8 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// See the module doc; cheap to clone (the clones share one connection).
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct RedisConnection(ConnectionManager);
-
-impl std::fmt::Debug for RedisConnection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RedisConnection")
-    }
-}
 
 impl RedisConnection {
     pub(crate) fn new(manager: ConnectionManager) -> RedisConnection {
