@@ -176,3 +176,76 @@ async fn every_other_first_request_is_served_by_hyper_from_its_first_byte() {
     assert!(head.starts_with("http/1.1 431"), "{head}");
     assert!(String::from_utf8_lossy(&body).contains("headers_too_large"), "the envelope");
 }
+
+/// A raw subscriber to `id`'s CUI events, reading from a socket whose receive buffer is `receive_buffer`
+/// bytes when given (a small one fills after a few writes).
+async fn subscribe_raw(server: &TestServer, id: &str, receive_buffer: Option<u32>) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    if let Some(size) = receive_buffer {
+        socket.set_recv_buffer_size(size).expect("a receive buffer");
+    }
+    let mut tcp = socket.connect(server.addr).await.expect("connect");
+    tcp.write_all(format!("GET /v1/streams/{id}/events HTTP/1.1\r\nHost: agentmux\r\n\r\n").as_bytes())
+        .await
+        .expect("write");
+    tcp
+}
+
+/// Subscribers that keep up are written to by their stream's feed while their own tasks wait (`feed.rs`):
+/// with messages posted one per POST, every subscriber gets each one once, in order; in a silence each gets
+/// its pings; and one that stops reading while a megabyte comes (its socket takes a few kilobytes, so a
+/// write stops partway and its connection takes over from the feed) gets every byte once it reads again.
+#[tokio::test]
+async fn subscribers_that_keep_up_get_every_message_and_their_pings_from_the_feed() {
+    let settings = agentmux::http::Settings { keep_alive: Duration::from_millis(40), ..Default::default() };
+    let server =
+        TestServer::with(agentmux::hub::HubConfig::default(), settings, agentmux::agent::Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    let mut readers = Vec::new();
+    for _ in 0..12 {
+        readers.push(subscribe_raw(&server, &id, None).await);
+    }
+    let mut stalled = subscribe_raw(&server, &id, Some(4096)).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while subscribers(&client, &server).await != 13 {
+        assert!(tokio::time::Instant::now() < deadline, "subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Everyone reads (and drains) but the stalled one.
+    let readers: Vec<_> =
+        readers.into_iter().map(|mut tcp| tokio::spawn(async move { read_to_close(&mut tcp).await })).collect();
+    let messages = format!("/v1/streams/{id}/messages");
+    for n in 0..40 {
+        let (status, _) = post_json(
+            &client,
+            &server.url(&messages),
+            &json!([{"type": "text", "props": {"content": format!("one {n}")}}]),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let long = "x".repeat(10_000);
+    for _ in 0..10 {
+        let batch: Vec<_> = (0..10).map(|_| json!({"type": "text", "props": {"content": long}})).collect();
+        let (status, _) = post_json(&client, &server.url(&messages), &json!(batch)).await;
+        assert_eq!(status, 200);
+    }
+    let last = end_stream(&client, &server, &id).await;
+    let stalled = read_to_close(&mut stalled).await;
+    for body in readers.into_iter().map(|reader| async { reader.await.expect("read") }) {
+        let (head, body) = split_head(&body.await);
+        assert!(head.starts_with("http/1.1 200 ok\r\n"), "{head}");
+        let body = dechunk(&body);
+        let (events, _) = parse_sse(&body);
+        let ids: Vec<u64> = events.iter().filter_map(|e| e.id).collect();
+        assert_eq!(ids, (1..=last).collect::<Vec<_>>(), "every message once, in order");
+        assert!(body.windows(8).any(|w| w == b": ping\n\n"), "pings in the silence");
+    }
+    let (_, body) = split_head(&stalled);
+    let (events, _) = parse_sse(&dechunk(&body));
+    let ids: Vec<u64> = events.iter().filter_map(|e| e.id).collect();
+    assert_eq!(ids, (1..=last).collect::<Vec<_>>(), "the stalled reader gets every message too");
+    assert_eq!(events.iter().filter(|e| e.data.contains(&long)).count(), 100);
+}

@@ -162,7 +162,8 @@ pub(crate) fn answer(
     let subscription = stream.subscribe(format, 0)?;
     let counted = app.metrics.subscriber(format.name(), "sse");
     // The SSE response names the stream itself.
-    let mut response = sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false, counted);
+    let mut response =
+        sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false, counted, &app.feeds);
     hand_read_token(&mut response, app, stream);
     name_thread(&mut response, thread);
     Ok(response)

@@ -13,6 +13,11 @@
 //! While the response waits for its next chunk, a read of a few bytes into the task's own state notices a
 //! client that went away.
 //!
+//! An SSE response (`sse.rs`) is written from its relay rather than its body ([`serve_relay`]): whenever
+//! the relay has sent everything there was, it is parked on its stream's feed (`feed.rs`), which writes
+//! what comes next straight to the socket, and this task sleeps until the feed hands the relay back, a
+//! ping is due, or the client goes away.
+//!
 //! Anything else goes to hyper, which sees the connection from its first byte: the bytes read here are put
 //! back in front of the socket ([`Rewind`]). That is every other method or path, HTTP/1.0, a request with a
 //! body or an `Upgrade` (WebSocket) or `Expect`, bytes after the head (a pipelined request), a head that
@@ -22,6 +27,7 @@
 use std::convert::Infallible;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -29,10 +35,14 @@ use axum::http::{HeaderName, HeaderValue, Method, Request, Response, Version, he
 use bytes::Bytes;
 use http_body::{Body as _, Frame};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
+use super::feed::{Feeds, Parked};
 use super::server::Held;
+use super::sse::{Direct, Relay};
 use super::watched::{WakeFlag, Watched};
 
 /// The longest first request head read here; a longer one goes to hyper, which answers it as it does.
@@ -122,6 +132,13 @@ where
         || parts.status == axum::http::StatusCode::NOT_MODIFIED;
     let length = if bodiless { Some(0) } else { http_body::Body::size_hint(&body).exact() };
     let head = response_head(&parts, length, bodiless);
+    // An SSE response's relay, written here rather than through its body, so that a feed can write it
+    // while it waits (`feed.rs`).
+    let direct = parts.extensions.get::<Direct>().filter(|_| length.is_none() && !bodiless);
+    if let Some((relay, feeds)) = direct.and_then(|direct| Some((direct.take()?, direct.feeds.clone()))) {
+        drop((parts, body));
+        return serve_relay(held, head, relay, feeds, gone).await;
+    }
     drop(parts);
     let (mut reader, mut writer) = held.tcp.split();
     let relay = async {
@@ -149,6 +166,158 @@ where
     if let Some(Err(error)) = Watched::new(std::pin::pin!(relay), std::pin::pin!(watchers)).await {
         tracing::debug!(%error, "event stream connection closed with an error");
     }
+}
+
+/// Writes `head`, then `relay`'s events in chunked encoding, parking it on `feeds` whenever it waits; closes
+/// the connection when the relay ends, when the client goes away, or when `gone` fires.
+async fn serve_relay(held: Held, head: Vec<u8>, relay: Relay, feeds: Feeds, gone: CancellationToken) {
+    let (tcp, _kept) = held.share();
+    let relay = async {
+        write_all_to(&tcp, &mut [IoSlice::new(&head)]).await?;
+        drop(head);
+        relay_events(&tcp, relay, &feeds).await?;
+        socket2::SockRef::from(&*tcp).shutdown(std::net::Shutdown::Write)
+    };
+    let client_gone = async {
+        let mut scratch = [0u8; 64];
+        while tcp.readable().await.is_ok() {
+            match tcp.try_read(&mut scratch) {
+                Ok(1..) => {}
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                Ok(0) | Err(_) => break,
+            }
+        }
+    };
+    let watchers = async {
+        tokio::select! {
+            () = client_gone => {}
+            () = gone.cancelled() => {}
+        }
+    };
+    if let Some(Err(error)) = Watched::new(std::pin::pin!(relay), std::pin::pin!(watchers)).await {
+        tracing::debug!(%error, "event stream connection closed with an error");
+    }
+}
+
+/// Writes `relay`'s chunks as they come, each with the rest of its batch's pieces that are ready (up to
+/// [`GATHERED_FRAMES`] and [`GATHERED_BYTES`]), then the last chunk. While the relay waits, it is parked on
+/// its stream's feed, which writes for it until it hands it back, or until a ping is due.
+async fn relay_events(tcp: &Arc<TcpStream>, mut relay: Relay, feeds: &Feeds) -> io::Result<()> {
+    let shard = feeds.shard();
+    let mut frames: Vec<Bytes> = Vec::new();
+    loop {
+        if relay.is_waiting() {
+            let mut parked = feeds.park(relay, tcp, shard);
+            let ping = ping_or_handed_back(&parked).await;
+            let (taken, unsent) = parked.take_back();
+            drop(parked);
+            relay = taken.ok_or_else(|| io::Error::other("a parked relay was lost"))?;
+            if !unsent.is_empty() {
+                let mut slices: Vec<IoSlice<'_>> = unsent.iter().map(|piece| IoSlice::new(piece)).collect();
+                write_all_to(tcp, &mut slices).await?;
+            }
+            if !ping {
+                continue;
+            }
+            frames.push(relay.ping());
+        } else {
+            let Some(first) = relay.next().await else { break };
+            let mut bytes = first.len();
+            frames.push(first);
+            while frames.len() < GATHERED_FRAMES && bytes < GATHERED_BYTES {
+                let Some(piece) = relay.ready_piece() else { break };
+                bytes += piece.len();
+                frames.push(piece);
+            }
+        }
+        let mut size = ChunkSize::default();
+        let mut slices = [IoSlice::new(&[]); GATHERED_FRAMES + 2];
+        let count = frame(&mut size, &frames, &mut slices);
+        write_all_to(tcp, &mut slices[..count]).await?;
+        frames.clear();
+    }
+    write_all_to(tcp, &mut [IoSlice::new(b"0\r\n\r\n")]).await
+}
+
+/// Waits until the feed hands the relay back (false) or its ping is due (true).
+async fn ping_or_handed_back(parked: &Parked) -> bool {
+    loop {
+        let Some(due) = parked.ping_due() else {
+            parked.handed_back().await;
+            return false;
+        };
+        if due <= Instant::now() {
+            return true;
+        }
+        tokio::select! {
+            () = parked.handed_back() => return false,
+            () = tokio::time::sleep_until(due) => {}
+        }
+    }
+}
+
+/// `pieces` (at most [`GATHERED_FRAMES`]) as one chunk in `slices`: its size line, the pieces, the CRLF.
+/// The count of slices used; none when the pieces hold no bytes (an empty chunk would end the body).
+fn frame<'a>(size: &'a mut ChunkSize, pieces: &'a [Bytes], slices: &mut [IoSlice<'a>; GATHERED_FRAMES + 2]) -> usize {
+    let bytes: usize = pieces.iter().map(Bytes::len).sum();
+    if bytes == 0 {
+        return 0;
+    }
+    slices[0] = IoSlice::new(size.of(bytes));
+    for (slice, piece) in slices[1..].iter_mut().zip(pieces) {
+        *slice = IoSlice::new(piece);
+    }
+    slices[pieces.len() + 1] = IoSlice::new(b"\r\n");
+    pieces.len() + 2
+}
+
+/// Writes `pieces` in chunked encoding (a chunk per [`GATHERED_FRAMES`] pieces) as far as the socket takes
+/// them now, without waiting: `Err` with the framed bytes it did not take, which the connection sends
+/// itself (all of them after an error, which its own write then meets).
+pub(super) fn try_write_chunk(tcp: &TcpStream, pieces: &[Bytes]) -> Result<(), Vec<Bytes>> {
+    let mut groups = pieces.chunks(GATHERED_FRAMES);
+    while let Some(group) = groups.next() {
+        let mut size = ChunkSize::default();
+        let mut slices = [IoSlice::new(&[]); GATHERED_FRAMES + 2];
+        let count = frame(&mut size, group, &mut slices);
+        let total: usize = slices[..count].iter().map(|slice| slice.len()).sum();
+        let written = tcp.try_write_vectored(&slices[..count]).unwrap_or(0);
+        if written < total {
+            let mut skip = written;
+            let mut rest = Vec::new();
+            for group in std::iter::once(group).chain(groups) {
+                let bytes: usize = group.iter().map(Bytes::len).sum();
+                if bytes == 0 {
+                    continue;
+                }
+                let head = Bytes::copy_from_slice(ChunkSize::default().of(bytes));
+                let parts = std::iter::once(head).chain(group.iter().cloned()).chain([Bytes::from_static(b"\r\n")]);
+                for part in parts {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                    } else {
+                        rest.push(part.slice(skip..));
+                        skip = 0;
+                    }
+                }
+            }
+            return Err(rest);
+        }
+    }
+    Ok(())
+}
+
+/// Writes every byte of `slices` to `tcp`, waiting for it to take them.
+async fn write_all_to(tcp: &TcpStream, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !slices.is_empty() {
+        match tcp.try_write_vectored(slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(written) => IoSlice::advance_slices(&mut slices, written),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => tcp.writable().await?,
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
 
 /// The status line and headers, with the framing chosen here: `content-length` when the body's length is

@@ -28,6 +28,7 @@ mod edge;
 mod error;
 mod event_connection;
 mod extract;
+mod feed;
 mod format;
 mod forward;
 mod metrics;
@@ -138,6 +139,8 @@ pub struct App {
     cluster: Option<crate::cluster::Cluster>,
     /// Where the service is in its shutdown.
     lifetime: Lifetime,
+    /// The writers of waiting event connections (`feed.rs`).
+    feeds: feed::Feeds,
 }
 
 impl App {
@@ -164,6 +167,7 @@ impl App {
             store,
             cluster: None,
             lifetime: Lifetime::default(),
+            feeds: feed::Feeds::default(),
         }
     }
 

@@ -284,6 +284,13 @@ pub(crate) struct Held {
     _open: super::metrics::Open,
 }
 
+impl Held {
+    /// The socket, to share between tasks, and what must be kept for as long as it is open.
+    pub(crate) fn share(self) -> (Arc<TcpStream>, impl Send) {
+        (Arc::new(self.tcp), (self._permit, self._open))
+    }
+}
+
 impl AsyncRead for Held {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)

@@ -1,14 +1,20 @@
 //! Server-sent event responses from a [`Subscription`]: one body chunk per batch, `: ping` in silences.
 //!
 //! Each batch the hub hands out (every frame a subscriber is behind, up to the batch limit) becomes one body
-//! chunk, so it goes out in one write (hyper's, or `event_connection.rs`'s). A subscriber that keeps up with a fast producer gathers for a moment
-//! after each write ([`GATHER`]), so messages that come that fast share a write. After `keep_alive` without a
-//! batch (zero: never) a `: ping` comment goes out, which every SSE client and OpenAI SDK ignores. The body ends
-//! when the subscription does: after `data: [DONE]` for OpenAI, after `stream_end` or a `lagged` notice for CUI.
-//! `Cache-Control: no-cache` and `X-Accel-Buffering: no` keep proxies from holding the events back.
+//! chunk, so it goes out in one write (hyper's, or `event_connection.rs`'s). A subscriber that keeps up with
+//! a fast producer gathers for a moment after each write ([`GATHER`]), so messages that come that fast share
+//! a write. After `keep_alive` without a batch (zero: never) a `: ping` comment goes out, which every SSE
+//! client and OpenAI SDK ignores. The body ends when the subscription does: after `data: [DONE]` for OpenAI,
+//! after `stream_end` or a `lagged` notice for CUI. `Cache-Control: no-cache` and `X-Accel-Buffering: no`
+//! keep proxies from holding the events back.
+//!
+//! The chunks come from a [`Relay`], which a transport that writes events itself takes out of the response
+//! ([`Direct`]) instead of polling the body: `event_connection.rs` does, to hand a waiting relay to its
+//! stream's feed (`feed.rs`), which takes its batches with [`Relay::try_batch`].
 
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -16,8 +22,9 @@ use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use tokio::time::{Instant, Sleep};
 
+use super::feed::Feeds;
 use super::metrics::Counted;
-use crate::hub::Subscription;
+use crate::hub::{Batch, Subscription};
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
@@ -49,6 +56,10 @@ impl Drop for OnDisconnect {
 /// An SSE response that relays `subscription`, with `stream_id` in `x-agentmux-stream-id`; `retry` starts it
 /// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `decisions.md`); `counted` is
 /// the subscriber in the metrics, for as long as the response lives.
+///
+/// The response's extensions hold its relay as a [`Direct`], for a transport that writes the events
+/// itself (`event_connection.rs`, which hands a waiting reader to `feeds`); the body then has nothing. A
+/// transport that polls the body (hyper) gets every chunk from it.
 pub(crate) fn response(
     subscription: Subscription,
     stream_id: &str,
@@ -56,21 +67,27 @@ pub(crate) fn response(
     on_disconnect: OnDisconnect,
     retry: bool,
     counted: Counted,
+    feeds: &Feeds,
 ) -> Response {
     // A zero keep-alive turns pings off.
     let pings = (!keep_alive.is_zero()).then(|| Pings::new(keep_alive));
     let relay =
         Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry, counted, pieces: Vec::new() };
-    let body = futures::stream::unfold(relay, |mut relay| async move {
-        match relay.next().await {
-            Some(chunk) => Some((Ok::<_, Infallible>(chunk), relay)),
-            None => {
-                relay.on_disconnect.disarm();
-                None
-            }
+    let direct = Direct { relay: Arc::new(Mutex::new(Some(relay))), feeds: feeds.clone() };
+    let cell = Arc::clone(&direct.relay);
+    let body = futures::stream::unfold(None, move |relay: Option<Relay>| {
+        let cell = Arc::clone(&cell);
+        async move {
+            let mut relay = match relay {
+                Some(relay) => relay,
+                None => cell.lock().ok()?.take()?,
+            };
+            let chunk = relay.next().await?;
+            Some((Ok::<_, Infallible>(chunk), Some(relay)))
         }
     });
     let mut response = Response::new(Body::from_stream(body));
+    response.extensions_mut().insert(direct);
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -81,9 +98,24 @@ pub(crate) fn response(
     response
 }
 
+/// An SSE response's relay, for a transport that writes its events itself rather than poll its body:
+/// taken once (the body is empty after), with the feeds that transport may hand it to while it waits.
+#[derive(Clone)]
+pub(crate) struct Direct {
+    relay: Arc<Mutex<Option<Relay>>>,
+    pub(crate) feeds: Feeds,
+}
+
+impl Direct {
+    /// The relay, unless the body has started.
+    pub(crate) fn take(&self) -> Option<Relay> {
+        self.relay.lock().ok()?.take()
+    }
+}
+
 /// What a response body holds: the subscription, the disconnect action, the ping timer, and whether to
 /// gather before the next batch.
-struct Relay {
+pub(crate) struct Relay {
     subscription: Subscription,
     on_disconnect: OnDisconnect,
     pings: Option<Pings>,
@@ -114,7 +146,16 @@ impl Relay {
     /// write instead of costing one write per message per reader, which is where the kernel's time goes.
     /// A message after a pause, a reader catching up, and a reader whose turns are already further apart
     /// (many readers share the cores, so each already takes several messages a turn) are never held.
-    async fn next(&mut self) -> Option<Bytes> {
+    pub(crate) async fn next(&mut self) -> Option<Bytes> {
+        let next = self.next_chunk().await;
+        if next.is_none() {
+            // Ended with the subscription: the client did not go away.
+            self.on_disconnect.disarm();
+        }
+        next
+    }
+
+    async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(piece) = self.pieces.pop() {
             return Some(piece);
         }
@@ -148,6 +189,49 @@ impl Relay {
         Some(self.pieces.pop().unwrap_or_default())
     }
 
+    /// The next piece of the last batch, when one is still to go: ready without waiting.
+    pub(crate) fn ready_piece(&mut self) -> Option<Bytes> {
+        self.pieces.pop()
+    }
+
+    /// True when everything there was went out and the reader waits for more: a feed can write what comes
+    /// next (see `feed.rs`).
+    pub(crate) fn is_waiting(&self) -> bool {
+        self.pieces.is_empty() && !self.retry && self.subscription.is_live()
+    }
+
+    /// The subscription, for a feed to wait on its stream.
+    pub(crate) fn subscription(&self) -> &Subscription {
+        &self.subscription
+    }
+
+    /// The next batch if there is one now, counted as sent (a feed writes it at `now`): `Some(None)` once
+    /// the subscription ended, `None` when there is nothing yet.
+    pub(crate) fn try_batch(&mut self, now: Instant) -> Option<Option<Batch>> {
+        let batch = self.subscription.try_next()?;
+        if let Some(batch) = &batch {
+            self.counted.delivered(batch);
+            if let Some(pings) = self.pings.as_mut() {
+                pings.sent(now);
+            }
+        }
+        Some(batch)
+    }
+
+    /// When the next ping is due if nothing goes out before: `None` without pings.
+    pub(crate) fn ping_due(&self) -> Option<Instant> {
+        self.pings.as_ref().map(|pings| pings.last_sent + pings.period)
+    }
+
+    /// A ping, counted as sent now.
+    pub(crate) fn ping(&mut self) -> Bytes {
+        if let Some(pings) = self.pings.as_mut() {
+            pings.sent(Instant::now());
+        }
+        self.counted.sent(PING.len());
+        PING
+    }
+
     /// A batch goes out now.
     fn wrote(&mut self) {
         let now = Instant::now();
@@ -161,7 +245,7 @@ impl Relay {
 }
 
 /// Batches this close together mark a reader that keeps up with a fast producer; see [`Relay::next`].
-const BUSY: Duration = Duration::from_micros(2500);
+pub(crate) const BUSY: Duration = Duration::from_micros(2500);
 
 /// How long a reader that keeps up gathers messages before its next write; see [`Relay::next`]. (The
 /// runtime's timer rounds a deadline up to its next millisecond tick, so a hold lasts up to about 2 ms.)
@@ -169,7 +253,7 @@ const BUSY: Duration = Duration::from_micros(2500);
 /// per POST wrote about every second token; at 1.5 ms token streaming to 100 readers delivers 1.45× as
 /// much with the same publish-to-receive p99, since the cores are less busy (`BENCHMARKS.md`, session 14).
 /// It must stay under [`BUSY`], or a held reader would never count as busy again.
-const GATHER: Duration = Duration::from_micros(1500);
+pub(crate) const GATHER: Duration = Duration::from_micros(1500);
 const _: () = assert!(GATHER.as_micros() < BUSY.as_micros(), "a held reader must still count as busy");
 
 /// The keep-alive timer: one timer per subscriber, moved only when it fires.

@@ -312,8 +312,15 @@ pub(crate) async fn events(
     // EventSource reads CUI events: they alone carry the reconnection hint.
     let retry = matches!(format, Format::Cui);
     let counted = app.metrics.subscriber(format.name(), "sse");
-    let mut response =
-        sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none(), retry, counted);
+    let mut response = sse::response(
+        subscription,
+        stream.id(),
+        app.settings.keep_alive,
+        OnDisconnect::none(),
+        retry,
+        counted,
+        &app.feeds,
+    );
     if format == Format::UiMessage {
         // What the AI SDK's transport checks to know it reads a UI message stream.
         response.headers_mut().insert("x-vercel-ai-ui-message-stream", axum::http::HeaderValue::from_static("v1"));

@@ -197,6 +197,14 @@ impl Subscription {
         &self.stream
     }
 
+    /// A receiver told of every change of the stream from now on: for a writer that takes batches for many
+    /// subscriptions with [`Subscription::try_next`] when its stream changes.
+    pub(crate) fn changes(&self) -> watch::Receiver<u64> {
+        let mut changes = self.changes.clone();
+        changes.borrow_and_update();
+        changes
+    }
+
     /// The next batch of frames, waiting for one if need be; `None` once the stream has ended and every
     /// frame was taken, or after the notice that the history is gone.
     ///
