@@ -136,7 +136,10 @@ where
     // while it waits (`feed.rs`).
     let direct = parts.extensions.get::<Direct>().filter(|_| length.is_none() && !bodiless);
     if let Some((relay, feeds)) = direct.and_then(|direct| Some((direct.take()?, direct.feeds.clone()))) {
-        drop((parts, body));
+        drop(parts);
+        // The body is not polled (the relay is taken out of it), but kept for as long as the response is
+        // served: what the layers hung on it (a key's connection slot, see `auth.rs`) lasts that long.
+        let _body = body;
         return serve_relay(held, head, relay, feeds, gone).await;
     }
     drop(parts);
