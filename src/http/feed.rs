@@ -75,7 +75,7 @@ struct Slot {
 
 struct Parking {
     /// The relay while the feed writes for it.
-    relay: Option<Relay>,
+    relay: Option<Box<Relay>>,
     /// A chunk the feed began and the socket did not take all of: what is left of it, to go out first.
     unsent: Vec<Bytes>,
 }
@@ -93,7 +93,7 @@ impl Feeds {
 
     /// Parks `relay`, which has sent everything there was (see [`Relay::is_waiting`]), on its stream's feed
     /// for `shard`; the feed writes what comes next to `tcp`.
-    pub(crate) fn park(&self, relay: Relay, tcp: &Arc<TcpStream>, shard: usize) -> Parked {
+    pub(crate) fn park(&self, relay: Box<Relay>, tcp: &Arc<TcpStream>, shard: usize) -> Parked {
         let stream = Arc::clone(relay.subscription().stream());
         let changes = relay.subscription().changes();
         let key = (Arc::as_ptr(&stream) as usize, shard);
@@ -234,11 +234,11 @@ impl Parked {
 
     /// When the relay's next ping is due if nothing goes out before it.
     pub(crate) fn ping_due(&self) -> Option<Instant> {
-        lock(&self.slot.parking).relay.as_ref().and_then(Relay::ping_due)
+        lock(&self.slot.parking).relay.as_ref().and_then(|relay| relay.ping_due())
     }
 
     /// The relay, off the feed, with what the feed left unsent of a chunk (to go out first).
-    pub(crate) fn take_back(&mut self) -> (Option<Relay>, Vec<Bytes>) {
+    pub(crate) fn take_back(&mut self) -> (Option<Box<Relay>>, Vec<Bytes>) {
         let taken = {
             let mut parking = lock(&self.slot.parking);
             (parking.relay.take(), std::mem::take(&mut parking.unsent))

@@ -73,9 +73,9 @@ pub(crate) fn response(
     let pings = (!keep_alive.is_zero()).then(|| Pings::new(keep_alive));
     let relay =
         Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry, counted, pieces: Vec::new() };
-    let direct = Direct { relay: Arc::new(Mutex::new(Some(relay))), feeds: feeds.clone() };
+    let direct = Direct { relay: Arc::new(Mutex::new(Some(Box::new(relay)))), feeds: feeds.clone() };
     let cell = Arc::clone(&direct.relay);
-    let body = futures::stream::unfold(None, move |relay: Option<Relay>| {
+    let body = futures::stream::unfold(None, move |relay: Option<Box<Relay>>| {
         let cell = Arc::clone(&cell);
         async move {
             let mut relay = match relay {
@@ -102,13 +102,13 @@ pub(crate) fn response(
 /// taken once (the body is empty after), with the feeds that transport may hand it to while it waits.
 #[derive(Clone)]
 pub(crate) struct Direct {
-    relay: Arc<Mutex<Option<Relay>>>,
+    relay: Arc<Mutex<Option<Box<Relay>>>>,
     pub(crate) feeds: Feeds,
 }
 
 impl Direct {
     /// The relay, unless the body has started.
-    pub(crate) fn take(&self) -> Option<Relay> {
+    pub(crate) fn take(&self) -> Option<Box<Relay>> {
         self.relay.lock().ok()?.take()
     }
 }
