@@ -158,15 +158,24 @@ where
         let mut scratch = [0u8; 64];
         while let Ok(1..) = reader.read(&mut scratch).await {}
     };
-    // Polled only when they are woken (see `watched.rs`): the relay is woken for every batch, they all but
-    // never.
+    until_gone(std::pin::pin!(relay), std::pin::pin!(client_gone), &gone).await;
+}
+
+/// Runs `relay` until it completes, `client_gone` does, or `gone` fires. The two watchers are polled only
+/// when they are woken (see `watched.rs`): the relay is woken for every batch, they all but never.
+/// Both come pinned where they were made, so that this future does not hold them a second time.
+async fn until_gone(
+    relay: Pin<&mut impl Future<Output = io::Result<()>>>,
+    client_gone: Pin<&mut impl Future<Output = ()>>,
+    gone: &CancellationToken,
+) {
     let watchers = async {
         tokio::select! {
             () = client_gone => {}
             () = gone.cancelled() => {}
         }
     };
-    if let Some(Err(error)) = Watched::new(std::pin::pin!(relay), std::pin::pin!(watchers)).await {
+    if let Some(Err(error)) = Watched::new(relay, std::pin::pin!(watchers)).await {
         tracing::debug!(%error, "event stream connection closed with an error");
     }
 }
@@ -191,15 +200,7 @@ async fn serve_relay(held: Held, head: Vec<u8>, relay: Box<Relay>, feeds: Feeds,
             }
         }
     };
-    let watchers = async {
-        tokio::select! {
-            () = client_gone => {}
-            () = gone.cancelled() => {}
-        }
-    };
-    if let Some(Err(error)) = Watched::new(std::pin::pin!(relay), std::pin::pin!(watchers)).await {
-        tracing::debug!(%error, "event stream connection closed with an error");
-    }
+    until_gone(std::pin::pin!(relay), std::pin::pin!(client_gone), &gone).await;
 }
 
 /// Writes `relay`'s chunks as they come, each with the rest of its batch's pieces that are ready (up to
