@@ -845,7 +845,9 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
          transport, each run's ratio (the two run seconds apart) and the median of those; vs nchan: the same \
          against nginx with nchan (2 workers, EventSource; a message per POST, a batch's \
          POSTs pipelined; the same data: lines; a tenth of the batched fan-out scenarios' messages, at its \
-         pace a run of seconds rather than minutes); latency: publish (stamped in the message) to receipt, sampled; \
+         pace a run of seconds rather than minutes); latency: publish (stamped in the message; at a steady \
+         rate, the moment it was due, so a server that falls behind is charged for its backlog) to receipt, \
+         sampled; \
          tokens: a delta per POST, or (tokens-output) emitted inside agentmux through its Output handle; \
          srv CPU: during that window (nchan: master and workers); srv RSS: the server's VmHWM (nchan: the sum of \
          its processes', shared memory counted in each); cli CPU: the load generator during the window."

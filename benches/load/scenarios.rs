@@ -290,7 +290,8 @@ pub(crate) async fn append(conn: &mut Conn, path: &str, content_type: &str, body
 enum Pace {
     /// Batches of this many, each POST as soon as the last was answered.
     Burst { messages: usize, batch: usize },
-    /// One message per POST at this rate.
+    /// One message per POST at this rate, each stamped with the moment it was due (open loop: a POST
+    /// answered late delays the ones after it, and their latency counts the delay).
     Steady { rate: f64, seconds: f64 },
 }
 
@@ -379,16 +380,20 @@ async fn publish(
             out.messages = sent as u64;
         }
         Pace::Steady { rate, seconds } => {
+            // Open loop: message i is due `i / rate` after the start and stamped with that moment, not with
+            // the moment it went out. A server that answers a POST more slowly than the rate is so charged
+            // for the backlog it builds, instead of being offered less load than the others.
             let total = (rate * seconds).round() as usize;
-            let mut every = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let start = tokio::time::Instant::now();
             for i in 0..total {
-                every.tick().await;
+                let due = Duration::from_secs_f64(i as f64 / rate);
+                tokio::time::sleep_until(start + due).await;
+                let stamp = out.first_ns + due.as_nanos() as u64;
                 body.clear();
                 if target == Target::Nchan {
-                    push_stamped_message(&mut body, i / dpm, now_ns(), i + 2);
+                    push_stamped_message(&mut body, i / dpm, stamp, i + 2);
                 } else {
-                    push_message(&mut body, Some(i / dpm), now_ns());
+                    push_message(&mut body, Some(i / dpm), stamp);
                 }
                 if let Err(error) = append(&mut conn, &path, "application/json", &body).await {
                     out.error = Some(error);
