@@ -120,6 +120,12 @@ impl Feeds {
 
     /// Drops `feed` when no one is parked on it: true then.
     fn retire(&self, feed: &Feed) -> bool {
+        // The feed asks at each change of its stream, and nearly always has readers: it need not take the
+        // lock every stream's connections park under to learn that. (One that empties its list after this
+        // look pokes the feed, which asks again.)
+        if !lock(&feed.slots).is_empty() {
+            return false;
+        }
         let mut feeds = lock(&self.0.feeds);
         if !lock(&feed.slots).is_empty() {
             return false;
