@@ -47,6 +47,7 @@ pub mod output;
 pub mod render;
 pub mod schema;
 pub mod store;
+mod sync;
 pub mod thread;
 
 /// The README's examples, compiled and run as doc tests so they cannot drift.

@@ -88,7 +88,7 @@ impl LogBuffer {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     /// The writer thread: every `interval` (or when woken), take what gathered and write it.
@@ -176,7 +176,7 @@ mod tests {
 
     impl Write for Sink {
         fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(bytes);
+            crate::sync::lock(&self.0).extend_from_slice(bytes);
             Ok(bytes.len())
         }
         fn flush(&mut self) -> io::Result<()> {
@@ -186,7 +186,7 @@ mod tests {
 
     impl Sink {
         fn text(&self) -> String {
-            String::from_utf8_lossy(&self.0.lock().unwrap_or_else(PoisonError::into_inner)).into_owned()
+            String::from_utf8_lossy(&crate::sync::lock(&self.0)).into_owned()
         }
     }
 
@@ -236,7 +236,7 @@ mod tests {
         impl Write for Blocked {
             fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
                 let (open, turn) = &*self.0;
-                let mut open = open.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut open = crate::sync::lock(open);
                 while !*open {
                     open = turn.wait(open).unwrap_or_else(PoisonError::into_inner);
                 }
@@ -260,7 +260,7 @@ mod tests {
         for _ in 0..fits + 10 {
             log.make_writer().write_all(&line).unwrap();
         }
-        *gate.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        *crate::sync::lock(&gate.0) = true;
         gate.1.notify_all();
         drop(flush);
         let text = sink.text();

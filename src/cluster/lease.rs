@@ -12,7 +12,7 @@
 //! lease only once its own renewals have succeeded without a break for [`JUDGE_AFTER`] (a lease and a
 //! renewal): by then every live node that reaches Redis has renewed too ([`Steady`]).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::connection::RedisConnection;
@@ -40,7 +40,7 @@ impl Steady {
     }
 
     fn record(&self, renewed: bool) {
-        let mut since = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut since = crate::sync::lock(&self.0);
         match (renewed, *since) {
             (true, None) => *since = Some(Instant::now()),
             (false, Some(_)) => *since = None,
@@ -50,12 +50,12 @@ impl Steady {
 
     /// True while the last renewal succeeded.
     pub(crate) fn reaches_redis(&self) -> bool {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+        crate::sync::lock(&self.0).is_some()
     }
 
     /// True once renewals have succeeded in a row for [`JUDGE_AFTER`].
     pub(crate) fn may_judge(&self) -> bool {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).is_some_and(|since| since.elapsed() >= JUDGE_AFTER)
+        crate::sync::lock(&self.0).is_some_and(|since| since.elapsed() >= JUDGE_AFTER)
     }
 }
 

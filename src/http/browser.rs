@@ -76,7 +76,7 @@ impl Origins {
 
     /// True the first time an unlisted origin is seen (up to [`LOGGED_ORIGINS`] of them).
     fn first_sighting(&self, origin: &HeaderValue) -> bool {
-        let mut logged = self.logged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut logged = crate::sync::lock(&self.logged);
         logged.len() < LOGGED_ORIGINS && logged.insert(origin.clone())
     }
 

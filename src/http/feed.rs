@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::net::TcpStream;
@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use super::event_connection::try_write_chunk;
 use super::sse::{BUSY, GATHER, Relay};
 use crate::hub::Stream;
+use crate::sync::lock;
 
 /// Deliveries a feed makes before it lets the worker's other tasks run (a producer waiting for its answer).
 const DELIVERIES_PER_TURN: usize = 128;
@@ -78,10 +79,6 @@ struct Parking {
     relay: Option<Box<Relay>>,
     /// A chunk the feed began and the socket did not take all of: what is left of it, to go out first.
     unsent: Vec<Bytes>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Feeds {

@@ -80,7 +80,7 @@ pub(crate) fn response(
         async move {
             let mut relay = match relay {
                 Some(relay) => relay,
-                None => cell.lock().ok()?.take()?,
+                None => crate::sync::lock(&cell).take()?,
             };
             let chunk = relay.next().await?;
             Some((Ok::<_, Infallible>(chunk), Some(relay)))
@@ -109,7 +109,7 @@ pub(crate) struct Direct {
 impl Direct {
     /// The relay, unless the body has started.
     pub(crate) fn take(&self) -> Option<Box<Relay>> {
-        self.relay.lock().ok()?.take()
+        crate::sync::lock(&self.relay).take()
     }
 }
 

@@ -222,7 +222,7 @@ impl MemoryLog {
 
     fn lock(&self) -> MutexGuard<'_, MemoryState> {
         // Every mutation is a push or a clear that cannot panic halfway, so a poisoned lock holds a valid log.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.state)
     }
 }
 

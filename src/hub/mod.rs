@@ -297,7 +297,7 @@ struct ClientUse {
 impl Shared {
     /// The count of messages rendered in `key`.
     pub(crate) fn renders_of(&self, key: &str) -> Arc<AtomicU64> {
-        let mut renders = self.renders.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut renders = crate::sync::lock(&self.renders);
         if let Some((_, count)) = renders.iter().find(|(k, _)| k == key) {
             return Arc::clone(count);
         }
@@ -326,12 +326,12 @@ impl Shared {
     /// Records that a stream ended now; it no longer counts against its client.
     fn ended(&self, id: &str, client: Option<&str>) {
         if let Some(client) = client {
-            let mut clients = stream::lock(&self.clients);
+            let mut clients = crate::sync::lock(&self.clients);
             if let Some(usage) = clients.get_mut(client) {
                 usage.open = usage.open.saturating_sub(1);
             }
         }
-        let mut ended = stream::lock(&self.ended);
+        let mut ended = crate::sync::lock(&self.ended);
         ended.push_back((self.config.clock.now_ms(), id.to_owned()));
     }
 
@@ -342,7 +342,7 @@ impl Shared {
             streams: limits.streams_per_client,
             streams_per_minute: limits.streams_per_client_per_minute,
         });
-        let mut clients = stream::lock(&self.clients);
+        let mut clients = crate::sync::lock(&self.clients);
         let usage = clients.entry(client.to_owned()).or_default();
         if usage.open >= budget.streams {
             return Err(HubError::ClientStreams { limit: budget.streams });
@@ -382,7 +382,7 @@ impl Shared {
     /// Forgets the clients with nothing open and no minute running, so that clients come and go without
     /// the map growing.
     fn forget_idle_clients(&self) {
-        let mut clients = stream::lock(&self.clients);
+        let mut clients = crate::sync::lock(&self.clients);
         if clients.is_empty() {
             return;
         }
@@ -392,7 +392,7 @@ impl Shared {
 
     /// Gives back what [`Shared::admit`] counted, for a stream that was not made after all.
     fn unadmit(&self, client: &str) {
-        let mut clients = stream::lock(&self.clients);
+        let mut clients = crate::sync::lock(&self.clients);
         if let Some(usage) = clients.get_mut(client) {
             usage.open = usage.open.saturating_sub(1);
             usage.created_this_minute = usage.created_this_minute.saturating_sub(1);
@@ -403,7 +403,7 @@ impl Shared {
     fn room_expected_in(&self) -> Option<Duration> {
         let now_ms = self.config.clock.now_ms();
         let retention = self.config.retention.as_millis() as u64;
-        let eviction = stream::lock(&self.ended).front().map(|(at, _)| at.saturating_add(retention));
+        let eviction = crate::sync::lock(&self.ended).front().map(|(at, _)| at.saturating_add(retention));
         // A stream that times out is retained like any ended stream: its room comes back a retention later.
         // Before the first sweep, the latest an open stream can time out stands for the earliest.
         let idle_timeout = self.config.idle_timeout.as_millis() as u64;
@@ -542,7 +542,7 @@ impl Hub {
         let held = restored.log.memory_bytes();
         let stream = Stream::restored(Arc::clone(&self.inner.shared), restored.info, restored.log, restored.bytes);
         self.inner.shared.force_reserve(held);
-        let mut ended = stream::lock(&self.inner.shared.ended);
+        let mut ended = crate::sync::lock(&self.inner.shared.ended);
         // Kept in order of their end, as the hub's own ends are.
         let at = ended.partition_point(|(ms, _)| *ms <= restored.ended_ms);
         ended.insert(at, (restored.ended_ms, id.clone()));
@@ -608,7 +608,7 @@ impl Hub {
     /// watched; more only for subscribers that read from before a rendition's window (each of those renders
     /// again for itself) and for streams read again after a restart.
     pub fn rendered(&self) -> Vec<(String, u64)> {
-        let renders = self.inner.shared.renders.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let renders = crate::sync::lock(&self.inner.shared.renders);
         renders.iter().map(|(key, count)| (key.clone(), count.load(Ordering::Relaxed))).collect()
     }
 
@@ -716,7 +716,7 @@ impl Hub {
         let retention = self.config().retention.as_millis() as u64;
         let mut expired = Vec::new();
         {
-            let mut ended = self.inner.shared.ended.lock().unwrap_or_else(|p| p.into_inner());
+            let mut ended = crate::sync::lock(&self.inner.shared.ended);
             if ended.is_empty() {
                 return;
             }
@@ -742,6 +742,6 @@ impl Hub {
     }
 
     fn streams(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Stream>>> {
-        self.inner.streams.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::lock(&self.inner.streams)
     }
 }

@@ -52,7 +52,7 @@ impl Probes {
             return;
         }
         self.due.store(now.saturating_add(EVERY.as_nanos() as u64), Ordering::Relaxed);
-        let mut kept = super::stream::lock(&self.kept);
+        let mut kept = crate::sync::lock(&self.kept);
         if kept.len() == KEPT {
             kept.pop_front();
         }
@@ -70,7 +70,7 @@ impl Probes {
         if self.newest.load(Ordering::Acquire) <= seen {
             return None;
         }
-        let kept = super::stream::lock(&self.kept);
+        let kept = crate::sync::lock(&self.kept);
         let next = kept.partition_point(|&(sequence, _)| sequence <= seen);
         kept.get(next).map(|&(sequence, at)| (sequence, self.base + Duration::from_nanos(at)))
     }

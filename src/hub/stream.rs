@@ -74,6 +74,7 @@ use crate::output::{
     DeltaError, EndStatus, ErrorProps, LifecycleEvent, Metadata, Outcome, OutputMessage, Reducer, StreamStart, Undo,
     ValidationError,
 };
+use crate::sync::lock;
 
 /// Why an append was refused. Nothing of the batch was appended.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -263,12 +264,6 @@ impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stream").field("id", &self.info.id).field("epoch", &self.info.epoch).finish_non_exhaustive()
     }
-}
-
-/// Locks a mutex whose every mutation completes or is rolled back before anything can panic, so a
-/// poisoned lock still guards a consistent state.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Stream {

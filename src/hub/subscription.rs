@@ -88,7 +88,7 @@ impl Batch {
     pub fn frames(&self) -> Vec<Bytes> {
         let lengths = match &self.bounds {
             Bounds::Rendered { rendition, first, count } => {
-                super::stream::lock(rendition).frame_lengths(*first, first + count)
+                crate::sync::lock(rendition).frame_lengths(*first, first + count)
             }
             Bounds::Lengths(lengths) => lengths.clone(),
         };
@@ -171,7 +171,7 @@ impl Subscription {
         changes: watch::Receiver<u64>,
     ) -> Self {
         let (at, renders) = {
-            let mut shared = super::stream::lock(&rendition);
+            let mut shared = crate::sync::lock(&rendition);
             (shared.reader(if private.is_some() { usize::MAX } else { cursor }), shared.renders())
         };
         let probes = stream.probes().cursor();
@@ -264,7 +264,7 @@ impl Subscription {
     /// What can be taken now without waiting; marks the subscription done at the end.
     fn take(&mut self) -> Option<Batch> {
         let shared = Arc::clone(&self.rendition);
-        let mut rendition = super::stream::lock(&shared);
+        let mut rendition = crate::sync::lock(&shared);
         let mut counted = Counted::default();
         while self.cursor >= rendition.len() && rendition.catch_up(self.stream.log(), &mut counted) {}
         self.stream.count(counted);

@@ -41,7 +41,7 @@ use std::collections::HashMap;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::hooks::Wal;
@@ -52,6 +52,7 @@ use super::chunk::Stored;
 use super::threads::ThreadWrite;
 use crate::hub::Committed;
 use crate::hub::Entry;
+use crate::sync::lock;
 
 /// The most commands in one transaction.
 const BATCH: usize = 8192;
@@ -261,11 +262,6 @@ impl Shared {
         *lock(&self.sent) = true;
         self.wake.notify_one();
     }
-}
-
-/// A lock that a panic elsewhere does not poison for good: what it guards is whole between statements.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The writer's thread: commits whatever was sent, as soon as it is woken, until nothing is left; gives

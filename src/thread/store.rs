@@ -124,7 +124,7 @@ impl Thread {
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 }
 
@@ -260,7 +260,7 @@ impl Threads {
     }
 
     pub(super) fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<Thread>>> {
-        self.inner.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        crate::sync::lock(&self.inner.map)
     }
 
     /// Creates a thread, under `id` or a new one, with `messages` (user, system and developer messages
