@@ -7,6 +7,9 @@
 //! scanner: text reaches clients live and only what may be an action is held back; at the end a reply that
 //! is actions becomes complete tool calls, and one that is the model's error or a malformed attempt becomes
 //! an `error` message and ends the run.
+//!
+//! A run makes one model call per round of its tool loop, so several per run; a thread's turn
+//! (`thread::Turn`) is a whole run and its history, which is why this is not called a turn.
 
 use std::collections::BTreeMap;
 
@@ -33,7 +36,7 @@ impl From<crate::hub::AppendError> for Halt {
     }
 }
 
-/// A complete tool call of this turn.
+/// A complete tool call the model made in this call.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Call {
     pub(crate) id: String,
@@ -41,11 +44,11 @@ pub(crate) struct Call {
     pub(crate) arguments: String,
 }
 
-/// What one call said.
+/// What one model call said: its text, the tool calls it made, why it stopped, what it used.
 #[derive(Debug, Default)]
-pub(crate) struct Turn {
+pub(crate) struct ModelCall {
     pub(crate) text: String,
-    pub(crate) calls: Vec<Call>,
+    pub(crate) tool_calls: Vec<Call>,
     pub(crate) finish_reason: Option<String>,
     pub(crate) usage: Option<Usage>,
 }
@@ -65,10 +68,10 @@ pub(crate) async fn read(
     tools: &ToolSet,
     text_mode: bool,
     ids: &mut u32,
-) -> Result<Turn, Halt> {
+) -> Result<ModelCall, Halt> {
     let cancelled = out.cancelled();
     tokio::pin!(cancelled);
-    let mut turn = Turn::default();
+    let mut said = ModelCall::default();
     let mut text: Option<StreamingMessage> = None;
     let mut thinking: Option<StreamingMessage> = None;
     let mut calls: BTreeMap<u32, Streaming> = BTreeMap::new();
@@ -81,11 +84,11 @@ pub(crate) async fn read(
         };
         let Some(chunk) = chunk else { break };
         if let Some(usage) = chunk.usage {
-            turn.usage = Some(Usage::new(usage.prompt_tokens, usage.completion_tokens));
+            said.usage = Some(Usage::new(usage.prompt_tokens, usage.completion_tokens));
         }
         for choice in chunk.choices {
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                turn.finish_reason = Some(reason);
+                said.finish_reason = Some(reason);
             }
             let Some(delta) = choice.delta else { continue };
             if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty()) {
@@ -101,7 +104,7 @@ pub(crate) async fn read(
                     None => content,
                 };
                 if !live.is_empty() {
-                    turn.text.push_str(&live);
+                    said.text.push_str(&live);
                     text.get_or_insert_with(|| out.stream_text()).append(live)?;
                 }
             }
@@ -143,7 +146,7 @@ pub(crate) async fn read(
         match scanner.finish() {
             Reply::Text(rest) => {
                 if !rest.is_empty() {
-                    turn.text.push_str(&rest);
+                    said.text.push_str(&rest);
                     text.get_or_insert_with(|| out.stream_text()).append(rest)?;
                 }
             }
@@ -160,7 +163,7 @@ pub(crate) async fn read(
                     };
                     message.message_id = None;
                     out.send(message)?;
-                    turn.calls.push(Call { id, name: action.tool, arguments });
+                    said.tool_calls.push(Call { id, name: action.tool, arguments });
                 }
             }
             Reply::ModelError { code, message } => {
@@ -178,10 +181,10 @@ pub(crate) async fn read(
     for (_, call) in calls {
         if let Some(message) = call.message {
             message.end()?;
-            turn.calls.push(Call { id: call.id, name: call.name, arguments: call.arguments });
+            said.tool_calls.push(Call { id: call.id, name: call.name, arguments: call.arguments });
         }
     }
-    Ok(turn)
+    Ok(said)
 }
 
 /// Emits an `error` message with `code` and returns the error the run ends with.
