@@ -3,7 +3,8 @@
 //!
 //! - Messages: only complete tool call + result pairs go (seed `004`): a call nobody answered (a thread
 //!   whose client asked something else instead) is left out, and an assistant message left with nothing is
-//!   dropped, so the provider never sees half a pair.
+//!   dropped, so the provider never sees half a pair. `complete_pairs` decides this on chat messages, the
+//!   one form every inbound format is already converted to; the provider's words come after it.
 //! - Tools: every tool of the run (the request's and the registered ones), natively; in text mode, none:
 //!   the system prompt carries the structured-output instructions and the tool list instead (seed `002`),
 //!   calls in the history are written as the action JSON the model is asked for, and results as user
