@@ -13,7 +13,7 @@
 //!   [`AgUiMessage`] and [`ag_ui_to_chat`] (`ag_ui.rs`): AG-UI's messages, as chat messages;
 //!   [`AnthropicMessage`] and [`anthropic_to_chat`] (`anthropic.rs`): an Anthropic Messages request's;
 //!   [`responses_to_chat`] (`responses.rs`): an OpenAI Responses request's input.
-//! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript of seed `004` (parts, option
+//! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript (`docs/design.md`, "Transcript": parts, option
 //!   calls and results paired by invocation id, steps), its builders, and its projection to chat messages.
 
 mod ag_ui;

@@ -1,4 +1,4 @@
-//! The provider-neutral transcript (seed `004`): what a conversation is without any provider's words.
+//! The provider-neutral transcript (`docs/design.md`, "Transcript"): what a conversation is without any provider's words.
 //!
 //! A [`TranscriptMessage`] is one of three kinds: `parts` (text and URL-only media), `option_call` (a policy
 //! chose an option, with arguments) and `option_result` (what running it gave, or a structured error), paired

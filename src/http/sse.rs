@@ -54,7 +54,7 @@ impl Drop for OnDisconnect {
 }
 
 /// An SSE response that relays `subscription`, with `stream_id` in `x-agentmux-stream-id`; `retry` starts it
-/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `decisions.md`); `counted` is
+/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `docs/decisions.md`, "SSE retry hint"); `counted` is
 /// the subscriber in the metrics, for as long as the response lives.
 ///
 /// The response's extensions hold its relay as a [`Direct`], for a transport that writes the events
