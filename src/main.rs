@@ -28,7 +28,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 /// jemalloc rather than the system's allocator: it keeps no header beside a block, so the untouched part of a
-/// connection's idle buffers costs no memory; see `BENCHMARKS.md` (session 7).
+/// connection's idle buffers costs no memory; see `docs/benchmarks-history.md` (session 7).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

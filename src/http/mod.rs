@@ -1,4 +1,4 @@
-//! The HTTP service: the hub and the agents on the network, as `http-api.md` describes.
+//! The HTTP service: the hub and the agents on the network, as `docs/http-api.md` describes.
 //!
 //! - this file: [`App`] (what every handler shares), [`Settings`] and [`router`];
 //! - `server.rs`: [`serve`]: connections (the cap, the socket each holds), and the shutdown in phases;

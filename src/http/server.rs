@@ -78,7 +78,7 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// The runtime the service runs on: tokio's multi-threaded one, with its I/O driver polled every 16 task polls
 /// rather than 61. A worker busy with a round of deliveries then notices a producer's next request after a
 /// sixth of the round, so a producer streaming tokens one per POST is answered sooner and readers take more
-/// of them per write (`BENCHMARKS.md`, session 7).
+/// of them per write (`docs/benchmarks-history.md`, session 7).
 ///
 /// ```no_run
 /// let runtime = agentmux::http::runtime().expect("a runtime");

@@ -1,5 +1,5 @@
 //! [`UpstreamAgent`]: a model behind any OpenAI-compatible server (a hosted API, vLLM, Ollama, llama.cpp's
-//! `llama-server`, a gateway), streamed into typed messages, with the tool loop of seed `001` §6.
+//! `llama-server`, a gateway), streamed into typed messages, with the tool loop (`docs/design.md`, "The tool loop").
 //!
 //! - `request.rs`: the validated conversation projected for the provider, with tools and the client's options;
 //! - `chunks.rs`: the SSE answer as chunks, within the first-byte and idle timeouts;
@@ -45,7 +45,7 @@ pub struct UpstreamConfig {
     pub key: Option<String>,
     /// The models it serves; `None`: read from its `GET /models` (see [`UpstreamAgent::refresh_models`]).
     pub models: Option<Vec<String>>,
-    /// The models that have no native tool calling: they get text-mode instructions instead (seed `002`).
+    /// The models that have no native tool calling: they get text-mode instructions instead (`docs/design.md`, "Text-mode tools").
     pub text_mode: Vec<String>,
     /// How long connecting may take (10 s).
     pub connect_timeout: Duration,
