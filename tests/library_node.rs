@@ -57,7 +57,8 @@ async fn a_node_with_a_store_serves_and_comes_back_after_a_restart() {
     let message = json!({"type": "text", "props": {"content": "kept across a restart"}});
     let (status, appended) = post_json(&client, &format!("{base}/v1/streams/{id}/messages"), &message).await;
     assert_eq!(status, 200, "{appended}");
-    let (status, ended) = post_json(&client, &format!("{base}/v1/streams/{id}/end"), &json!({"status": "completed"})).await;
+    let (status, ended) =
+        post_json(&client, &format!("{base}/v1/streams/{id}/end"), &json!({"status": "completed"})).await;
     assert_eq!((status, ended["status"].as_str()), (200, Some("completed")), "{ended}");
     let (status, thread) = post_json(&client, &format!("{base}/v1/threads"), &json!({"id": "kept"})).await;
     assert_eq!(status, 201, "{thread}");

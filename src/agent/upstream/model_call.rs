@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::chunks::Chunks;
+use super::chunks::{Chunks, ToolCallDelta};
 use super::error::UpstreamError;
 use crate::agent::reply::{Reply, ReplyScanner};
 use crate::agent::{AgentError, Output, Runner, StreamingMessage, ToolSet};
@@ -109,71 +109,12 @@ pub(crate) async fn read(
                 }
             }
             for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
-                let index = call.index.unwrap_or(position as u32);
-                let state = calls.entry(index).or_insert_with(|| Streaming {
-                    id: String::new(),
-                    name: String::new(),
-                    arguments: String::new(),
-                    message: None,
-                });
-                if let Some(id) = call.id.filter(|id| !id.is_empty() && state.id.is_empty()) {
-                    state.id = id;
-                }
-                let function = call.function.unwrap_or_default();
-                if let Some(name) = function.name.filter(|n| !n.is_empty() && state.name.is_empty()) {
-                    state.name = name;
-                }
-                let fragment = function.arguments.unwrap_or_default();
-                state.arguments.push_str(&fragment);
-                if state.message.is_none() && !state.name.is_empty() {
-                    if state.id.is_empty() {
-                        *ids += 1;
-                        state.id = format!("call_{ids}");
-                    }
-                    let mut message = match tools.runner(&state.name) {
-                        Some(Runner::Agent(_)) => out.stream_server_tool_call(&state.id, &state.name),
-                        _ => out.stream_tool_call(&state.id, &state.name),
-                    };
-                    message.append(state.arguments.clone())?;
-                    state.message = Some(message);
-                } else if let Some(message) = state.message.as_mut().filter(|_| !fragment.is_empty()) {
-                    message.append(fragment)?;
-                }
+                stream_call(&mut calls, call, position, out, tools, ids)?;
             }
         }
     }
     if let Some(scanner) = scanner {
-        match scanner.finish() {
-            Reply::Text(rest) => {
-                if !rest.is_empty() {
-                    said.text.push_str(&rest);
-                    text.get_or_insert_with(|| out.stream_text()).append(rest)?;
-                }
-            }
-            Reply::Actions(actions) => {
-                for action in actions {
-                    *ids += 1;
-                    let id = format!("call_{ids}");
-                    let arguments = action.args.to_string();
-                    let mut message = match tools.runner(&action.tool) {
-                        Some(Runner::Agent(_)) => {
-                            OutputMessage::tool_call(&id, &action.tool, &arguments).with_prop("server_side", true)
-                        }
-                        _ => OutputMessage::tool_call(&id, &action.tool, &arguments),
-                    };
-                    message.message_id = None;
-                    out.send(message)?;
-                    said.tool_calls.push(Call { id, name: action.tool, arguments });
-                }
-            }
-            Reply::ModelError { code, message } => {
-                return Err(Halt::Agent(fail(out, format!("the model reported an error: {message}"), &code)?));
-            }
-            Reply::Malformed { reason } => {
-                let why = format!("the model's reply looks like a tool call but cannot be read: {reason}");
-                return Err(Halt::Agent(fail(out, why, "parse_error")?));
-            }
-        }
+        finish_text_mode(scanner, &mut said, &mut text, out, tools, ids)?;
     }
     for message in [text, thinking].into_iter().flatten() {
         message.end()?;
@@ -185,6 +126,94 @@ pub(crate) async fn read(
         }
     }
     Ok(said)
+}
+
+/// Applies one streamed fragment of a tool call (the `position`-th of its chunk) to the call it continues: its
+/// message starts once the call has a name (with an id made up if the upstream gave none), and each fragment of
+/// arguments after that is appended to it.
+fn stream_call(
+    calls: &mut BTreeMap<u32, Streaming>,
+    call: ToolCallDelta,
+    position: usize,
+    out: &Output,
+    tools: &ToolSet,
+    ids: &mut u32,
+) -> Result<(), Halt> {
+    let index = call.index.unwrap_or(position as u32);
+    let state = calls.entry(index).or_insert_with(|| Streaming {
+        id: String::new(),
+        name: String::new(),
+        arguments: String::new(),
+        message: None,
+    });
+    if let Some(id) = call.id.filter(|id| !id.is_empty() && state.id.is_empty()) {
+        state.id = id;
+    }
+    let function = call.function.unwrap_or_default();
+    if let Some(name) = function.name.filter(|n| !n.is_empty() && state.name.is_empty()) {
+        state.name = name;
+    }
+    let fragment = function.arguments.unwrap_or_default();
+    state.arguments.push_str(&fragment);
+    if state.message.is_none() && !state.name.is_empty() {
+        if state.id.is_empty() {
+            *ids += 1;
+            state.id = format!("call_{ids}");
+        }
+        let mut message = match tools.runner(&state.name) {
+            Some(Runner::Agent(_)) => out.stream_server_tool_call(&state.id, &state.name),
+            _ => out.stream_tool_call(&state.id, &state.name),
+        };
+        message.append(state.arguments.clone())?;
+        state.message = Some(message);
+    } else if let Some(message) = state.message.as_mut().filter(|_| !fragment.is_empty()) {
+        message.append(fragment)?;
+    }
+    Ok(())
+}
+
+/// The end of a text-mode reply: what the scanner held back is text after all, or the tool calls the reply
+/// asked for (emitted whole), or the model's own error, or a malformed attempt at a call (both end the run).
+fn finish_text_mode(
+    scanner: ReplyScanner,
+    said: &mut ModelCall,
+    text: &mut Option<StreamingMessage>,
+    out: &Output,
+    tools: &ToolSet,
+    ids: &mut u32,
+) -> Result<(), Halt> {
+    match scanner.finish() {
+        Reply::Text(rest) => {
+            if !rest.is_empty() {
+                said.text.push_str(&rest);
+                text.get_or_insert_with(|| out.stream_text()).append(rest)?;
+            }
+        }
+        Reply::Actions(actions) => {
+            for action in actions {
+                *ids += 1;
+                let id = format!("call_{ids}");
+                let arguments = action.args.to_string();
+                let mut message = match tools.runner(&action.tool) {
+                    Some(Runner::Agent(_)) => {
+                        OutputMessage::tool_call(&id, &action.tool, &arguments).with_prop("server_side", true)
+                    }
+                    _ => OutputMessage::tool_call(&id, &action.tool, &arguments),
+                };
+                message.message_id = None;
+                out.send(message)?;
+                said.tool_calls.push(Call { id, name: action.tool, arguments });
+            }
+        }
+        Reply::ModelError { code, message } => {
+            return Err(Halt::Agent(fail(out, format!("the model reported an error: {message}"), &code)?));
+        }
+        Reply::Malformed { reason } => {
+            let why = format!("the model's reply looks like a tool call but cannot be read: {reason}");
+            return Err(Halt::Agent(fail(out, why, "parse_error")?));
+        }
+    }
+    Ok(())
 }
 
 /// Emits an `error` message with `code` and returns the error the run ends with.
