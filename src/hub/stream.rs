@@ -69,7 +69,8 @@ use super::probes::Probes;
 use super::render::{Render, StreamInfo};
 use super::rendition::{Counted, Rendition};
 use super::subscription::Subscription;
-use super::{HubError, Shared};
+use super::error::HubError;
+use super::state::HubState;
 use crate::output::{
     DeltaError, EndStatus, ErrorProps, LifecycleEvent, Metadata, Outcome, OutputMessage, Reducer, StreamStart, Undo,
     ValidationError,
@@ -234,7 +235,7 @@ impl Producer {
 /// One stream; see the module doc. Shared as `Arc<Stream>` by the hub, its producer and its subscribers.
 pub struct Stream {
     info: StreamInfo,
-    shared: Arc<Shared>,
+    hub: Arc<HubState>,
     producer: Mutex<Producer>,
     log: Box<dyn Log>,
     renditions: Mutex<Vec<(String, Arc<Mutex<Rendition>>)>>,
@@ -269,15 +270,15 @@ impl std::fmt::Debug for Stream {
 impl Stream {
     /// A new open stream starting with `stream_start`, with room reserved for its `stream_end` and outcome;
     /// refused when the hub cannot hold that, or a stream's limits could not.
-    pub(crate) fn new(shared: Arc<Shared>, client: Option<&str>, model: &str) -> Result<Arc<Self>, HubError> {
-        let id = shared.config.ids.stream_id();
-        let epoch = shared.config.ids.epoch();
-        let now_ms = shared.config.clock.now_ms();
+    pub(crate) fn new(hub: Arc<HubState>, client: Option<&str>, model: &str) -> Result<Arc<Self>, HubError> {
+        let id = hub.config.ids.stream_id();
+        let epoch = hub.config.ids.epoch();
+        let now_ms = hub.config.clock.now_ms();
         let info = StreamInfo { id, epoch, created_ms: now_ms, model: model.to_owned() };
-        let log = shared.config.storage.log(&info, client);
+        let log = hub.config.storage.log(&info, client);
         let stream = Arc::new(Stream {
             info,
-            shared,
+            hub,
             producer: Mutex::new(Producer {
                 last: 0,
                 bytes: 0,
@@ -305,7 +306,7 @@ impl Stream {
         });
         let (stream_id, epoch) = (stream.info.id.clone(), stream.info.epoch.clone());
         let start = StreamStart { stream_id, epoch, model: model.to_owned() }.event();
-        let limits = &stream.shared.config.limits;
+        let limits = &stream.hub.config.limits;
         let mut producer = stream.lock();
         let id = stream.new_id("m");
         let entry = stream.stamp_event(&mut producer, start, id, now_ms);
@@ -332,23 +333,23 @@ impl Stream {
 
     /// A stream kept from before a restart, ended, of `bytes` of entries, holding what its log holds in
     /// memory; see [`super::Hub::restore`].
-    pub(crate) fn restored(shared: Arc<Shared>, info: StreamInfo, log: Box<dyn Log>, bytes: u64) -> Arc<Self> {
+    pub(crate) fn restored(hub: Arc<HubState>, info: StreamInfo, log: Box<dyn Log>, bytes: u64) -> Arc<Self> {
         let end = log.outcome();
-        let stream = Stream::over(shared, info, log, bytes, end, false);
+        let stream = Stream::over(hub, info, log, bytes, end, false);
         stream.cancel.cancel();
         stream
     }
 
     /// A stream written on another node, followed here through `log` (which its follower appends to, the
     /// end included: [`Stream::follower_ended`]); see [`super::Hub::follow`].
-    pub(crate) fn followed(shared: Arc<Shared>, info: StreamInfo, log: Box<dyn Log>) -> Arc<Self> {
-        Stream::over(shared, info, log, 0, None, true)
+    pub(crate) fn followed(hub: Arc<HubState>, info: StreamInfo, log: Box<dyn Log>) -> Arc<Self> {
+        Stream::over(hub, info, log, 0, None, true)
     }
 
     /// A stream over a log with entries already in it, whose producer appends nothing here (`restored`,
     /// `followed`).
     fn over(
-        shared: Arc<Shared>,
+        hub: Arc<HubState>,
         info: StreamInfo,
         log: Box<dyn Log>,
         bytes: u64,
@@ -383,7 +384,7 @@ impl Stream {
             probes: Probes::default(),
             followed,
             info,
-            shared,
+            hub,
         })
     }
 
@@ -408,7 +409,7 @@ impl Stream {
     pub(crate) fn follower_ended(&self) {
         if self.followed {
             self.warm.store(true, Ordering::Release);
-            self.shared.ended(&self.info.id, None);
+            self.hub.ended(&self.info.id, None);
         }
     }
 
@@ -500,8 +501,9 @@ impl Stream {
         &self.probes
     }
 
-    pub(crate) fn shared(&self) -> &Shared {
-        &self.shared
+    /// What it shares with the hub: the config, the byte count.
+    pub(crate) fn hub_state(&self) -> &HubState {
+        &self.hub
     }
 
     /// The status now.
@@ -699,7 +701,7 @@ impl Stream {
         messages: Vec<OutputMessage>,
         staged: &mut Staged,
     ) -> Result<(), BatchError> {
-        let limits = &self.shared.config.limits;
+        let limits = &self.hub.config.limits;
         let logged = messages.len() > 1;
         let copies = producer.copies();
         // The batch's messages as JSON, back to back: copied at the end into one block of exactly their size,
@@ -707,7 +709,7 @@ impl Stream {
         let mut json = Vec::with_capacity((messages.len() * 256).min(JSON_SCRATCH));
         for (index, mut message) in messages.into_iter().enumerate() {
             let fail = |error| Err(BatchError { index, error });
-            let now_ms = self.shared.config.clock.now_ms();
+            let now_ms = self.hub.config.clock.now_ms();
             let known = producer.reducer.slot_of(&message).map(|slot| &producer.reducer.messages()[slot]);
             let new = known.is_none();
             if let Some(known) = known {
@@ -804,7 +806,7 @@ impl Stream {
         if producer.end.is_some() {
             return Err(AppendError::Ended);
         }
-        let now_ms = self.shared.config.clock.now_ms();
+        let now_ms = self.hub.config.clock.now_ms();
         let closings = closings(&mut producer.lifecycle, now_ms);
         let entries: Vec<Entry> = closings
             .into_iter()
@@ -854,9 +856,9 @@ impl Stream {
         if producer.end.is_some() {
             return if refusable { Err(AppendError::Ended) } else { Ok(false) };
         }
-        let limits = &self.shared.config.limits;
+        let limits = &self.hub.config.limits;
         let copies = producer.copies();
-        let now_ms = self.shared.config.clock.now_ms();
+        let now_ms = self.hub.config.clock.now_ms();
         let duration_ms = now_ms.saturating_sub(producer.started_ms);
         // One closing event for each open message and block, ended only once the end cannot be refused.
         let open = producer.lifecycle.open();
@@ -929,7 +931,7 @@ impl Stream {
         }
         drop(producer);
         self.warm.store(true, Ordering::Release);
-        self.shared.ended(&self.info.id, self.client.as_deref());
+        self.hub.ended(&self.info.id, self.client.as_deref());
         Ok(true)
     }
 
@@ -997,9 +999,9 @@ impl Stream {
         }
         // `forget` sets its flag before it takes the renditions' lock, which is held here.
         if !self.add_reader(true) {
-            return Err(SubscribeError::HubFull { limit: self.shared.config.limits.hub_bytes });
+            return Err(SubscribeError::HubFull { limit: self.hub.config.limits.hub_bytes });
         }
-        let renders = self.shared.renders_of(render.key());
+        let renders = self.hub.renders_of(render.key());
         let rendition = Arc::new(Mutex::new(Rendition::new(render.renderer(&self.info), renders)));
         renditions.push((render.key().to_owned(), Arc::clone(&rendition)));
         Ok(rendition)
@@ -1069,7 +1071,7 @@ impl Stream {
 
     /// Counts `bytes` against the hub's limit; `false` (and nothing counted) when they do not fit.
     fn reserve(&self, bytes: u64) -> bool {
-        let fits = self.shared.reserve(bytes);
+        let fits = self.hub.reserve(bytes);
         if fits {
             self.held.fetch_add(bytes, Ordering::AcqRel);
         }
@@ -1078,7 +1080,7 @@ impl Stream {
 
     /// Counts bytes that must be held regardless.
     fn force(&self, bytes: u64) {
-        self.shared.force_reserve(bytes);
+        self.hub.force_reserve(bytes);
         self.held.fetch_add(bytes, Ordering::AcqRel);
     }
 
@@ -1086,7 +1088,7 @@ impl Stream {
         let released =
             self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| Some(held.saturating_sub(bytes)));
         let before = released.unwrap_or(0);
-        self.shared.release(before.min(bytes));
+        self.hub.release(before.min(bytes));
     }
 
     /// Applies what a rendition's catch-up changed in the count.
@@ -1195,7 +1197,7 @@ impl Stream {
         // What is pending was never counted, or is still in `held`: either way, `held` is what to give back.
         self.pending.store(0, Ordering::Release);
         let held = self.held.swap(0, Ordering::AcqRel);
-        self.shared.release(held);
+        self.hub.release(held);
     }
 }
 
@@ -1242,7 +1244,7 @@ pub(crate) fn stamp(message: &mut OutputMessage, sequence: u64, now_ms: u64, tra
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        self.shared.release(*self.held.get_mut());
+        self.hub.release(*self.held.get_mut());
     }
 }
 

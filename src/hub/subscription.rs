@@ -216,7 +216,7 @@ impl Subscription {
     /// would wait as long. One that keeps up finds nothing to take between batches, and never yields. A
     /// caller that must not wait takes batches with [`Subscription::try_next`] instead.
     pub async fn next(&mut self) -> Option<Batch> {
-        if self.unyielded >= self.stream.shared().config.batch_bytes {
+        if self.unyielded >= self.stream.hub_state().config.batch_bytes {
             self.unyielded = 0;
             tokio::task::yield_now().await;
         }
@@ -318,7 +318,7 @@ impl Subscription {
         rendition: &Rendition,
         bounds: impl FnOnce(&Rendition, usize, usize) -> Bounds,
     ) -> Option<Batch> {
-        let batch_bytes = self.stream.shared().config.batch_bytes;
+        let batch_bytes = self.stream.hub_state().config.batch_bytes;
         // Gone matters only to a reader that still needs something: frames dropped before it read them, or
         // entries never rendered. One that read to the end of a finished rendition just ends.
         let unrendered = self.cursor >= rendition.len() && !rendition.finished;
