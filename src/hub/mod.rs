@@ -5,8 +5,9 @@
 //! - [`HubConfig`] and [`Limits`] (`config.rs`): what it may hold and how it behaves; [`HubError`]
 //!   (`error.rs`): why it refused a stream; `HubState` (`state.rs`): what the hub and its streams share (the
 //!   config, the byte count, the ended streams awaiting eviction, what each client has open).
-//! - [`Stream`] (`stream.rs`): what a stream does for its producer: validate, stamp sequences and ids, add
-//!   the lifecycle events (`lifecycle.rs`), reduce deltas, check limits, record the outcome.
+//! - [`Stream`] (`stream/`): what a stream does for its producer: validate, stamp sequences and ids, add
+//!   the lifecycle events (`lifecycle.rs`), reduce deltas, check limits, record the outcome; what it counts
+//!   against the hub; and what it does for its readers. One file per role (see its module doc).
 //! - [`Log`] (`log.rs`): what its readers need: entries after a sequence, a way to wait for more, the end.
 //!   The in-memory log (`MemoryLog`) is its first implementation.
 //! - [`Render`] (`render.rs`): how a subscriber wants a stream rendered, given by the caller; the hub keeps
@@ -29,8 +30,8 @@
 //! Every byte a stream holds is counted against the hub's limit ([`Limits::hub_bytes`], 1 GiB by default):
 //! its log entries (as JSON), once for the log and once for the producer's own reduction of it, its own first
 //! and last events, the room reserved for the events that will close what is open and for the outcome (see
-//! `stream.rs`), and for each rendition in use its frames and
-//! its renderer's state (see `stream.rs` for how). An append that would not fit in every format in use is
+//! `stream/closing.rs`), and for each rendition in use its frames and
+//! its renderer's state (see `stream/ledger.rs` for how). An append that would not fit in every format in use is
 //! refused (`HubFull`), as is a subscription that needs a new rendition the hub could not hold. The snapshot's
 //! reduction of the log counts like a rendition from its first use, but is never refused: a status request
 //! must answer, and it adds at most the log once more. Subscribers
@@ -48,7 +49,6 @@
 //! ([`Limits::streams_per_client`], a tenth of the stream limit by default, and optionally a number per
 //! minute), so that no one client can fill the hub. A refusal says when room is expected
 //! ([`HubError::retry_after`]).
-
 
 mod clock;
 mod committed;
@@ -78,8 +78,10 @@ pub use log::{Entry, Gone, Log};
 pub(crate) use log::{MemoryLog, json_of, write_json};
 pub use render::{Render, Renderer, StreamInfo};
 pub use storage::{MemoryStorage, Storage};
-pub(crate) use stream::NOT_KEPT;
-pub use stream::{AppendError, BatchError, Snapshot, Status, Stream, SubscribeError};
+pub(crate) use stream::closing::NOT_KEPT;
+pub use stream::producer::{AppendError, BatchError};
+pub use stream::readers::SubscribeError;
+pub use stream::{Snapshot, Status, Stream};
 pub use subscription::{Batch, Subscription};
 
 use crate::output::check_name;
@@ -128,7 +130,6 @@ pub struct Restored {
     pub ended_ms: u64,
 }
 
-
 /// The streams of one process; cheap to clone.
 ///
 /// ```
@@ -168,10 +169,7 @@ impl Default for Inner {
 
 impl Inner {
     fn new(config: HubConfig) -> Self {
-        Inner {
-            state: Arc::new(HubState::new(config)),
-            streams: Mutex::new(HashMap::new()),
-        }
+        Inner { state: Arc::new(HubState::new(config)), streams: Mutex::new(HashMap::new()) }
     }
 }
 

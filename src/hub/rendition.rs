@@ -27,7 +27,7 @@
 //!
 //! Memory: every byte a rendition adds (frames, their offsets, its renderer's state) is counted against
 //! the hub's limit as it is rendered, after the stream counted an estimate for it when the entry was
-//! appended (see `stream.rs`); the estimate is given back as the real figure is counted.
+//! appended (see `stream/ledger.rs`); the estimate is given back as the real figure is counted.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};

@@ -18,11 +18,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::Stream;
 use super::log::Gone;
 use super::probes::Cursor;
 use super::render::Render;
 use super::rendition::{Counted, ReaderAt, Rendition};
+use super::stream::Stream;
 
 /// Frames taken from a stream in one go.
 #[derive(Clone)]
