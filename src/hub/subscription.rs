@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use super::log::Gone;
 use super::probes::Cursor;
 use super::render::Render;
-use super::rendition::{Counted, ReaderAt, Rendition};
+use super::rendition::{CountChange, ReaderAt, Rendition};
 use super::stream::Stream;
 
 /// Frames taken from a stream in one go.
@@ -265,7 +265,7 @@ impl Subscription {
     fn take(&mut self) -> Option<Batch> {
         let shared = Arc::clone(&self.rendition);
         let mut rendition = crate::sync::lock(&shared);
-        let mut counted = Counted::default();
+        let mut counted = CountChange::default();
         while self.cursor >= rendition.len() && rendition.catch_up(self.stream.log(), &mut counted) {}
         self.stream.count(counted);
         if self.cursor < rendition.first_kept() && rendition.gone.is_none() {
@@ -300,7 +300,7 @@ impl Subscription {
             .take()
             .unwrap_or_else(|| Rendition::private(self.render.renderer(self.stream.info()), Arc::clone(&self.renders)));
         // Not counted against the hub: it holds at most a chunk of frames beyond what this reader takes.
-        let mut counted = Counted::default();
+        let mut counted = CountChange::default();
         while cursor >= private.len() && private.catch_up(self.stream.log(), &mut counted) {
             private.trim_before(cursor);
         }

@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Producer, Stream};
 use crate::hub::lifecycle::Lifecycle;
-use crate::hub::rendition::Counted;
+use crate::hub::rendition::CountChange;
 use crate::output::Reducer;
 use crate::sync::lock;
 
@@ -74,8 +74,8 @@ impl Stream {
     /// The hub-wide count is one atomic that every stream's producer and readers share, so a catch-up's
     /// change is gathered per stream and applied in steps of [`COUNT_STEP`] bytes (and when a rendition
     /// finishes): the hub's count trails what renditions hold by less than a step per stream.
-    pub(crate) fn count(&self, counted: Counted) {
-        if counted == Counted::default() || self.forgotten.load(Ordering::Acquire) {
+    pub(crate) fn count(&self, counted: CountChange) {
+        if counted == CountChange::default() || self.forgotten.load(Ordering::Acquire) {
             return;
         }
         let change = counted.added as i64 - counted.estimated as i64 - counted.dropped as i64;

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use super::Stream;
 use crate::hub::log::Gone;
 use crate::hub::render::Render;
-use crate::hub::rendition::{Counted, Rendition};
+use crate::hub::rendition::{CountChange, Rendition};
 use crate::hub::subscription::Subscription;
 use crate::sync::lock;
 
@@ -57,7 +57,7 @@ impl Stream {
         let rendition = self.rendition(Arc::clone(&render))?;
         let shared = {
             let mut rendition = lock(&rendition);
-            let mut counted = Counted::default();
+            let mut counted = CountChange::default();
             while rendition.rendered() < after && rendition.catch_up(&*self.log, &mut counted) {}
             self.count(counted);
             (rendition.frame_after(after), rendition.renders())
@@ -67,7 +67,7 @@ impl Stream {
             (None, renders) => {
                 // Its frames are behind the shared rendition's window: rendered again for this subscriber.
                 let mut private = Rendition::private(render.renderer(&self.info), renders);
-                let mut counted = Counted::default();
+                let mut counted = CountChange::default();
                 while private.rendered() < after && private.catch_up(&*self.log, &mut counted) {
                     let rendered = private.rendered();
                     private.trim_before(private.frame_after(rendered).unwrap_or(0));
