@@ -6,11 +6,13 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentmux::agent::Agents;
 use agentmux::http::{KeySpec, Settings, budgets};
 use agentmux::hub::HubConfig;
+use common::doubles::SteppingClock;
 use common::http::{assert_envelope, create_with_key, header, read_events};
 use common::process::ServerProcess;
 use common::server::TestServer;
@@ -20,8 +22,12 @@ const KEY: &str = "sk-test-key";
 
 /// A server with `keys` (keys-file lines); streams still open at its stop end at once.
 async fn server(keys: &[&str]) -> TestServer {
+    server_with(keys, HubConfig::default()).await
+}
+
+/// [`server`] on a hub of this config (a clock of the test's own, say).
+async fn server_with(keys: &[&str], mut config: HubConfig) -> TestServer {
     let keys: Vec<KeySpec> = keys.iter().map(|line| line.parse().expect("a keys-file line")).collect();
-    let mut config = HubConfig::default();
     config.limits.client_budgets = budgets(&keys, config.limits.streams_per_client, 0);
     let settings = Settings { api_keys: keys, shutdown_grace: Duration::ZERO, ..Settings::default() };
     TestServer::with(config, settings, Agents::builtin()).await
@@ -144,7 +150,9 @@ async fn with_keys_every_call_needs_a_key_or_the_right_token() {
 
 #[tokio::test]
 async fn a_token_with_a_lifetime_expires() {
-    let server = keyed().await;
+    // Tokens expire by the hub's clock: this one is moved past the expiry rather than waited for.
+    let clock = Arc::new(SteppingClock::new(1_700_000_000_000));
+    let server = server_with(&[KEY, "sk-second"], HubConfig { clock: clock.clone(), ..HubConfig::default() }).await;
     let client = reqwest::Client::new();
     let (status, created, _) =
         send(client.post(server.url("/v1/streams")).json(&json!({"token_ttl": 1})), Some(KEY)).await;
@@ -153,7 +161,7 @@ async fn a_token_with_a_lifetime_expires() {
     let (id, write) = (created["id"].as_str().expect("id"), created["write_token"].as_str().expect("token"));
     let (status, body, _) = send(append(&client, &server, id), Some(write)).await;
     assert_eq!(status, 200, "good before its expiry: {body}");
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    clock.advance(2100);
     let (status, body, _) = send(append(&client, &server, id), Some(write)).await;
     assert_eq!(status, 401, "{body}");
     assert_envelope(&body, None, "token_expired");
