@@ -13,9 +13,10 @@ use agentmux::agent::Agents;
 use agentmux::http::{KeySpec, Settings, budgets};
 use agentmux::hub::HubConfig;
 use common::doubles::SteppingClock;
-use common::http::{assert_envelope, create_with_key, header, read_events};
+use common::http::{PATIENCE, assert_envelope, create_with_key, header, read_events};
 use common::process::ServerProcess;
 use common::server::TestServer;
+use common::wait::{eventually, eventually_blocking};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-key";
@@ -291,15 +292,11 @@ async fn limits_are_per_key() {
     let other = client.get(server.url("/v1/models")).bearer_auth(KEY).send().await.expect("models");
     assert_eq!(other.status(), 200, "the other key is not held up");
     drop(third);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
+    eventually("a slot to come back when a stream's reader leaves", Duration::from_secs(5), async || {
         let again = client.get(server.url("/v1/models")).bearer_auth("sk-small").send().await.expect("models");
-        if again.status() == 200 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "a slot comes back when a stream's reader leaves");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        again.status() == 200
+    })
+    .await;
     drop((first, second));
     server.stop().await.expect("stops");
 }
@@ -360,11 +357,7 @@ fn run_binary(args: &[&str]) -> (bool, String) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start agentmux");
-    let started = std::time::Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        assert!(started.elapsed() < Duration::from_secs(20), "agentmux did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("agentmux to exit", Duration::from_secs(20), || child.try_wait().expect("wait").is_some());
     let output = child.wait_with_output().expect("output");
     (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
@@ -391,6 +384,16 @@ fn the_binary_refuses_to_serve_beyond_loopback_without_keys() {
     assert!(reply.starts_with("HTTP/1.1 401"), "the key is asked for: {reply}");
 }
 
+/// Whether the store in `dir` has committed stream `id`'s end and thread `thread` with its owner (read from
+/// its SQLite file beside the running server; not yet, when that cannot be read at this moment).
+fn kept(dir: &std::path::Path, id: &str, thread: &str) -> bool {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let Ok(store) = rusqlite::Connection::open_with_flags(dir.join("agentmux.sqlite3"), flags) else { return false };
+    let count = |sql: &str, id: &str| store.query_row(sql, [id], |row| row.get::<_, i64>(0)).unwrap_or(0);
+    count("SELECT count(*) FROM streams WHERE id = ?1 AND outcome IS NOT NULL", id) == 1
+        && count("SELECT count(*) FROM threads WHERE id = ?1 AND owner IS NOT NULL", thread) == 1
+}
+
 fn urlencode(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
@@ -411,8 +414,9 @@ async fn tokens_outlive_a_restart_with_the_store() {
     assert_eq!(ended.status(), 200);
     let thread = client.post(first.url("/v1/threads")).bearer_auth(KEY).json(&json!({"id": "kept"})).send().await;
     assert_eq!(thread.expect("thread").status(), 201);
-    // Kept once the writer commits: ask until the store has it (a flush is not reachable from outside).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Kept once the writer commits: ask the store's file until it has both (a flush is not reachable from
+    // outside).
+    eventually("the store to keep the ended stream and the thread", PATIENCE, async || kept(&dir, id, "kept")).await;
     first.kill();
     let second = ServerProcess::spawn(&args);
     let status = client.get(second.url(&format!("/v1/streams/{id}"))).bearer_auth(read).send().await.expect("get");
