@@ -254,12 +254,8 @@ async fn a_replay_against_echo_is_a_new_thread_and_a_stream_to_watch() {
     let (status, early) = post_json(&client, &url, &json!({ "model": "echo", "upto": entries[0]["id"] })).await;
     assert_eq!(status, 201, "{early}");
     let early_thread = early["thread_id"].as_str().unwrap();
-    for _ in 0..100 {
-        if transcript(&server, early_thread).await["running"].is_null() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let replayed = async || transcript(&server, early_thread).await["running"].is_null();
+    common::wait::eventually("the replay's run to end", common::http::PATIENCE, replayed).await;
     let early = transcript(&server, early_thread).await;
     assert_eq!(early["messages"][1], json!({ "role": "assistant", "content": "tell me a story" }));
 

@@ -154,7 +154,7 @@ impl App {
     pub fn with_store(hub: Hub, agents: Arc<Agents>, settings: Settings, store: Option<Arc<Store>>) -> Self {
         // Tokens outlive a restart with the store's secret; without a store, they last as long as the process.
         let secret = store.as_ref().map_or_else(crate::store::random_secret, |s| s.secret());
-        let credentials = Arc::new(Credentials::new(&settings.api_keys, secret));
+        let credentials = Arc::new(Credentials::new(&settings.api_keys, secret, Arc::clone(&hub.config().clock)));
         let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store.clone());
         let metrics = Metrics::new();
         App {
@@ -174,7 +174,8 @@ impl App {
     /// The same app, serving the streams of the other nodes of `cluster` too (`--engine redis`).
     pub fn with_cluster(mut self, cluster: crate::cluster::Cluster) -> Self {
         // A token one node gave is good on every node.
-        self.credentials = Arc::new(Credentials::new(&self.settings.api_keys, cluster.secret()));
+        let clock = Arc::clone(&self.hub.config().clock);
+        self.credentials = Arc::new(Credentials::new(&self.settings.api_keys, cluster.secret(), clock));
         // A conversation goes on whichever node its next turn reaches.
         let shared = cluster.threads(self.settings.threads.ttl);
         self.threads =

@@ -108,7 +108,7 @@ pub(crate) async fn create(
     }
     app.metrics.stream_created();
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
-    let expires = create.token_ttl.map_or(0, |ttl| super::auth::now_s().saturating_add(ttl.max(1)));
+    let expires = create.token_ttl.map_or(0, |ttl| app.credentials.expires_in(ttl.max(1)));
     let token = |access| app.credentials.token(stream.id(), access, expires);
     let mut answer = json!({
         "id": stream.id(),
