@@ -20,7 +20,9 @@
 //! - [`ThreadConfig`] (`config.rs`) and [`ThreadError`] (`error.rs`).
 //!
 //! Files depend on each other in one direction: `registry.rs` on `storage.rs`; `replica.rs` on the registry;
-//! `recorder.rs` on the replica; `lookup.rs` on the recorder; `run.rs` on all of them.
+//! `recorder.rs` on the replica; `lookup.rs` and `run.rs` on those. Reading a shared thread may find a run
+//! to record, and recording a run reads the thread again: both go through [`Threads`]' `fetch`
+//! (`recorder.rs`), so the replica never calls back into the recorder.
 //!
 //! Two runs on one thread at once: the second is refused with [`ThreadError::Busy`] (HTTP 409
 //! `thread_busy`), naming the running stream, since its answer would depend on a result nobody has seen yet.
