@@ -383,3 +383,42 @@ impl Threads {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+
+    use super::*;
+    use crate::hub::{Clock, HubConfig};
+
+    /// A clock moved by hand.
+    #[derive(Debug, Default)]
+    struct HandClock(AtomicU64);
+
+    impl Clock for HandClock {
+        fn now_ms(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_thread_unused_for_its_ttl_by_the_hubs_clock_is_swept_and_one_used_since_is_kept() {
+        let clock = Arc::new(HandClock::default());
+        let hub = Hub::new(HubConfig { clock: clock.clone(), ..HubConfig::default() });
+        let config = ThreadConfig { ttl: Duration::from_secs(60), ..ThreadConfig::default() };
+        let threads = Threads::new(hub, Arc::new(Agents::builtin()), config);
+        threads.create(Some("old"), Vec::new(), None).await.expect("created");
+        clock.0.store(30_000, Ordering::Relaxed);
+        threads.create(Some("new"), Vec::new(), None).await.expect("created");
+        clock.0.store(59_999, Ordering::Relaxed);
+        threads.sweep();
+        assert_eq!(threads.len(), 2, "neither is past its TTL");
+        clock.0.store(60_000, Ordering::Relaxed);
+        threads.sweep();
+        let kept: Vec<String> = threads.map().keys().cloned().collect();
+        assert_eq!(kept, ["new"], "the one unused for 60 s is evicted");
+        clock.0.store(90_000, Ordering::Relaxed);
+        threads.sweep();
+        assert!(threads.is_empty());
+    }
+}
