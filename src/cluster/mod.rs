@@ -323,7 +323,7 @@ impl Absent {
 /// The cluster's token secret: made by the first node that asks (`SET NX`), read by every other.
 async fn shared_secret(connection: &mut RedisConnection) -> redis::RedisResult<[u8; 32]> {
     use redis::AsyncCommands;
-    let made = crate::store::random_secret();
+    let made = crate::hub::random_secret();
     let _: Option<String> =
         redis::cmd("SET").arg(keys::SECRET).arg(&made[..]).arg("NX").query_async(connection).await?;
     let kept: Vec<u8> = connection.get(keys::SECRET).await?;

@@ -154,7 +154,7 @@ impl App {
     /// [`Store::restore_threads`], as its streams do with [`Store::restore`].
     pub fn with_store(hub: Hub, agents: Arc<Agents>, settings: Settings, store: Option<Arc<Store>>) -> Self {
         // Tokens outlive a restart with the store's secret; without a store, they last as long as the process.
-        let secret = store.as_ref().map_or_else(crate::store::random_secret, |s| s.secret());
+        let secret = store.as_ref().map_or_else(crate::hub::random_secret, |s| s.secret());
         let credentials = Arc::new(Credentials::new(&settings.api_keys, secret, Arc::clone(&hub.config().clock)));
         let storage: Arc<dyn ThreadStorage> = match &store {
             Some(store) => Arc::clone(store) as Arc<dyn ThreadStorage>,

@@ -36,6 +36,14 @@ pub trait Ids: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RandomIds;
 
+/// 32 random bytes from the same generator: the key stream tokens are signed with, for a service without a
+/// store to keep one across restarts (its tokens end with the process) and the first node of a cluster.
+pub fn random_secret() -> [u8; 32] {
+    let mut secret = [0u8; 32];
+    rand::rng().fill_bytes(&mut secret);
+    secret
+}
+
 fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     rand::rng().fill_bytes(&mut buf);

@@ -70,7 +70,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
-pub use clock::{Clock, Ids, RandomIds, SystemClock};
+pub use clock::{Clock, Ids, RandomIds, SystemClock, random_secret};
 pub(crate) use committed::Committed;
 pub use config::{Budget, HubConfig, Limits};
 pub use error::HubError;

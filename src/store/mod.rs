@@ -99,13 +99,6 @@ pub struct Store {
     secret: [u8; 32],
 }
 
-/// 32 random bytes: a secret for a service without a store (its tokens end with the process).
-pub fn random_secret() -> [u8; 32] {
-    let mut secret = [0u8; 32];
-    rand::RngCore::fill_bytes(&mut rand::rng(), &mut secret);
-    secret
-}
-
 /// The secret called `name`, made and kept the first time it is asked for.
 fn secret(connection: &Connection, name: &str) -> rusqlite::Result<[u8; 32]> {
     let kept: Option<Vec<u8>> = connection
@@ -115,7 +108,7 @@ fn secret(connection: &Connection, name: &str) -> rusqlite::Result<[u8; 32]> {
     if let Some(secret) = kept.and_then(|v| <[u8; 32]>::try_from(v).ok()) {
         return Ok(secret);
     }
-    let secret = random_secret();
+    let secret = crate::hub::random_secret();
     connection.execute(
         "INSERT OR REPLACE INTO secrets (name, value) VALUES (?1, ?2)",
         rusqlite::params![name, &secret[..]],
