@@ -2,19 +2,34 @@
 //!
 //! # Layout
 //!
-//! - [`output`]: the typed output message agents emit (text, thinking, loading, tool_call, error, media,
-//!   action, event, custom types), its validation, and the delta reducer that says what each message looks
-//!   like after its deltas.
-//! - [`adapter`]: deterministic renderers from a stream's messages to frames that know no transport:
-//!   [`adapter::CuiAdapter`] (the typed messages) and [`adapter::OpenAiAdapter`] (`chat.completion.chunk`
-//!   deltas), plus [`adapter::OpenAiCompletion`] for non-streaming responses.
-//! - [`hub`]: streams, the log seam their readers read, renditions shared by every subscriber, retention.
-//! - [`store`]: the embedded SQLite store that keeps streams, threads and the audit log across restarts.
-//! - [`cluster`]: several nodes serving the same streams through Redis.
+//! The core, which every build has:
+//!
+//! - [`output`]: the typed output message agents emit (text, thinking, loading, tool_call, tool_result, error,
+//!   media, action, event, custom types), its validation, and the delta reducer that says what each message
+//!   looks like after its deltas.
+//! - [`adapter`]: deterministic renderers from a stream's messages to frames that know no transport, one per
+//!   format: [`adapter::CuiAdapter`] (the typed messages), [`adapter::OpenAiAdapter`]
+//!   (`chat.completion.chunk` deltas, and [`adapter::OpenAiCompletion`] for a whole response),
+//!   [`adapter::UiMessageAdapter`] (the AI SDK's UI message stream), [`adapter::AgUiAdapter`] (AG-UI),
+//!   [`adapter::AnthropicAdapter`] (Anthropic Messages events) and [`adapter::ResponsesAdapter`] (OpenAI
+//!   Responses events).
+//! - [`hub`]: streams (the producer's side in `hub/stream/`), the seams behind them ([`hub::Storage`] and its
+//!   [`hub::Log`], [`hub::Render`]), renditions shared by every subscriber, limits and retention.
 //! - [`render`]: a format and a transport's encoding (SSE, WebSocket) together, as the hub renders them.
-//! - [`agent`]: the agent API and the built-in agents; [`conversation`]: what agents receive;
-//!   [`thread`]: server-side threads, their audit log and replay; [`http`]: the service; [`logs`]: where
-//!   its log lines go.
+//! - [`agent`]: the agent API ([`agent::Agent`], the [`agent::Output`] emitter), the registry and the built-in
+//!   agents; [`conversation`]: what agents receive, from every front door's request shape;
+//!   [`thread`]: server-side threads (the registry, a turn, the audit log, replay) over the
+//!   `ThreadStorage` seam.
+//!
+//! Behind features (all on by default):
+//!
+//! - `store`: [`store`], the embedded SQLite store, which keeps streams, threads and the audit log across
+//!   restarts (the hub's storage and the threads').
+//! - `redis`: [`cluster`], several nodes serving the same streams and threads through Redis.
+//! - `upstream`: [`agent::UpstreamAgent`], any OpenAI-compatible model server behind the chat endpoints.
+//! - `server` (with the three above): [`node`], one service assembled from a [`node::NodeConfig`] and run with
+//!   its maintenance; [`http`], the service on the network (its transport, its endpoints, its edge); [`logs`],
+//!   where its log lines go; and the `agentmux` binary.
 //!
 //! ```
 //! use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiOptions};

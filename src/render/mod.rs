@@ -1,8 +1,9 @@
 //! Render: a format (which adapter) and an encoding (which transport frames it) together, as the hub's
 //! [`Render`] seam asks for.
 //!
-//! - [`Format`]: what a subscriber reads: the typed messages (CUI) or OpenAI chunks, with the options that
-//!   change a byte of the output.
+//! - [`Format`]: what a subscriber reads, with the options that change a byte of the output: the typed
+//!   messages (CUI), OpenAI chat chunks, the AI SDK's UI message stream, AG-UI events, Anthropic Messages
+//!   events or OpenAI Responses events (one adapter of `crate::adapter` each).
 //! - [`Encoding`]: how its frames travel: SSE events (`sse.rs`) or WebSocket text messages (`ws.rs`).
 //! - [`View`]: the two together; a stream keeps one rendition per distinct view, so every subscriber of a
 //!   view shares the same encoded bytes, whatever the transport.
