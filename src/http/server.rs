@@ -34,10 +34,13 @@
 //!    never arrives) is dropped, and `serve` returns.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::middleware::AddExtension;
 use axum::response::IntoResponse;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -52,6 +55,8 @@ use super::app::App;
 use super::edge::error::HttpError;
 use super::router::router;
 use super::transport::event_connection::{self, First};
+use super::transport::feed::Feeds;
+use super::transport::lifetime::Lifetime;
 use super::transport::repoll::Repolled;
 use super::transport::socket::{self, AdmittedSocket};
 use crate::hub::Hub;
@@ -133,43 +138,7 @@ pub async fn serve(
         let service = axum::Extension(ConnectInfo(peer)).layer(router.clone());
         let socket = AdmittedSocket::new(tcp, permit, metrics.connection());
         let (http, lifetime, feeds) = (http.clone(), lifetime.clone(), feeds.clone());
-        connections.spawn(async move {
-            // A GET of an event stream as the connection's first request is served without hyper (see
-            // `transport/event_connection.rs`); the client gets as long to send that head as hyper gives it.
-            let first = tokio::select! {
-                first = tokio::time::timeout(HEAD_TIMEOUT, event_connection::first_request(socket)) => first,
-                () = lifetime.closing.cancelled() => return,
-            };
-            let io = match first {
-                Ok(Ok(Some(First::Events(request, socket)))) => {
-                    let gone = lifetime.gone.clone();
-                    return event_connection::serve_events(socket, request, service, &feeds, gone).await;
-                }
-                Ok(Ok(Some(First::Other(io)))) => io,
-                Ok(Ok(None)) | Err(_) => return,
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "connection closed before its first request");
-                    return;
-                }
-            };
-            // Boxed, so that the task of a connection served without hyper is not the size of hyper's.
-            let mut connection = Repolled::new(Box::pin(
-                http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)).with_upgrades(),
-            ));
-            let result = tokio::select! {
-                result = &mut connection => result,
-                () = lifetime.closing.cancelled() => {
-                    connection.inner_mut().as_mut().graceful_shutdown();
-                    tokio::select! {
-                        result = &mut connection => result,
-                        () = lifetime.gone.cancelled() => Ok(()),
-                    }
-                }
-            };
-            if let Err(error) = result {
-                tracing::debug!(%error, "connection closed with an error");
-            }
-        });
+        connections.spawn(connection(socket, service, http, lifetime, feeds));
     }
     drop(listener);
     tracing::info!("shutting down: every stream has ended; closing connections");
@@ -187,6 +156,53 @@ pub async fn serve(
     }
     sweeper.abort();
     Ok(())
+}
+
+/// Serves one admitted connection with `service`: its first request read here, and served here when it is
+/// a GET of an event stream (`transport/event_connection.rs`), otherwise by hyper; closed as the shutdown's
+/// phases say.
+async fn connection(
+    socket: AdmittedSocket,
+    service: AddExtension<Router, ConnectInfo<SocketAddr>>,
+    http: http1::Builder,
+    lifetime: Lifetime,
+    feeds: Feeds,
+) {
+    // A GET of an event stream as the connection's first request is served without hyper (see
+    // `transport/event_connection.rs`); the client gets as long to send that head as hyper gives it.
+    let first = tokio::select! {
+        first = tokio::time::timeout(HEAD_TIMEOUT, event_connection::first_request(socket)) => first,
+        () = lifetime.closing.cancelled() => return,
+    };
+    let io = match first {
+        Ok(Ok(Some(First::Events(request, socket)))) => {
+            let gone = lifetime.gone.clone();
+            return event_connection::serve_events(socket, request, service, &feeds, gone).await;
+        }
+        Ok(Ok(Some(First::Other(io)))) => io,
+        Ok(Ok(None)) | Err(_) => return,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "connection closed before its first request");
+            return;
+        }
+    };
+    // Boxed, so that the task of a connection served without hyper is not the size of hyper's.
+    let mut connection = Repolled::new(Box::pin(
+        http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)).with_upgrades(),
+    ));
+    let result = tokio::select! {
+        result = &mut connection => result,
+        () = lifetime.closing.cancelled() => {
+            connection.inner_mut().as_mut().graceful_shutdown();
+            tokio::select! {
+                result = &mut connection => result,
+                () = lifetime.gone.cancelled() => Ok(()),
+            }
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection closed with an error");
+    }
 }
 
 /// Answers a connection past the cap with 503 `capacity` and closes it.

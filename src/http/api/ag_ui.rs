@@ -20,7 +20,9 @@ use serde_json::{Map, Value};
 
 use super::endpoint::Content::{EventStream, Foreign};
 use super::endpoint::{Endpoint, endpoint, op};
-use super::front_door::{FrontDoor, RUN, Threading, chat_request, chat_tool, invalid_thread, offer_tools};
+use super::front_door::{
+    FrontDoor, OfferedTool, RUN, SchemaField, Threading, chat_request, invalid_thread, offer_tools,
+};
 use crate::conversation::{AgUiMessage, ag_ui_to_chat};
 use crate::http::edge::error::HttpError;
 use crate::http::edge::extract::Params;
@@ -37,23 +39,13 @@ struct RunAgentInput {
     messages: Vec<AgUiMessage>,
     /// `{name, description, parameters}` each.
     #[serde(default)]
-    tools: Vec<Tool>,
+    tools: Vec<OfferedTool>,
     #[serde(default)]
     context: Option<Value>,
     #[serde(default)]
     state: Option<Value>,
     #[serde(default)]
     forwarded_props: Option<Map<String, Value>>,
-}
-
-/// A tool the frontend offers.
-#[derive(Debug, Deserialize)]
-struct Tool {
-    name: String,
-    #[serde(default)]
-    description: Option<String>,
-    #[serde(default)]
-    parameters: Option<Value>,
 }
 
 /// `?model=`.
@@ -77,10 +69,7 @@ pub(crate) async fn run(Params(query): Params<AgUiQuery>, mut door: FrontDoor) -
     let model = door.model(model)?;
     let (messages, from) = ag_ui_to_chat(&input.messages)?;
     let mut extra = Map::new();
-    offer_tools(
-        &mut extra,
-        input.tools.iter().map(|t| chat_tool(&t.name, t.description.as_deref(), t.parameters.clone())),
-    );
+    offer_tools(&mut extra, input.tools.into_iter().map(|tool| tool.with_schema(SchemaField::Parameters)));
     for (name, value) in [("context", input.context), ("state", input.state)] {
         if let Some(value) = value.filter(|v| !v.is_null()) {
             extra.insert(name.into(), value);

@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 
 use super::endpoint::Content::{EventStream, Foreign};
 use super::endpoint::{Endpoint, endpoint, op};
-use super::front_door::{FrontDoor, Threading, chat_request, chat_tool};
-use crate::adapter::{Adapter, AnthropicAdapter, AnthropicOptions, ApiError};
+use super::front_door::{FrontDoor, OfferedTool, SchemaField, Threading, aggregate, chat_request};
+use crate::adapter::{AnthropicAdapter, AnthropicOptions, ApiError};
 use crate::conversation::{AnthropicMessage, anthropic_to_chat};
 use crate::http::edge::error::HttpError;
 use crate::output::{EndStatus, ErrorProps};
@@ -34,21 +34,11 @@ struct MessagesRequest {
     #[serde(default)]
     system: Option<Value>,
     #[serde(default)]
-    tools: Vec<Tool>,
+    tools: Vec<OfferedTool>,
     #[serde(default)]
     stream: bool,
     #[serde(flatten)]
     extra: Map<String, Value>,
-}
-
-/// A tool the client offers.
-#[derive(Debug, Deserialize)]
-struct Tool {
-    name: String,
-    #[serde(default)]
-    description: Option<String>,
-    #[serde(default)]
-    input_schema: Option<Value>,
 }
 
 /// `POST /v1/messages`.
@@ -59,7 +49,7 @@ pub(crate) async fn messages(mut door: FrontDoor) -> Result<Response, HttpError>
     }
     let model = door.model(model)?;
     let (messages, from) = anthropic_to_chat(system.as_ref(), &messages)?;
-    let tools = tools.into_iter().map(|t| chat_tool(&t.name, t.description.as_deref(), t.input_schema));
+    let tools = tools.into_iter().map(|tool| tool.with_schema(SchemaField::InputSchema));
     let request = chat_request(model, messages, streaming, extra, tools);
     let threading = door.thread_header()?.map_or(Threading::None, Threading::Named);
     let run = door.launch(request, ("messages", &from), threading).await?;
@@ -75,9 +65,7 @@ pub(crate) async fn messages(mut door: FrontDoor) -> Result<Response, HttpError>
             return Err(HttpError { status, error, retry: false, retry_after: None });
         }
         let mut adapter = AnthropicAdapter::aggregating(AnthropicOptions::from(stream.info()));
-        let mut frames = Vec::new();
-        history.iter().for_each(|message| adapter.push(message, &mut frames));
-        adapter.finish(outcome, &mut frames);
+        aggregate(&mut adapter, &history, outcome);
         Ok(axum::Json(adapter.message()).into_response())
     })
     .await

@@ -17,9 +17,11 @@ use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::Response;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::adapter::Adapter;
 use crate::conversation::{ChatMessage, ChatRequest, Conversation, ConversationError};
 use crate::http::app::App;
 use crate::http::edge::auth::Access;
@@ -29,7 +31,7 @@ use crate::http::edge::extract::{Client, KeyName};
 use crate::http::edge::trace::record_stream;
 use crate::http::transport::sse::{self, OnDisconnect};
 use crate::hub::Stream;
-use crate::output::{Outcome, check_name};
+use crate::output::{Outcome, OutputMessage, check_name};
 use crate::render::Format;
 use crate::thread::{ThreadError, Turn, check_id};
 
@@ -220,11 +222,51 @@ pub(crate) fn offer_tools(extra: &mut Map<String, Value>, tools: impl IntoIterat
     }
 }
 
+/// A tool a front door's client offers: its name, what it does, and the schema of its input, which AG-UI
+/// calls `parameters` and Anthropic `input_schema` (each door reads its own: [`OfferedTool::with_schema`]).
+#[derive(Debug, Deserialize)]
+pub(crate) struct OfferedTool {
+    name: String,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    parameters: Option<Value>,
+    #[serde(default)]
+    input_schema: Option<Value>,
+}
+
+/// Which field of an [`OfferedTool`] holds its input's schema.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SchemaField {
+    /// `parameters` (AG-UI).
+    Parameters,
+    /// `input_schema` (Anthropic).
+    InputSchema,
+}
+
+impl OfferedTool {
+    /// The tool as [`chat_tool`] makes it, its input's schema read from `field` (the other is ignored).
+    pub(crate) fn with_schema(self, field: SchemaField) -> Value {
+        let schema = match field {
+            SchemaField::Parameters => self.parameters,
+            SchemaField::InputSchema => self.input_schema,
+        };
+        chat_tool(&self.name, self.description.as_deref(), schema)
+    }
+}
+
 /// A tool a front door's client offers, as the chat completions request an agent receives names it; a tool
 /// given no parameters takes none.
 pub(crate) fn chat_tool(name: &str, description: Option<&str>, parameters: Option<Value>) -> Value {
     let parameters = parameters.unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
     serde_json::json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
+}
+
+/// Runs a stream's whole `history` and its `outcome` through `adapter`, for an answer made whole from it.
+pub(crate) fn aggregate(adapter: &mut impl Adapter, history: &[OutputMessage], outcome: &Outcome) {
+    let mut frames = Vec::new();
+    history.iter().for_each(|message| adapter.push(message, &mut frames));
+    adapter.finish(outcome, &mut frames);
 }
 
 /// A run a front door started (or, for a `useChat` resume, found running): what its answer is made from.

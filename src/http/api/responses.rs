@@ -18,8 +18,8 @@ use serde_json::{Map, Value};
 
 use super::endpoint::Content::{EventStream, Foreign};
 use super::endpoint::{Endpoint, endpoint, op};
-use super::front_door::{FrontDoor, Threading, chat_request, chat_tool};
-use crate::adapter::{Adapter, ResponsesAdapter, ResponsesOptions};
+use super::front_door::{FrontDoor, Threading, aggregate, chat_request, chat_tool};
+use crate::adapter::{ResponsesAdapter, ResponsesOptions};
 use crate::conversation::responses_to_chat;
 use crate::http::edge::error::HttpError;
 use crate::render::Format;
@@ -66,9 +66,7 @@ pub(crate) async fn create(mut door: FrontDoor) -> Result<Response, HttpError> {
     let run = door.launch(request, ("input", &from), threading).await?;
     run.respond(streaming, Format::Responses, |stream, outcome| {
         let mut adapter = ResponsesAdapter::new(ResponsesOptions::from(stream.info()));
-        let mut frames = Vec::new();
-        stream.history().iter().for_each(|message| adapter.push(message, &mut frames));
-        adapter.finish(outcome, &mut frames);
+        aggregate(&mut adapter, &stream.history(), outcome);
         Ok(axum::Json(adapter.response()).into_response())
     })
     .await

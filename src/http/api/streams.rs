@@ -15,6 +15,7 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use schemars::Schema;
+use schemars::generate::SchemaGenerator;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -330,16 +331,6 @@ pub(crate) async fn events(
 pub(crate) fn endpoints() -> Vec<Endpoint> {
     let snapshot: SchemaOf = |g| g.subschema_for::<crate::hub::Snapshot>();
     let outcome: SchemaOf = |g| g.subschema_for::<crate::output::Outcome>();
-    // One message, or an array of them (or NDJSON, one per line).
-    let messages: SchemaOf = |g| {
-        let one = crate::schema::message(g).to_value();
-        Schema::from(
-            serde_json::json!({"anyOf": [one, {"type": "array", "items": one}]})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-        )
-    };
     vec![
         endpoint(
             Method::GET,
@@ -430,4 +421,12 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
             ),
         ),
     ]
+}
+
+/// What an append takes: one message, or an array of them (or NDJSON, one per line).
+fn messages(g: &mut SchemaGenerator) -> Schema {
+    let one = crate::schema::message(g).to_value();
+    Schema::from(
+        serde_json::json!({"anyOf": [one, {"type": "array", "items": one}]}).as_object().cloned().unwrap_or_default(),
+    )
 }
