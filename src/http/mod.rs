@@ -14,9 +14,10 @@
 //! - `router.rs`: [`router`], every endpoint behind the edge's layers;
 //! - `server.rs`: [`serve`]: connections (the cap, the socket each holds), and the shutdown in phases.
 //!
-//! Imports run one way: `server.rs` uses the router and the transport, the router the api and the edge,
-//! the api the transport and the edge; the transport and the edge use only each other's leaves (the
-//! metrics, the lifetime) and `app.rs`.
+//! Imports run one way: `server.rs` uses the router and the transport, the router the api and the edge, the
+//! api the transport and the edge. The transport uses of the edge only its metrics, and the edge none of
+//! the others; `app.rs` holds what they share (the transport's feeds and lifetime, the edge's credentials
+//! and metrics), and no wing imports `mod.rs`.
 
 mod api;
 mod app;

@@ -231,7 +231,8 @@ async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone:
 /// hyper's own HTTP/1 connection rather than hyper-util's `auto` one (which would also take HTTP/2 over
 /// cleartext, which browsers and the OpenAI SDKs do not use): a waiting connection is then only hyper's
 /// read and write buffers, its task and its response, about 4 KiB less per connection than `auto` kept.
-/// (A connection that opens with a GET of an event stream does without even those: `event_connection.rs`.)
+/// (A connection that opens with a GET of an event stream does without even those:
+/// `transport/event_connection.rs`.)
 fn connection_builder() -> http1::Builder {
     let mut http = http1::Builder::new();
     // A client gets `HEAD_TIMEOUT` to send a request's head. hyper's header count limit sits above the

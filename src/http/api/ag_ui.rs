@@ -10,7 +10,8 @@
 //! its whole history every time, so the thread takes what follows its last assistant message, starts from
 //! its history when it has none yet, and rewinds when the frontend went back (see
 //! [`crate::thread::Turn::history`]). The run gets its own stream, as a chat completion's does
-//! (`x-agentmux-stream-id`, `x-agentmux-read-token`), so it can be watched in any other format; the answer is that stream in the `ag-ui` format from its start.
+//! (`x-agentmux-stream-id`, `x-agentmux-read-token`), so it can be watched in any other format; the answer
+//! is that stream in the `ag-ui` format from its start (`front_door.rs`).
 
 use axum::http::Method;
 use axum::response::Response;

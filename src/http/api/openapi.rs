@@ -2,8 +2,8 @@
 //! the router is built from (`endpoints()`, which `mod.rs` gathers): each endpoint's path, method and
 //! handler, and beside them what the document says of it (`endpoint.rs`). Its security comes from the
 //! function the auth guard asks (`edge/auth.rs`, `needs`), and its schemas from the Rust types
-//! (`crate::schema`), so the document cannot say something the service does not do. `tests/openapi.rs` checks the committed file against this and has a
-//! real OpenAPI validator accept it.
+//! (`crate::schema`), so the document cannot say something the service does not do. `tests/openapi.rs`
+//! checks the committed file against this and has a real OpenAPI validator accept it.
 
 use axum::http::Method;
 use schemars::generate::SchemaGenerator;

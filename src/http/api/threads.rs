@@ -1,10 +1,10 @@
 //! The thread endpoints: `POST /v1/threads`, `GET` and `DELETE /v1/threads/{id}`,
 //! `GET /v1/threads/{id}/audit` and `POST /v1/threads/{id}/replay`.
 //!
-//! Turns on a thread go through `POST /v1/chat/completions` with `x-agentmux-thread-id` (see `chat.rs` and `front_door.rs`);
-//! these endpoints create a thread ahead (optionally under an id of the client's, with user, system and
-//! developer messages), read its transcript and audit log, delete it, and fork it into a replay on another
-//! model, whose run is watched like any stream.
+//! Turns on a thread go through `POST /v1/chat/completions` with `x-agentmux-thread-id` (see `chat.rs` and
+//! `front_door.rs`); these endpoints create a thread ahead (optionally under an id of the client's, with
+//! user, system and developer messages), read its transcript and audit log, delete it, and fork it into a
+//! replay on another model, whose run is watched like any stream.
 
 use axum::Json;
 use axum::body::Body;

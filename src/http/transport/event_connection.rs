@@ -9,9 +9,9 @@
 //! event stream is asked for. That one request is read here: its head parsed (`httparse`) out of a buffer
 //! sized to it and dropped once parsed, answered by the same router as every other request (every layer:
 //! keys, CORS, limits, metrics), and its response written here: the head, each body chunk in chunked
-//! encoding as it comes, then the connection closed (a client reconnects, as after any end of a stream).
-//! While the response waits for its next chunk, a read of a few bytes into the task's own state notices a
-//! client that went away.
+//! encoding as it comes (`chunked.rs`), then the connection closed (a client reconnects, as after any end
+//! of a stream). While the response waits for its next chunk, a read of a few bytes into the task's own
+//! state notices a client that went away.
 //!
 //! An SSE response (`sse.rs`) is written from its relay rather than its body ([`serve_relay`]): whenever
 //! the relay has sent everything there was, it is parked on its stream's feed (`feed.rs`), which writes
@@ -145,7 +145,7 @@ pub(crate) async fn serve_events<S>(
     if let Some(relay) = direct.and_then(Direct::take) {
         drop(parts);
         // The body is not polled (the relay is taken out of it), but kept for as long as the response is
-        // served: what the layers hung on it (a key's connection slot, see `auth.rs`) lasts that long.
+        // served: what the layers hung on it (a key's connection slot, see `edge/auth.rs`) lasts that long.
         let _body = body;
         return serve_relay(socket, head, relay, feeds, gone).await;
     }
