@@ -43,6 +43,7 @@ pub mod conversation;
 pub mod http;
 pub mod hub;
 pub mod logs;
+pub mod node;
 pub mod output;
 pub mod render;
 pub mod schema;

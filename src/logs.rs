@@ -3,7 +3,7 @@
 //!
 //! Every request writes an access line. Written straight to stderr that is one `write` system call per
 //! request on the thread that serves it (7% of the server's CPU with 10,000 small POSTs a second, measured in
-//! `BENCHMARKS.md`); handed to a writer thread one line at a time (as `tracing-appender` does) it is a
+//! `docs/benchmarks-history.md`); handed to a writer thread one line at a time (as `tracing-appender` does) it is a
 //! wake-up of that thread per line instead. So a line is only copied into a shared buffer, and the writer
 //! thread writes whatever gathered every [`INTERVAL`], or at once after a warning or an error. The buffer is
 //! bounded: when the writer cannot keep up (stderr blocked), lines past [`CAPACITY`] are dropped and counted,

@@ -11,25 +11,24 @@
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmux::adapter::{
     Adapter, AgUiAdapter, AgUiOptions, AnthropicAdapter, AnthropicOptions, CuiAdapter, OpenAiAdapter, OpenAiCompletion,
     OpenAiOptions, ReasoningField, ResponsesAdapter, ResponsesOptions, UiMessageAdapter, UiMessageOptions,
 };
-use agentmux::agent::{Agents, Tools, UpstreamAgent, UpstreamConfig};
-use agentmux::cluster::{Cluster, ClusterConfig};
-use agentmux::http::{App, KeySpec, Origins, Settings, budgets, check_key};
-use agentmux::hub::{Hub, HubConfig, Limits, Storage};
+use agentmux::agent::UpstreamConfig;
+use agentmux::cluster::ClusterConfig;
+use agentmux::http::{KeySpec, Origins, Settings, budgets, check_key};
+use agentmux::hub::Limits;
+use agentmux::node::{self, Node, NodeConfig, NodeError};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
-use agentmux::store::Store;
 use agentmux::thread::ThreadConfig;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 /// jemalloc rather than the system's allocator: it keeps no header beside a block, so the untouched part of a
-/// connection's idle buffers costs no memory; see `BENCHMARKS.md` (session 7).
+/// connection's idle buffers costs no memory; see `docs/benchmarks-history.md` (session 7).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -365,125 +364,21 @@ fn run_serve(serve: Serve) -> ExitCode {
                 serve.addr
             ));
         }
-        let listener = match listen(&serve.addr).await {
+        let listener = match agentmux::node::listen(&serve.addr).await {
             Ok(listener) => listener,
             Err(e) => return fail(&format!("listening on {}: {e}", serve.addr)),
         };
-        let streams_per_client = serve.client_streams.unwrap_or((serve.max_streams / 10).max(1));
-        // A key with a budget of its own in the keys file: the hub counts its streams by its name.
-        let client_budgets = budgets(&api_keys, streams_per_client, serve.client_streams_per_minute);
-        let limits = Limits {
-            message_bytes: serve.max_message_bytes,
-            messages_per_stream: usize::try_from(serve.max_stream_messages).unwrap_or(usize::MAX),
-            stream_bytes: serve.max_stream_bytes,
-            hub_bytes: serve.max_hub_bytes,
-            streams: serve.max_streams,
-            streams_per_client,
-            streams_per_client_per_minute: serve.client_streams_per_minute,
-            client_budgets,
+        let config = match node_config(&serve, &listener, api_keys, cors_origins, open_files) {
+            Ok(config) => config,
+            Err(e) => return fail(&e),
         };
-        let redis = serve.engine == Engine::Redis;
-        let store = if serve.ephemeral || redis {
-            None
-        } else {
-            match Store::open(&serve.data_dir) {
-                Ok(store) => Some(store),
-                Err(e) => return fail(&format!("{e} (use --ephemeral to run without a store)")),
-            }
+        let max_connections = config.settings.max_connections;
+        let node = match Node::open(config).await {
+            Ok(node) => node,
+            Err(e @ NodeError::Store(_)) => return fail(&format!("{e} (use --ephemeral to run without a store)")),
+            Err(e) => return fail(&e.to_string()),
         };
-        let retention = serve.retention.unwrap_or(if store.is_some() || redis {
-            Duration::from_secs(24 * 3600)
-        } else {
-            Duration::from_secs(600)
-        });
-        let mut config = HubConfig { limits, retention, idle_timeout: serve.idle_timeout, ..HubConfig::default() };
-        if let Some(store) = &store {
-            config.storage = Arc::clone(store) as Arc<dyn Storage>;
-        }
-        let cluster = if redis {
-            let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());
-            let unspecified = listener.local_addr().is_ok_and(|a| a.ip().is_unspecified());
-            if serve.advertise_url.is_none() && unspecified {
-                tracing::warn!(
-                    "listening on {bound} without --advertise-url: other nodes would be sent to http://{bound}, \
-                     which they cannot reach; set --advertise-url to the URL they reach this node at"
-                );
-            }
-            let redis_at = without_credentials(&serve.redis_url);
-            tracing::info!(redis = %redis_at, "connecting to Redis");
-            let config = ClusterConfig {
-                redis_url: serve.redis_url.clone(),
-                advertise_url: serve.advertise_url.clone().unwrap_or_else(|| format!("http://{bound}")),
-                idle_timeout: serve.idle_timeout,
-                retention,
-                let_go_after: serve.drop_followed_after,
-            };
-            match Cluster::connect(config).await {
-                Ok(cluster) => Some(cluster),
-                Err(e) => return fail(&format!("connecting to Redis at {redis_at}: {e}")),
-            }
-        } else {
-            None
-        };
-        if let Some(cluster) = &cluster {
-            config.storage = cluster.storage();
-        }
-        let hub = Hub::new(config);
-        if let Some(store) = &store {
-            match store.restore(&hub) {
-                Ok(found) => tracing::info!(
-                    store = %store.path().display(),
-                    streams = found.streams,
-                    interrupted = found.interrupted,
-                    expired = found.expired,
-                    threads = found.threads,
-                    "store opened"
-                ),
-                Err(e) => return fail(&format!("{e} (use --ephemeral to run without a store)")),
-            }
-        }
-        let max_connections = serve.max_connections.unwrap_or_else(|| connections_for(open_files));
-        let settings = Settings {
-            keep_alive: serve.keep_alive,
-            body_limit: serve.body_limit,
-            body_timeout: serve.body_timeout,
-            max_connections,
-            ws_max_message: serve.ws_max_message,
-            shutdown_grace: serve.shutdown_grace,
-            shutdown_drain: serve.shutdown_drain,
-            default_model: serve.default_model.clone(),
-            threads: ThreadConfig { ttl: serve.thread_ttl, max_threads: serve.max_threads, ..ThreadConfig::default() },
-            api_keys,
-            cors_origins,
-        };
-        let mut agents = Agents::builtin();
-        if let Some(url) = &serve.upstream_url {
-            let config = UpstreamConfig {
-                key: serve.upstream_key.clone().filter(|k| !k.is_empty()),
-                models: serve.upstream_models.clone(),
-                text_mode: serve.upstream_text_mode.clone(),
-                connect_timeout: serve.upstream_connect_timeout,
-                first_byte_timeout: serve.upstream_first_byte_timeout,
-                idle_timeout: serve.upstream_idle_timeout,
-                max_rounds: serve.max_tool_rounds,
-                tool_timeout: serve.tool_timeout,
-                ..UpstreamConfig::new(url.clone())
-            };
-            let upstream = match UpstreamAgent::new(config, Tools::new()) {
-                Ok(upstream) => upstream,
-                Err(e) => return fail(&e),
-            };
-            match upstream.refresh_models().await {
-                Ok(count) => tracing::info!(upstream = url, models = count, "upstream ready"),
-                Err(e) => tracing::warn!(upstream = url, "could not list the upstream's models (will retry): {e}"),
-            }
-            tokio::spawn(refresh_models(upstream.clone()));
-            agents.set_upstream(upstream);
-        }
-        let mut app = App::with_store(hub, Arc::new(agents), settings, store);
-        if let Some(cluster) = cluster {
-            app = app.with_cluster(cluster);
-        }
+        let app = node.app();
         if !app.agents.contains(&serve.default_model) {
             tracing::warn!(
                 default_model = serve.default_model,
@@ -507,7 +402,7 @@ fn run_serve(serve: Serve) -> ExitCode {
                 tracing::warn!("no API key and --insecure-no-auth: anyone who reaches this address may do anything");
             }
         }
-        match agentmux::http::serve(listener, app, shutdown_signal()).await {
+        match node.serve(listener, shutdown_signal()).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS
@@ -517,32 +412,79 @@ fn run_serve(serve: Serve) -> ExitCode {
     })
 }
 
-/// Reads the upstream's model list again every five minutes, so `GET /v1/models` follows it.
-async fn refresh_models(upstream: UpstreamAgent) {
-    let mut ticks = tokio::time::interval(Duration::from_secs(300));
-    ticks.tick().await;
-    loop {
-        ticks.tick().await;
-        if let Err(e) = upstream.refresh_models().await {
-            tracing::warn!("could not list the upstream's models: {e}");
+/// The node the flags describe: `--engine`, `--data-dir`/`--ephemeral`, the hub's limits, the settings, the
+/// upstream. `listener` is where this node listens (the URL other nodes reach it at defaults to it).
+fn node_config(
+    serve: &Serve,
+    listener: &tokio::net::TcpListener,
+    api_keys: Vec<KeySpec>,
+    cors_origins: Origins,
+    open_files: u64,
+) -> Result<NodeConfig, String> {
+    let engine = match serve.engine {
+        Engine::Redis => {
+            let bound = listener.local_addr().map(|a| a.to_string()).unwrap_or(serve.addr.clone());
+            let unspecified = listener.local_addr().is_ok_and(|a| a.ip().is_unspecified());
+            if serve.advertise_url.is_none() && unspecified {
+                tracing::warn!(
+                    "listening on {bound} without --advertise-url: other nodes would be sent to http://{bound}, \
+                     which they cannot reach; set --advertise-url to the URL they reach this node at"
+                );
+            }
+            // Its idle timeout and retention are the hub's: the node sets them when it opens.
+            node::Engine::Redis(ClusterConfig {
+                redis_url: serve.redis_url.clone(),
+                advertise_url: serve.advertise_url.clone().unwrap_or_else(|| format!("http://{bound}")),
+                idle_timeout: serve.idle_timeout,
+                retention: Duration::ZERO,
+                let_go_after: serve.drop_followed_after,
+            })
         }
+        Engine::Store if serve.ephemeral => node::Engine::Memory,
+        Engine::Store => node::Engine::Store(serve.data_dir.clone()),
+    };
+    let mut config = NodeConfig::new(engine);
+    let streams_per_client = serve.client_streams.unwrap_or((serve.max_streams / 10).max(1));
+    config.hub.limits = Limits {
+        message_bytes: serve.max_message_bytes,
+        messages_per_stream: usize::try_from(serve.max_stream_messages).unwrap_or(usize::MAX),
+        stream_bytes: serve.max_stream_bytes,
+        hub_bytes: serve.max_hub_bytes,
+        streams: serve.max_streams,
+        streams_per_client,
+        streams_per_client_per_minute: serve.client_streams_per_minute,
+        // A key with a budget of its own in the keys file: the hub counts its streams by its name.
+        client_budgets: budgets(&api_keys, streams_per_client, serve.client_streams_per_minute),
+    };
+    if let Some(retention) = serve.retention {
+        config.hub.retention = retention;
     }
-}
-
-/// Listens on `addr` with a backlog of 4096 connections, not the default 128: a burst of clients connecting
-/// at once (200 chat requests, a reconnect storm) must not have its SYNs dropped and retried a second later.
-async fn listen(addr: &str) -> std::io::Result<tokio::net::TcpListener> {
-    let mut last = std::io::Error::other("the address resolves to nothing");
-    for address in tokio::net::lookup_host(addr).await? {
-        let socket =
-            if address.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
-        socket.set_reuseaddr(true)?;
-        match socket.bind(address).and_then(|()| socket.listen(4096)) {
-            Ok(listener) => return Ok(listener),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
+    config.hub.idle_timeout = serve.idle_timeout;
+    config.settings = Settings {
+        keep_alive: serve.keep_alive,
+        body_limit: serve.body_limit,
+        body_timeout: serve.body_timeout,
+        max_connections: serve.max_connections.unwrap_or_else(|| connections_for(open_files)),
+        ws_max_message: serve.ws_max_message,
+        shutdown_grace: serve.shutdown_grace,
+        shutdown_drain: serve.shutdown_drain,
+        default_model: serve.default_model.clone(),
+        threads: ThreadConfig { ttl: serve.thread_ttl, max_threads: serve.max_threads, ..ThreadConfig::default() },
+        api_keys,
+        cors_origins,
+    };
+    config.upstream = serve.upstream_url.as_ref().map(|url| UpstreamConfig {
+        key: serve.upstream_key.clone().filter(|k| !k.is_empty()),
+        models: serve.upstream_models.clone(),
+        text_mode: serve.upstream_text_mode.clone(),
+        connect_timeout: serve.upstream_connect_timeout,
+        first_byte_timeout: serve.upstream_first_byte_timeout,
+        idle_timeout: serve.upstream_idle_timeout,
+        max_rounds: serve.max_tool_rounds,
+        tool_timeout: serve.tool_timeout,
+        ..UpstreamConfig::new(url.clone())
+    });
+    Ok(config)
 }
 
 /// Raises the soft limit on open files to the hard one (1,024 by default on Linux, a few hundred stalled
@@ -687,33 +629,7 @@ fn render(adapter: &mut dyn Adapter, messages: &[OutputMessage], outcome: &Outco
     frames.iter().for_each(|frame| out.extend_from_slice(&agentmux::render::encode_sse(frame)));
 }
 
-/// A URL as it may be logged: without the user and password it may carry (`redis://:secret@host`), nor its
-/// query.
-fn without_credentials(url: &str) -> String {
-    let url = url.split_once('?').map_or(url, |(before, _)| before);
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('/').map_or(rest, |(authority, _)| authority).rsplit_once('@') {
-            Some((_, host)) => format!("{scheme}://{host}{}", rest.find('/').map_or("", |at| &rest[at..])),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
 fn fail(message: &str) -> ExitCode {
     eprintln!("agentmux: {message}");
     ExitCode::from(2)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::without_credentials;
-
-    #[test]
-    fn a_logged_url_has_no_credentials() {
-        assert_eq!(without_credentials("redis://:secret@redis.internal:6379/2"), "redis://redis.internal:6379/2");
-        assert_eq!(without_credentials("rediss://user:p@ss@host"), "rediss://host");
-        assert_eq!(without_credentials("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(without_credentials("redis://host/0?password=x@y"), "redis://host/0");
-    }
 }

@@ -1,4 +1,4 @@
-//! A chat request's conversation is checked at the edge, over HTTP: the seed's own examples (an unknown role
+//! A chat request's conversation is checked at the edge, over HTTP: the design's own examples (an unknown role
 //! "hacker", a tool message without `tool_call_id`, an empty assistant) and every other rule get a 400 with
 //! the envelope and `param` naming the message and field, and no run starts; a stateless multi-turn
 //! conversation with tool calls and their results passes.

@@ -1,4 +1,4 @@
-//! Threads behind every front door (`decisions.md`): an AG-UI `threadId` and a `useChat` chat `id` name
+//! Threads behind every front door (`docs/decisions.md`, "Tool results and threads"): an AG-UI `threadId` and a `useChat` chat `id` name
 //! server-side threads, created on first use. Those clients send their whole history with every run, so a
 //! thread takes only what follows the client's last assistant message, starts from the client's history when
 //! it has none, and rewinds (an audit entry, the later messages kept in the log) when the client went back.

@@ -15,12 +15,11 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{ChildStdin, ChildStdout, Command, ExitCode, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use agentmux::agent::{Agents, Output};
-use agentmux::http::{App, Settings};
-use agentmux::hub::{Hub, HubConfig};
+use agentmux::agent::Output;
+use agentmux::hub::Hub;
+use agentmux::node::{Engine, Node, NodeConfig};
 use agentmux::output::Outcome;
 
 use crate::procfs::Server;
@@ -123,26 +122,29 @@ pub(crate) fn main(addr: &str) -> ExitCode {
     };
     runtime.block_on(async move {
         // As agentmux listens (a backlog of 4,096).
-        let listener = match tokio::net::TcpSocket::new_v4()
-            .and_then(|socket| socket.set_reuseaddr(true).map(|()| socket))
-            .and_then(|socket| socket.bind(addr).and_then(|()| socket.listen(4096)))
-        {
+        let listener = match agentmux::node::listen(&addr.to_string()).await {
             Ok(listener) => listener,
             Err(e) => {
                 eprintln!("output server: listening on {addr}: {e}");
                 return ExitCode::from(2);
             }
         };
-        // agentmux `--ephemeral`'s defaults: in memory, ended streams kept 10 minutes, as many connections
-        // as the open-file limit leaves room for.
-        let hub = Hub::new(HubConfig { retention: Duration::from_secs(600), ..HubConfig::default() });
+        // agentmux `--ephemeral`'s node: in memory, ended streams kept 10 minutes, as many connections as
+        // the open-file limit leaves room for.
+        let mut config = NodeConfig::new(Engine::Memory);
         let spare = (open_files / 10).max(64);
-        let settings =
-            Settings { max_connections: open_files.saturating_sub(spare).max(16) as usize, ..Settings::default() };
-        let app = App::new(hub.clone(), Arc::new(Agents::builtin()), settings);
+        config.settings.max_connections = open_files.saturating_sub(spare).max(16) as usize;
+        let node = match Node::open(config).await {
+            Ok(node) => node,
+            Err(e) => {
+                eprintln!("output server: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let hub = node.hub().clone();
         let handle = tokio::runtime::Handle::current();
         std::thread::spawn(move || commands(hub, handle));
-        match agentmux::http::serve(listener, app, std::future::pending()).await {
+        match node.serve(listener, std::future::pending()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("output server: {e}");

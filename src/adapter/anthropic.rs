@@ -1,4 +1,4 @@
-//! [`AnthropicAdapter`]: a stream's messages as an Anthropic Messages stream (`wire-formats.md` §3), the events
+//! [`AnthropicAdapter`]: a stream's messages as an Anthropic Messages stream (`docs/clients.md`, "Anthropic Messages"), the events
 //! the `anthropic` SDKs read, each with its `event:` line (both SDKs skip a frame without one).
 //!
 //! Anthropic's stream holds what OpenAI's chunk stream holds: text, thinking, and tool calls that arrive one

@@ -1,4 +1,4 @@
-//! [`ResponsesAdapter`]: a stream's messages as an OpenAI Responses stream (`wire-formats.md` §4), the semantic
+//! [`ResponsesAdapter`]: a stream's messages as an OpenAI Responses stream (`docs/clients.md`, "OpenAI Responses"), the semantic
 //! events `responses.stream(...)` reads, each with its `event:` line and a `sequence_number` counting from 0.
 //!
 //! The Responses API's output is the chat stream's content in items, so this adapter shares the OpenAI

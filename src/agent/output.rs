@@ -1,4 +1,4 @@
-//! [`Output`]: the handle an agent emits through (the seed's hooks), and [`StreamingMessage`] for a message
+//! [`Output`]: the handle an agent emits through (`docs/design.md`, "Typed output"), and [`StreamingMessage`] for a message
 //! that arrives in deltas.
 //!
 //! An `Output` is an `Arc` to its stream plus the block and thread its messages belong to, so it is cheap to

@@ -1,4 +1,4 @@
-//! Tools (seed `002`): what a model may call, each with a JSON Schema for its arguments.
+//! Tools (`docs/design.md`, "Text-mode tools"): what a model may call, each with a JSON Schema for its arguments.
 //!
 //! - [`Tool`]: a tool the service runs itself, registered in Rust: a name, a description, the schema of its
 //!   arguments and an async function. [`Tools`] holds them by name.

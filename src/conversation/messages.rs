@@ -1,5 +1,5 @@
 //! [`Messages`]: a conversation as a chain of [`ChatMessage`]s, with the constructors, fluent builder,
-//! accessors, filters, token estimate and pretty printer of the seed's message model (seed `001`).
+//! accessors, filters, token estimate and pretty printer of the design's message model (`docs/design.md`, "Conversations").
 //!
 //! The chain owns a plain `Vec<ChatMessage>` (what a [`super::ChatRequest`] carries), so a request's history
 //! becomes a chain and back without copying. Checking a chain is `validate.rs`.
@@ -105,7 +105,7 @@ impl Messages {
     }
 
     /// Adds messages.
-    // The seed's name; it takes any number of messages, which `std::ops::Add` could not say.
+    // The design's name (`docs/design.md`, "Conversations"); it takes any number of messages, which `std::ops::Add` could not say.
     #[allow(clippy::should_implement_trait)]
     #[must_use]
     pub fn add(mut self, messages: impl IntoIterator<Item = ChatMessage>) -> Self {
@@ -144,7 +144,7 @@ impl Messages {
         Messages(self.0.iter().filter(|m| m.role == role).cloned().collect())
     }
 
-    /// A rough token count: four characters of content or tool-call arguments a token (the seed's heuristic,
+    /// A rough token count: four characters of content or tool-call arguments a token (the design's heuristic,
     /// for deciding when a history is long, not for billing).
     pub fn estimate_tokens(&self) -> usize {
         let chars: usize = self

@@ -13,8 +13,6 @@
 //!   [`AgUiMessage`] and [`ag_ui_to_chat`] (`ag_ui.rs`): AG-UI's messages, as chat messages;
 //!   [`AnthropicMessage`] and [`anthropic_to_chat`] (`anthropic.rs`): an Anthropic Messages request's;
 //!   [`responses_to_chat`] (`responses.rs`): an OpenAI Responses request's input.
-//! - [`TranscriptMessage`] (`transcript.rs`): the provider-neutral transcript of seed `004` (parts, option
-//!   calls and results paired by invocation id, steps), its builders, and its projection to chat messages.
 
 mod ag_ui;
 mod anthropic;
@@ -22,7 +20,6 @@ mod input;
 mod messages;
 mod request;
 mod responses;
-mod transcript;
 mod ui;
 mod validate;
 
@@ -32,9 +29,5 @@ pub use input::Conversation;
 pub use messages::Messages;
 pub use request::{ChatMessage, ChatRequest, Content, FunctionCall, Role, StreamOptions, ToolCall};
 pub use responses::responses_to_chat;
-pub use transcript::{
-    Body, MessageBuilder, Modality, OptionCall, OptionResult, OptionResultBuilder, Part, RoleHint, TranscriptError,
-    TranscriptMessage, from_chat, to_openai,
-};
 pub use ui::{UiMessage, to_chat};
 pub use validate::{ConversationError, validate, validate_thread_input, validate_user_input};

@@ -1,4 +1,4 @@
-//! Checking a conversation (seed `001` §4), with errors that name the message and the field.
+//! Checking a conversation (`docs/design.md`, "Validation"), with errors that name the message and the field.
 //!
 //! - [`validate`]: a conversation is well formed: an assistant message has content or tool calls, and each
 //!   call an id and a name; a tool message answers, by `tool_call_id`, a call of an earlier assistant message
@@ -8,7 +8,7 @@
 //!   only user, system and developer ones, none empty. A client can never inject what the model or a tool
 //!   said.
 //! - [`validate_thread_input`]: the same, except for the results of calls the thread's last run handed to
-//!   the client (`decisions.md`): a tool message may answer one of those, once, before the rest of the input.
+//!   the client (`docs/decisions.md`, "Tool results and threads"): a tool message may answer one of those, once, before the rest of the input.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! The HTTP service: the hub and the agents on the network, as `http-api.md` describes.
+//! The HTTP service: the hub and the agents on the network, as `docs/http-api.md` describes.
 //!
 //! Three wings, and what puts them together:
 //!

@@ -61,7 +61,6 @@ use super::transport::repoll::Repolled;
 use super::transport::socket::{self, AdmittedSocket};
 use crate::hub::Hub;
 use crate::output::{ErrorProps, Outcome};
-use crate::thread::Threads;
 
 /// Connections past the cap answered at once; past these, one is closed unanswered.
 const OVERFLOW_ANSWERS: usize = 64;
@@ -72,13 +71,10 @@ const OVERFLOW_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a client gets to send a request's head (hyper's default, which needs a timer to apply).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// How often the hub is swept (idle streams ended, expired ones evicted), at most.
-const SWEEP_EVERY: Duration = Duration::from_secs(1);
-
 /// The runtime the service runs on: tokio's multi-threaded one, with its I/O driver polled every 16 task polls
 /// rather than 61. A worker busy with a round of deliveries then notices a producer's next request after a
 /// sixth of the round, so a producer streaming tokens one per POST is answered sooner and readers take more
-/// of them per write (`BENCHMARKS.md`, session 7).
+/// of them per write (`docs/benchmarks-history.md`, session 7).
 ///
 /// ```no_run
 /// let runtime = agentmux::http::runtime().expect("a runtime");
@@ -88,7 +84,8 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread().enable_all().event_interval(16).build()
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then shuts down as the module doc says.
+/// Serves `app` on `listener` until `shutdown` completes, then shuts down as the module doc says. The
+/// maintenance (sweeps) is not this function's: it belongs to the [`crate::node::Node`] that made the app.
 pub async fn serve(
     listener: TcpListener,
     app: App,
@@ -97,7 +94,6 @@ pub async fn serve(
     let hub = app.hub.clone();
     let settings = app.settings.clone();
     let lifetime = app.lifetime.clone();
-    let sweeper = tokio::spawn(sweep(hub.clone(), app.threads.clone()));
     let metrics = app.metrics.clone();
     let feeds = app.feeds.clone();
     let router = router(app);
@@ -154,7 +150,6 @@ pub async fn serve(
         connections.wait().await;
         lifetime.sockets.wait().await;
     }
-    sweeper.abort();
     Ok(())
 }
 
@@ -250,21 +245,6 @@ async fn wait_after_accept_error(error: std::io::Error) {
     }
     tracing::error!(%error, "accept failed; retrying in 1 s");
     tokio::time::sleep(Duration::from_secs(1)).await;
-}
-
-/// Sweeps the hub and the threads about once a second, so idle streams end, expired threads go and memory
-/// comes back when nobody calls.
-async fn sweep(hub: Hub, threads: Threads) {
-    let config = hub.config();
-    let shortest = [config.idle_timeout, config.retention].into_iter().filter(|d| !d.is_zero()).min();
-    let every = shortest.map_or(SWEEP_EVERY, |d| (d / 4).clamp(Duration::from_millis(10), SWEEP_EVERY));
-    let mut ticks = tokio::time::interval(every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        hub.sweep();
-        threads.sweep();
-    }
 }
 
 /// Waits up to `grace` for open streams to end, then cancels and ends the rest with the error `shutdown`.

@@ -13,7 +13,7 @@
 //! Every event that opens something comes with the widest event that can close it ([`Opening`]): the same
 //! event with every number in its data at `u64::MAX`. Its strings are the open message's or block's bounded
 //! ids and type (see `NAME_BYTES`), fixed when it opens, so the stream can reserve room for the closing event
-//! then (`stream.rs`) and the closing event always fits. `stream_end` likewise has its widest form
+//! then (`stream/closing.rs`) and the closing event always fits. `stream_end` likewise has its widest form
 //! ([`widest_outcome`]): any finish reason and usage, and an error of up to [`END_ERROR_BYTES`] of message and
 //! code.
 

@@ -1,7 +1,7 @@
 //! The log seam: what a stream's readers need, and the in-memory log that is its first implementation.
 //!
 //! A stream does two jobs. For its producer it validates, stamps sequences and ids, adds lifecycle events,
-//! reduces deltas, checks limits and records the outcome (`stream.rs`). For its readers it only has to be
+//! reduces deltas, checks limits and records the outcome (`stream/`). For its readers it only has to be
 //! a log: entries in sequence order, readable after any sequence, a way to wait for more, and the end.
 //! [`Log`] is that second job as a trait, and the only thing renditions, subscriptions and snapshots of the
 //! history read through, so a durable store or a replicated log can stand in for [`MemoryLog`] without

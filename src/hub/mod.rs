@@ -2,8 +2,12 @@
 //!
 //! - [`Hub`] (this file): the streams by id, the limits, and retention: an ended stream stays readable
 //!   (subscribe, resume, status) for the retention time, by the hub's clock, then is evicted.
-//! - [`Stream`] (`stream.rs`): what a stream does for its producer: validate, stamp sequences and ids, add
-//!   the lifecycle events (`lifecycle.rs`), reduce deltas, check limits, record the outcome.
+//! - [`HubConfig`] and [`Limits`] (`config.rs`): what it may hold and how it behaves; [`HubError`]
+//!   (`error.rs`): why it refused a stream; `HubState` (`state.rs`): what the hub and its streams share (the
+//!   config, the byte count, the ended streams awaiting eviction, what each client has open).
+//! - [`Stream`] (`stream/`): what a stream does for its producer: validate, stamp sequences and ids, add
+//!   the lifecycle events (`lifecycle.rs`), reduce deltas, check limits, record the outcome; what it counts
+//!   against the hub; and what it does for its readers. One file per role (see its module doc).
 //! - [`Log`] (`log.rs`): what its readers need: entries after a sequence, a way to wait for more, the end.
 //!   The in-memory log (`MemoryLog`) is its first implementation.
 //! - [`Render`] (`render.rs`): how a subscriber wants a stream rendered, given by the caller; the hub keeps
@@ -26,8 +30,8 @@
 //! Every byte a stream holds is counted against the hub's limit ([`Limits::hub_bytes`], 1 GiB by default):
 //! its log entries (as JSON), once for the log and once for the producer's own reduction of it, its own first
 //! and last events, the room reserved for the events that will close what is open and for the outcome (see
-//! `stream.rs`), and for each rendition in use its frames and
-//! its renderer's state (see `stream.rs` for how). An append that would not fit in every format in use is
+//! `stream/closing.rs`), and for each rendition in use its frames and
+//! its renderer's state (see `stream/ledger.rs` for how). An append that would not fit in every format in use is
 //! refused (`HubFull`), as is a subscription that needs a new rendition the hub could not hold. The snapshot's
 //! reduction of the log counts like a rendition from its first use, but is never refused: a status request
 //! must answer, and it adds at most the log once more. Subscribers
@@ -48,115 +52,40 @@
 
 mod clock;
 mod committed;
+mod config;
+mod error;
 mod lifecycle;
 mod log;
 mod probes;
 mod render;
 mod rendition;
+mod state;
 mod storage;
 mod stream;
 mod subscription;
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 pub use clock::{Clock, Ids, RandomIds, SystemClock};
 pub(crate) use committed::Committed;
+pub use config::{Budget, HubConfig, Limits};
+pub use error::HubError;
 pub use log::{Entry, Gone, Log};
 pub(crate) use log::{MemoryLog, json_of, write_json};
 pub use render::{Render, Renderer, StreamInfo};
 pub use storage::{MemoryStorage, Storage};
-pub(crate) use stream::NOT_KEPT;
-pub use stream::{AppendError, BatchError, Snapshot, Status, Stream, SubscribeError};
+pub(crate) use stream::closing::NOT_KEPT;
+pub use stream::producer::{AppendError, BatchError};
+pub use stream::readers::SubscribeError;
+pub use stream::{Snapshot, Status, Stream};
 pub use subscription::{Batch, Subscription};
 
-use crate::output::{ValidationError, check_name};
-
-/// Limits that bound what the hub holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// Largest message, as JSON (1 MiB).
-    pub message_bytes: u64,
-    /// Most messages in one stream, lifecycle events included (100,000). The places of the events that will
-    /// close what is open (`stream_end` from the start) are kept for them. At least 2.
-    pub messages_per_stream: usize,
-    /// Most bytes of messages in one stream, with the room kept for the events that will close what is open
-    /// (64 MiB). At least what a stream's first event and the room for its last take, about 1 KiB.
-    pub stream_bytes: u64,
-    /// Most streams, open or retained (100,000).
-    pub streams: usize,
-    /// Most bytes of messages in all streams, with every stream's rooms, outcome and renditions (1 GiB).
-    pub hub_bytes: u64,
-    /// Most streams one client may have open at once (a tenth of `streams`: 10,000), so that no one client
-    /// can fill the hub. Streams made without a client ([`Hub::create`]) are not counted.
-    pub streams_per_client: usize,
-    /// Most streams one client may create in a minute (0: no limit, the default).
-    pub streams_per_client_per_minute: u32,
-    /// Clients with a budget of their own instead of the two limits above (the service's API keys, by name).
-    pub client_budgets: HashMap<String, Budget>,
-}
-
-/// One client's budget of streams: open at once, and created in a minute (0: no limit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
-    /// Most streams open at once.
-    pub streams: usize,
-    /// Most streams created in a minute (0: no limit).
-    pub streams_per_minute: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            message_bytes: 1 << 20,
-            messages_per_stream: 100_000,
-            stream_bytes: 64 << 20,
-            streams: 100_000,
-            hub_bytes: 1 << 30,
-            streams_per_client: 10_000,
-            streams_per_client_per_minute: 0,
-            client_budgets: HashMap::new(),
-        }
-    }
-}
-
-/// How a hub behaves.
-#[derive(Debug, Clone)]
-pub struct HubConfig {
-    /// What it may hold.
-    pub limits: Limits,
-    /// The most bytes handed to a subscriber in one batch, unless one frame is larger (256 KiB).
-    pub batch_bytes: u64,
-    /// How long an ended stream stays readable (10 minutes), by `clock`.
-    pub retention: Duration,
-    /// How long an open stream may go without an append before it is ended with the error `idle_timeout`
-    /// (10 minutes; zero: never), by `clock`. Ends happen in [`Hub::sweep`].
-    pub idle_timeout: Duration,
-    /// Where timestamps come from.
-    pub clock: Arc<dyn Clock>,
-    /// Where stream ids and epochs come from.
-    pub ids: Arc<dyn Ids>,
-    /// Where the streams' logs live (in memory by default).
-    pub storage: Arc<dyn Storage>,
-}
-
-impl Default for HubConfig {
-    fn default() -> Self {
-        HubConfig {
-            limits: Limits::default(),
-            batch_bytes: 256 << 10,
-            retention: Duration::from_secs(600),
-            idle_timeout: Duration::from_secs(600),
-            clock: Arc::new(SystemClock),
-            ids: Arc::new(RandomIds),
-            storage: Arc::new(MemoryStorage),
-        }
-    }
-}
+use crate::output::check_name;
+use state::{HubState, NONE_OPEN};
 
 /// The end of a stream whose producer is gone (the service stopped, or the node writing it died) with
 /// `outcome` at `now_ms`, after `log`'s entries: `message_end` and `block_end` for what they left open, then
@@ -201,234 +130,6 @@ pub struct Restored {
     pub ended_ms: u64,
 }
 
-/// Why a stream could not be created.
-///
-/// Each says whether waiting helps: `retry_after` is when the hub expects room (the oldest ended stream's
-/// eviction, or the eviction of the first open stream that can reach its idle timeout: a retention after
-/// it), and `None` when nothing the hub holds will free room by itself.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum HubError {
-    /// The hub holds as many streams as it may.
-    #[error("the service holds its limit of {limit} streams")]
-    TooManyStreams {
-        /// The limit.
-        limit: usize,
-        /// When room is expected.
-        retry_after: Option<Duration>,
-    },
-    /// The hub holds as many bytes as it may.
-    #[error("the service has reached its limit of {limit} bytes of messages")]
-    HubFull {
-        /// The limit.
-        limit: u64,
-        /// When room is expected.
-        retry_after: Option<Duration>,
-    },
-    /// The client has as many streams open as one client may: ending one makes room.
-    #[error("this client has {limit} streams open, the most one client may; end one to start another")]
-    ClientStreams {
-        /// The limit.
-        limit: usize,
-    },
-    /// The client created as many streams in the last minute as one client may.
-    #[error("this client created {limit} streams in the last minute, the most one client may")]
-    ClientRate {
-        /// The limit.
-        limit: u32,
-        /// When the minute is over.
-        retry_after: Duration,
-    },
-    /// A stream's limits cannot hold even its first and last events: `messages_per_stream` under 2, or
-    /// `stream_bytes` under what `stream_start` and the room for `stream_end` take (about 1 KiB). A
-    /// configuration error.
-    #[error(
-        "a stream's limits ({messages} messages, {bytes} bytes) cannot hold its first and last events \
-         (2 messages, {needed} bytes)"
-    )]
-    StreamLimitsTooSmall {
-        /// [`Limits::messages_per_stream`].
-        messages: usize,
-        /// [`Limits::stream_bytes`].
-        bytes: u64,
-        /// What the first and last events take.
-        needed: u64,
-    },
-    /// The model name is over [`crate::output::NAME_BYTES`] (the error's field is `model`).
-    #[error(transparent)]
-    Invalid(#[from] ValidationError),
-}
-
-impl HubError {
-    /// When a retry may succeed; `None` when waiting alone will not help.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            HubError::TooManyStreams { retry_after, .. } | HubError::HubFull { retry_after, .. } => *retry_after,
-            HubError::ClientRate { retry_after, .. } => Some(*retry_after),
-            HubError::ClientStreams { .. } | HubError::StreamLimitsTooSmall { .. } | HubError::Invalid(_) => None,
-        }
-    }
-}
-
-/// What the hub and its streams share: the config, the byte count, the ended streams awaiting eviction, and
-/// what each client has open.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) config: HubConfig,
-    bytes: AtomicU64,
-    /// Ended streams by when they ended (ms by the hub's clock), oldest first.
-    ended: Mutex<VecDeque<(u64, String)>>,
-    /// The earliest an open stream can reach its idle timeout (ms by the hub's clock), as of the last sweep;
-    /// [`NONE_OPEN`] when none was open, [`NOT_SWEPT`] before the first.
-    next_idle_ms: AtomicU64,
-    clients: Mutex<HashMap<String, ClientUse>>,
-    /// Messages rendered, by render key (see [`Hub::rendered`]).
-    renders: Mutex<Vec<(String, Arc<AtomicU64>)>>,
-}
-
-/// One client's streams: open now, and created in the current minute.
-#[derive(Debug, Default)]
-struct ClientUse {
-    open: usize,
-    minute_started_ms: u64,
-    created_this_minute: u32,
-}
-
-impl Shared {
-    /// The count of messages rendered in `key`.
-    pub(crate) fn renders_of(&self, key: &str) -> Arc<AtomicU64> {
-        let mut renders = crate::sync::lock(&self.renders);
-        if let Some((_, count)) = renders.iter().find(|(k, _)| k == key) {
-            return Arc::clone(count);
-        }
-        let count = Arc::new(AtomicU64::new(0));
-        renders.push((key.to_owned(), Arc::clone(&count)));
-        count
-    }
-
-    /// Counts `bytes` against the hub limit; `false` (and nothing counted) when they do not fit.
-    fn reserve(&self, bytes: u64) -> bool {
-        let limit = self.config.limits.hub_bytes;
-        self.bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n + bytes <= limit).then_some(n + bytes))
-            .is_ok()
-    }
-
-    /// Counts bytes that must go in regardless (the stream's own lifecycle events).
-    fn force_reserve(&self, bytes: u64) {
-        self.bytes.fetch_add(bytes, Ordering::AcqRel);
-    }
-
-    fn release(&self, bytes: u64) {
-        let _ = self.bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_sub(bytes)));
-    }
-
-    /// Records that a stream ended now; it no longer counts against its client.
-    fn ended(&self, id: &str, client: Option<&str>) {
-        if let Some(client) = client {
-            let mut clients = crate::sync::lock(&self.clients);
-            if let Some(usage) = clients.get_mut(client) {
-                usage.open = usage.open.saturating_sub(1);
-            }
-        }
-        let mut ended = crate::sync::lock(&self.ended);
-        ended.push_back((self.config.clock.now_ms(), id.to_owned()));
-    }
-
-    /// Counts a new stream against `client`'s budget, or says why it does not fit.
-    fn admit(&self, client: &str) -> Result<(), HubError> {
-        let limits = &self.config.limits;
-        let budget = limits.client_budgets.get(client).copied().unwrap_or(Budget {
-            streams: limits.streams_per_client,
-            streams_per_minute: limits.streams_per_client_per_minute,
-        });
-        let mut clients = crate::sync::lock(&self.clients);
-        let usage = clients.entry(client.to_owned()).or_default();
-        if usage.open >= budget.streams {
-            return Err(HubError::ClientStreams { limit: budget.streams });
-        }
-        if budget.streams_per_minute > 0 {
-            let now_ms = self.config.clock.now_ms();
-            if now_ms.saturating_sub(usage.minute_started_ms) >= MINUTE_MS {
-                usage.minute_started_ms = now_ms;
-                usage.created_this_minute = 0;
-            }
-            if usage.created_this_minute >= budget.streams_per_minute {
-                let left = MINUTE_MS.saturating_sub(now_ms.saturating_sub(usage.minute_started_ms));
-                return Err(HubError::ClientRate {
-                    limit: budget.streams_per_minute,
-                    retry_after: Duration::from_millis(left.max(1)),
-                });
-            }
-            usage.created_this_minute += 1;
-        }
-        usage.open += 1;
-        Ok(())
-    }
-
-    /// Notes that a stream opened at `created_ms`: it can time out from then on, earlier than the last sweep
-    /// knew of (or when it knew of none open).
-    fn opened(&self, created_ms: u64) {
-        let idle_timeout = self.config.idle_timeout.as_millis() as u64;
-        if idle_timeout == 0 {
-            return;
-        }
-        let deadline = created_ms.saturating_add(idle_timeout);
-        let _ = self.next_idle_ms.fetch_update(Ordering::AcqRel, Ordering::Acquire, |known| {
-            (known == NONE_OPEN || known > deadline).then_some(deadline)
-        });
-    }
-
-    /// Forgets the clients with nothing open and no minute running, so that clients come and go without
-    /// the map growing.
-    fn forget_idle_clients(&self) {
-        let mut clients = crate::sync::lock(&self.clients);
-        if clients.is_empty() {
-            return;
-        }
-        let now_ms = self.config.clock.now_ms();
-        clients.retain(|_, usage| usage.open > 0 || now_ms.saturating_sub(usage.minute_started_ms) < MINUTE_MS);
-    }
-
-    /// Gives back what [`Shared::admit`] counted, for a stream that was not made after all.
-    fn unadmit(&self, client: &str) {
-        let mut clients = crate::sync::lock(&self.clients);
-        if let Some(usage) = clients.get_mut(client) {
-            usage.open = usage.open.saturating_sub(1);
-            usage.created_this_minute = usage.created_this_minute.saturating_sub(1);
-        }
-    }
-
-    /// When the hub expects room: the oldest ended stream's eviction, or the earliest idle timeout.
-    fn room_expected_in(&self) -> Option<Duration> {
-        let now_ms = self.config.clock.now_ms();
-        let retention = self.config.retention.as_millis() as u64;
-        let eviction = crate::sync::lock(&self.ended).front().map(|(at, _)| at.saturating_add(retention));
-        // A stream that times out is retained like any ended stream: its room comes back a retention later.
-        // Before the first sweep, the latest an open stream can time out stands for the earliest.
-        let idle_timeout = self.config.idle_timeout.as_millis() as u64;
-        let idle = match self.next_idle_ms.load(Ordering::Acquire) {
-            _ if idle_timeout == 0 => None,
-            NOT_SWEPT => Some(now_ms.saturating_add(idle_timeout)),
-            NONE_OPEN => None,
-            at => Some(at),
-        };
-        let idle = idle.map(|at| at.saturating_add(retention));
-        let at = [eviction, idle].into_iter().flatten().min()?;
-        // At least a second: `Retry-After` counts whole seconds, and the sweep that frees the room runs
-        // about once a second.
-        Some(Duration::from_millis(at.saturating_sub(now_ms).max(1_000)))
-    }
-}
-
-const MINUTE_MS: u64 = 60_000;
-
-/// `next_idle_ms` before the first sweep.
-const NOT_SWEPT: u64 = u64::MAX;
-
-/// `next_idle_ms` when the last sweep found no open stream.
-const NONE_OPEN: u64 = 0;
-
 /// The streams of one process; cheap to clone.
 ///
 /// ```
@@ -456,7 +157,7 @@ pub struct Hub {
 
 #[derive(Debug)]
 struct Inner {
-    shared: Arc<Shared>,
+    state: Arc<HubState>,
     streams: Mutex<HashMap<String, Arc<Stream>>>,
 }
 
@@ -468,17 +169,7 @@ impl Default for Inner {
 
 impl Inner {
     fn new(config: HubConfig) -> Self {
-        Inner {
-            shared: Arc::new(Shared {
-                config,
-                bytes: AtomicU64::new(0),
-                ended: Mutex::new(VecDeque::new()),
-                next_idle_ms: AtomicU64::new(NOT_SWEPT),
-                clients: Mutex::new(HashMap::new()),
-                renders: Mutex::new(Vec::new()),
-            }),
-            streams: Mutex::new(HashMap::new()),
-        }
+        Inner { state: Arc::new(HubState::new(config)), streams: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -490,7 +181,7 @@ impl Hub {
 
     /// Its config.
     pub fn config(&self) -> &HubConfig {
-        &self.inner.shared.config
+        &self.inner.state.config
     }
 
     /// Creates an open stream that reports `model` (at most [`crate::output::NAME_BYTES`] long); it starts
@@ -505,31 +196,31 @@ impl Hub {
     pub fn create_for(&self, client: Option<&str>, model: &str) -> Result<Arc<Stream>, HubError> {
         check_name("model", model)?;
         self.evict_expired();
-        let shared = &self.inner.shared;
+        let state = &self.inner.state;
         let limit = self.config().limits.streams;
         let mut streams = self.streams();
         if streams.len() >= limit {
-            return Err(HubError::TooManyStreams { limit, retry_after: shared.room_expected_in() });
+            return Err(HubError::TooManyStreams { limit, retry_after: state.room_expected_in() });
         }
         if let Some(client) = client {
-            shared.admit(client)?;
+            state.admit(client)?;
         }
-        let stream = match Stream::new(Arc::clone(shared), client, model) {
+        let stream = match Stream::new(Arc::clone(state), client, model) {
             Ok(stream) => stream,
             Err(error) => {
                 if let Some(client) = client {
-                    shared.unadmit(client);
+                    state.unadmit(client);
                 }
                 return Err(match error {
                     HubError::HubFull { limit, .. } => {
-                        HubError::HubFull { limit, retry_after: shared.room_expected_in() }
+                        HubError::HubFull { limit, retry_after: state.room_expected_in() }
                     }
                     other => other,
                 });
             }
         };
         streams.insert(stream.id().to_owned(), Arc::clone(&stream));
-        shared.opened(stream.info().created_ms);
+        state.opened(stream.info().created_ms);
         tracing::debug!(stream = stream.id(), model, "stream created");
         Ok(stream)
     }
@@ -540,9 +231,9 @@ impl Hub {
     pub fn restore(&self, restored: Restored) {
         let id = restored.info.id.clone();
         let held = restored.log.memory_bytes();
-        let stream = Stream::restored(Arc::clone(&self.inner.shared), restored.info, restored.log, restored.bytes);
-        self.inner.shared.force_reserve(held);
-        let mut ended = crate::sync::lock(&self.inner.shared.ended);
+        let stream = Stream::restored(Arc::clone(&self.inner.state), restored.info, restored.log, restored.bytes);
+        self.inner.state.force_reserve(held);
+        let mut ended = crate::sync::lock(&self.inner.state.ended);
         // Kept in order of their end, as the hub's own ends are.
         let at = ended.partition_point(|(ms, _)| *ms <= restored.ended_ms);
         ended.insert(at, (restored.ended_ms, id.clone()));
@@ -559,8 +250,8 @@ impl Hub {
             return Arc::clone(held);
         }
         let (id, held, ended) = (info.id.clone(), log.memory_bytes(), log.is_ended());
-        let stream = Stream::followed(Arc::clone(&self.inner.shared), info, log);
-        self.inner.shared.force_reserve(held);
+        let stream = Stream::followed(Arc::clone(&self.inner.state), info, log);
+        self.inner.state.force_reserve(held);
         streams.insert(id, Arc::clone(&stream));
         drop(streams);
         if ended {
@@ -608,7 +299,7 @@ impl Hub {
     /// watched; more only for subscribers that read from before a rendition's window (each of those renders
     /// again for itself) and for streams read again after a restart.
     pub fn rendered(&self) -> Vec<(String, u64)> {
-        let renders = crate::sync::lock(&self.inner.shared.renders);
+        let renders = crate::sync::lock(&self.inner.state.renders);
         renders.iter().map(|(key, count)| (key.clone(), count.load(Ordering::Relaxed))).collect()
     }
 
@@ -651,7 +342,7 @@ impl Hub {
 
     /// Bytes of messages held, as counted against [`Limits::hub_bytes`].
     pub fn bytes(&self) -> u64 {
-        self.inner.shared.bytes.load(Ordering::Acquire)
+        self.inner.state.bytes.load(Ordering::Acquire)
     }
 
     /// What a server runs about once a second: ends the streams idle for [`HubConfig::idle_timeout`], then
@@ -666,14 +357,14 @@ impl Hub {
             stream.end_unkept();
             stream.cool();
         }
-        self.inner.shared.forget_idle_clients();
+        self.inner.state.forget_idle_clients();
         ended
     }
 
     /// Ends, with the error `idle_timeout`, every open stream that has had no append for the idle timeout,
     /// and cancels what runs it; notes the next time one can time out.
     fn end_idle(&self) -> usize {
-        let shared = &self.inner.shared;
+        let state = &self.inner.state;
         let idle = self.config().idle_timeout.as_millis() as u64;
         if idle == 0 {
             return 0;
@@ -691,7 +382,7 @@ impl Hub {
                 }
             }
         }
-        shared.next_idle_ms.store(if next == u64::MAX { NONE_OPEN } else { next }, Ordering::Release);
+        state.next_idle_ms.store(if next == u64::MAX { NONE_OPEN } else { next }, Ordering::Release);
         let timeout = self.config().idle_timeout;
         let mut ended = 0;
         for stream in idle_streams {
@@ -716,7 +407,7 @@ impl Hub {
         let retention = self.config().retention.as_millis() as u64;
         let mut expired = Vec::new();
         {
-            let mut ended = crate::sync::lock(&self.inner.shared.ended);
+            let mut ended = crate::sync::lock(&self.inner.state.ended);
             if ended.is_empty() {
                 return;
             }

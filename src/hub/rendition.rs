@@ -27,7 +27,7 @@
 //!
 //! Memory: every byte a rendition adds (frames, their offsets, its renderer's state) is counted against
 //! the hub's limit as it is rendered, after the stream counted an estimate for it when the entry was
-//! appended (see `stream.rs`); the estimate is given back as the real figure is counted.
+//! appended (see `stream/ledger.rs`); the estimate is given back as the real figure is counted.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -80,7 +80,7 @@ pub(crate) struct Rendition {
 
 /// What a catch-up changed in the hub's count: bytes to count, and the estimate to give back.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Counted {
+pub(crate) struct CountChange {
     pub(crate) added: u64,
     pub(crate) estimated: u64,
     /// Bytes of frames dropped, to give back.
@@ -143,7 +143,7 @@ impl Rendition {
 
     /// Renders the next chunk of the log not rendered yet (and the end once the log has one) as one new
     /// block; `false` when there was nothing to render.
-    pub(crate) fn catch_up(&mut self, log: &dyn Log, counted: &mut Counted) -> bool {
+    pub(crate) fn catch_up(&mut self, log: &dyn Log, counted: &mut CountChange) -> bool {
         if self.finished || self.gone.is_some() {
             return false;
         }
@@ -396,7 +396,7 @@ mod tests {
         let mut rendition = Rendition::new(render.renderer(&info()), Arc::default());
         let log = MemoryLog::default();
         let mut next = 1;
-        let mut counted = Counted::default();
+        let mut counted = CountChange::default();
         for &piece in pieces {
             log.append((next..next + piece).map(entry).collect());
             next += piece;
@@ -499,7 +499,7 @@ mod tests {
         let mut rendition = Rendition::new(render.renderer(&info()), Arc::default());
         let log = MemoryLog::default();
         log.append((1..=2_500).map(entry).collect());
-        let mut counted = Counted::default();
+        let mut counted = CountChange::default();
         assert!(rendition.catch_up(&log, &mut counted));
         assert_eq!(rendition.rendered(), CHUNK as u64, "one chunk per catch-up");
         let logged: u64 = (1..=CHUNK as u64).map(|n| entry(n).bytes()).sum();
@@ -515,7 +515,7 @@ mod tests {
         let mut rendition = Rendition::new(render.renderer(&info()), Arc::default());
         let log = MemoryLog::default();
         log.append((1..=3).map(entry).collect());
-        let mut counted = Counted::default();
+        let mut counted = CountChange::default();
         while rendition.catch_up(&log, &mut counted) {}
         log.append((4..=5).map(entry).collect());
         log.forget();

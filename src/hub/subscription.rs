@@ -18,11 +18,11 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::Stream;
 use super::log::Gone;
 use super::probes::Cursor;
 use super::render::Render;
-use super::rendition::{Counted, ReaderAt, Rendition};
+use super::rendition::{CountChange, ReaderAt, Rendition};
+use super::stream::Stream;
 
 /// Frames taken from a stream in one go.
 #[derive(Clone)]
@@ -216,7 +216,7 @@ impl Subscription {
     /// would wait as long. One that keeps up finds nothing to take between batches, and never yields. A
     /// caller that must not wait takes batches with [`Subscription::try_next`] instead.
     pub async fn next(&mut self) -> Option<Batch> {
-        if self.unyielded >= self.stream.shared().config.batch_bytes {
+        if self.unyielded >= self.stream.hub_state().config.batch_bytes {
             self.unyielded = 0;
             tokio::task::yield_now().await;
         }
@@ -265,7 +265,7 @@ impl Subscription {
     fn take(&mut self) -> Option<Batch> {
         let shared = Arc::clone(&self.rendition);
         let mut rendition = crate::sync::lock(&shared);
-        let mut counted = Counted::default();
+        let mut counted = CountChange::default();
         while self.cursor >= rendition.len() && rendition.catch_up(self.stream.log(), &mut counted) {}
         self.stream.count(counted);
         if self.cursor < rendition.first_kept() && rendition.gone.is_none() {
@@ -300,7 +300,7 @@ impl Subscription {
             .take()
             .unwrap_or_else(|| Rendition::private(self.render.renderer(self.stream.info()), Arc::clone(&self.renders)));
         // Not counted against the hub: it holds at most a chunk of frames beyond what this reader takes.
-        let mut counted = Counted::default();
+        let mut counted = CountChange::default();
         while cursor >= private.len() && private.catch_up(self.stream.log(), &mut counted) {
             private.trim_before(cursor);
         }
@@ -318,7 +318,7 @@ impl Subscription {
         rendition: &Rendition,
         bounds: impl FnOnce(&Rendition, usize, usize) -> Bounds,
     ) -> Option<Batch> {
-        let batch_bytes = self.stream.shared().config.batch_bytes;
+        let batch_bytes = self.stream.hub_state().config.batch_bytes;
         // Gone matters only to a reader that still needs something: frames dropped before it read them, or
         // entries never rendered. One that read to the end of a finished rendition just ends.
         let unrendered = self.cursor >= rendition.len() && !rendition.finished;

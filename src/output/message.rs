@@ -1,6 +1,6 @@
 //! [`OutputMessage`]: one typed message, as a producer sends it and as a CUI client receives it.
 //!
-//! The JSON shape follows the peer framework's message (see `wire-compat.md` §4), so a CUI frontend written
+//! The JSON shape follows the peer framework's message (see `docs/clients.md`, "CUI"), so a CUI frontend written
 //! for it reads ours unchanged. `props` is kept as a JSON object rather than a typed enum: custom types must
 //! round-trip untouched, a delta carries only the part of the props it changes, and the CUI adapter passes the
 //! message through as it is. Typed access goes through [`OutputMessage::props_as`] and the constructors.

@@ -1,7 +1,7 @@
 //! The built-in message types and their typed props.
 //!
-//! Each struct is the props of one built-in type, with the JSON names the peer framework uses (seed `003`)
-//! plus `file`, the document modality of seed `004`. They are for building and reading messages; the
+//! Each struct is the props of one built-in type, with the JSON names the peer framework uses (`docs/design.md`, "Typed output")
+//! plus `file`, the document modality of its "Transcript". They are for building and reading messages; the
 //! message itself keeps props as a JSON object (see `message.rs`), and `validate.rs` checks a producer's
 //! props against the same fields. A test keeps the two in step.
 

@@ -15,7 +15,7 @@
 //! and `mime`, `audio`'s and `video`'s `format`). Names are what the stream and the adapters copy: into
 //! the lifecycle events that open and close a message or block, into every OpenAI chunk (a stream's model
 //! name), into a tool call's header. Bounding them bounds those copies, and lets a stream reserve room for
-//! the events that close what is open (see `hub/stream.rs`). Content (text, arguments, URLs, alt text, and
+//! the events that close what is open (see `hub/stream/closing.rs`). Content (text, arguments, URLs, alt text, and
 //! every key and value of free-form objects such as `data`, `details`, `payload` or a custom type's props)
 //! is bounded only by the message size limit.
 

@@ -2,7 +2,7 @@
 //! `data: <payload>` and a blank line.
 //!
 //! LF line endings only and one space after the colon, as every SSE client and the OpenAI SDKs expect
-//! (`wire-compat.md` §1). JSON never contains a raw line break, so one `data:` line always holds one event.
+//! (`docs/clients.md`, "OpenAI chat, streaming"). JSON never contains a raw line break, so one `data:` line always holds one event.
 //! An end marker (`[DONE]`) is written as the data it is.
 
 use bytes::Bytes;

@@ -5,7 +5,7 @@
 //! frame header each: two `pwrite`s per 4 KiB), then a checkpoint copies each page into the file again.
 //! Those writes are most of what a commit costs, and a producer that waits for its acknowledgement waits
 //! for them: with the lines cut to a sixth, a 128-message commit went from 142 to 99 µs and fan-out to 100
-//! subscribers behind such a producer from 0.91× to 0.99× of memory's (`BENCHMARKS.md`, session 13). JSON
+//! subscribers behind such a producer from 0.91× to 0.99× of memory's (`docs/benchmarks-history.md`, session 13). JSON
 //! lines of one stream repeat their keys and much of their values, so LZ4 (which compresses at memory
 //! speed) keeps them in a fraction of the pages. A short chunk (one message per commit, a token stream's
 //! usual) would save no page, so it is kept as text, readable as it is.

@@ -25,7 +25,7 @@
 //! the last commits before the next checkpoint). Delivering at once would cost nothing on that path, but every
 //! client of a stream open at a crash would lose its place.
 //!
-//! Measured side by side (`BENCHMARKS.md`, session 6: this build against the same build patched to hand
+//! Measured side by side (`docs/benchmarks-history.md`, session 6: this build against the same build patched to hand
 //! readers every entry at once and to wait for the commit only in acknowledgements; two pairs of quick runs):
 //! at a steady 100 messages/s to 500 subscribers, publish-to-receive p50 2.5–2.7 ms against 2.3–2.4 ms, p99
 //! 3.8–4.4 ms against 4.3–4.7 ms (within the noise); a burst to 100 subscribers p99 4.9–5.3 ms against

@@ -12,14 +12,14 @@
 //! thread, when nobody is committing at that moment ([`Writer::hasten`]; whoever holds the connection is the
 //! only one taking commands, so the order stays the order of sending). The two hand-offs it skips (the
 //! writer's thread woken, then the waiting task woken from outside the runtime) cost more than the commit on
-//! two busy cores. Measured side by side (`BENCHMARKS.md`, session 11, six alternating pairs): one message per
+//! two busy cores. Measured side by side (`docs/benchmarks-history.md`, session 11, six alternating pairs): one message per
 //! durable POST to 100 subscribers 172–196k → 251–319k deliveries/s; batched fan-out unchanged within its
 //! noise; to 1,000 subscribers one message per POST 0.89× (median of three pairs), where the commit now holds
 //! a runtime thread that has deliveries to make. A producer that appends only to wait for the commit at once
 //! (a durable POST: [`Writer::queue`], then [`Writer::hasten`]) does not wake the writer's thread at all,
 //! which would then race it for the connection (and won about half the time, under load: the hand-offs
 //! again, and a futex wake per POST); `hasten` wakes the thread only when it cannot commit itself. Measured
-//! side by side (`BENCHMARKS.md`, session 12, twelve alternating rounds): a 128-message durable POST to 100
+//! side by side (`docs/benchmarks-history.md`, session 12, twelve alternating rounds): a 128-message durable POST to 100
 //! subscribers 0.865× → 0.930× the throughput in memory, and its p99 publish-to-receive 1.16× → 1.05×
 //! memory's. A commit is a write to the WAL with no fsync (`mod.rs`), a
 //! few hundred microseconds at most; a write that fails there is left to the writer's thread, and so is
@@ -219,7 +219,7 @@ impl Writer {
     /// writer's thread next, does): for a caller about to wait for a commit, which then skips the hand-offs to
     /// the writer's thread and back. Under load those cost more than the commit itself: on two busy cores,
     /// about 0.25 ms for the writer's thread to run once woken, and as much for the waiting task to be polled
-    /// once woken from outside the runtime (`BENCHMARKS.md`, session 10), against about 0.1 ms to write and
+    /// once woken from outside the runtime (`docs/benchmarks-history.md`, session 10), against about 0.1 ms to write and
     /// commit a 128-message POST. A write that fails here is left to the writer's thread, which tries again.
     /// Not when the log is due to be copied back: that is the writer thread's. When it does not commit here,
     /// it wakes the writer's thread, which may not have been woken for what was [queued](Writer::queue).

@@ -1,4 +1,4 @@
-//! [`AuditEntry`]: one line of a thread's audit log (seed `000`), and the [`Decision`] it records.
+//! [`AuditEntry`]: one line of a thread's audit log (`docs/design.md`, "Audit and replay"), and the [`Decision`] it records.
 //!
 //! The thread keeps nothing but these entries: its history is the messages of the entries whose decision
 //! belongs to the conversation ([`Decision::in_history`]), in order, so the history and the audit log can never

@@ -1,4 +1,4 @@
-//! Server-side threads (seed `001` §7): conversations the service keeps, with their audit log (seed `000`)
+//! Server-side threads (`docs/design.md`, "Threads"): conversations the service keeps, with their audit log (there, "Audit and replay")
 //! and replay against another model.
 //!
 //! - [`Threads`] (`store.rs`): the threads by id, their limits, and eviction after a TTL without use.

@@ -14,7 +14,7 @@
 //!
 //! A completed run that ended with `finish_reason: "tool_calls"`, or with `stop` right after a call (which
 //! OpenAI clients receive as `tool_calls`), handed its unanswered calls to the client: those are the calls
-//! the thread waits on (see `decisions.md`).
+//! the thread waits on (see `docs/decisions.md`, "Tool results and threads").
 
 use serde_json::Value;
 

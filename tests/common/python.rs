@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::command::{expect_success, run};
 
-/// The pins: `openai` 1.97.2 is the first release that does not wrap named SSE events (wire-compat.md §1);
+/// The pins: `openai` 1.97.2 is the first release that does not wrap named SSE events (`docs/clients.md`, "OpenAI chat, streaming");
 /// `anthropic` 2 is the current major; `openapi-spec-validator` 0.7 is the first that validates OpenAPI 3.1.
 const REQUIREMENTS: &[&str] = &["openai>=1.97.2,<4", "anthropic>=2,<3", "openapi-spec-validator>=0.7,<1"];
 /// Exits 0 when the venv's packages import and satisfy [`REQUIREMENTS`].

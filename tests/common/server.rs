@@ -1,11 +1,11 @@
 //! A real agentmux server on `127.0.0.1:0` for the tests that go over sockets.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use agentmux::agent::Agents;
-use agentmux::http::{App, Settings};
+use agentmux::http::Settings;
 use agentmux::hub::{Hub, HubConfig};
+use agentmux::node::{Engine, Node, NodeConfig};
 use tokio::sync::oneshot;
 
 /// A running server; shut down when dropped.
@@ -26,14 +26,17 @@ impl TestServer {
         TestServer::with(HubConfig::default(), Settings::default(), Agents::builtin()).await
     }
 
-    /// A server with the given hub config, settings and agents.
+    /// A server with the given hub config, settings and agents: a whole node in memory, as
+    /// `agentmux --ephemeral` runs one.
     pub(crate) async fn with(config: HubConfig, settings: Settings, agents: Agents) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
-        let hub = Hub::new(config);
-        let app = App::new(hub.clone(), Arc::new(agents), settings);
+        let mut node = NodeConfig::new(Engine::Memory);
+        (node.hub, node.settings, node.agents) = (config, settings, agents);
+        let node = Node::open(node).await.expect("a node in memory opens");
+        let hub = node.hub().clone();
         let (tx, rx) = oneshot::channel::<()>();
-        let task = tokio::spawn(agentmux::http::serve(listener, app, async move {
+        let task = tokio::spawn(node.serve(listener, async move {
             let _ = rx.await;
         }));
         TestServer { base: format!("http://{addr}"), addr, hub, shutdown: Some(tx), task: Some(task) }

@@ -1,4 +1,4 @@
-//! The AG-UI 1.0 events this adapter sends, as JSON (`wire-formats.md` §2): the fields of `@ag-ui/core`'s
+//! The AG-UI 1.0 events this adapter sends, as JSON (`docs/clients.md`, "AG-UI"): the fields of `@ag-ui/core`'s
 //! schemas, camelCase, each event tagged with its `type`. The client strips fields it does not know and drops
 //! event types it does not know (with a warning), so only these go out.
 

@@ -1,5 +1,5 @@
 //! [`AgUiAdapter`]: a stream's messages as AG-UI 1.0 events, what `@ag-ui/client`'s `HttpAgent` reads
-//! (`wire-formats.md` §2).
+//! (`docs/clients.md`, "AG-UI").
 //!
 //! A stream is one run: `RUN_STARTED` first, then its events, then `RUN_FINISHED` (with `outcome` `success`,
 //! listing the calls handed to the client that no result answered, or `cancelled`) or `RUN_ERROR`, after

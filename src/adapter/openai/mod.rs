@@ -1,5 +1,5 @@
 //! The OpenAI adapters: a stream's messages as `chat.completion.chunk` deltas ([`OpenAiAdapter`]) or as one
-//! `chat.completion` ([`OpenAiCompletion`]), exactly as `wire-compat.md` §1–2 describes.
+//! `chat.completion` ([`OpenAiCompletion`]), exactly as `docs/clients.md` ("OpenAI chat") describes.
 //!
 //! - `projection.rs`: what each message type becomes (text → `content`, thinking and loading → reasoning,
 //!   tool calls, media → Markdown, action and event → nothing).

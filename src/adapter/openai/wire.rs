@@ -1,7 +1,8 @@
 //! The JSON shapes of OpenAI's chat completion API that the adapters write, field for field.
 //!
 //! Field order follows OpenAI's own responses. Borrowed strings keep serialising a chunk free of copies.
-//! `wire-compat.md` §1–2 lists what clients insist on; the notes below say which rule each field serves.
+//! `docs/clients.md` (its two "OpenAI chat" sections) lists what clients insist on; the notes below say
+//! which rule each field serves.
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};

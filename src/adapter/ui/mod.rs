@@ -1,5 +1,5 @@
 //! [`UiMessageAdapter`]: a stream's messages as the Vercel AI SDK's UI message stream, the chunks `useChat`
-//! reads (`wire-formats.md` §1).
+//! reads (`docs/clients.md`, "UI message stream").
 //!
 //! The stream is one assistant message: `start` (with an id made from the stream's epoch, so a replay of the
 //! same stream repeats it), then steps (`start-step` … `finish-step`) holding parts, then `finish`, `abort` or

@@ -1,5 +1,5 @@
 //! The chunks of the AI SDK's UI message stream, as JSON: only the fields every supported major version of
-//! the `ai` package accepts (`wire-formats.md` §1). The client validates each chunk against a union of
+//! the `ai` package accepts (`docs/clients.md`, "UI message stream"). The client validates each chunk against a union of
 //! schemas and fails on a type it does not know, so nothing here is sent that an older client would refuse:
 //! no `abort.reason`, no approval parts, no `finishReason` beyond the values all versions share.
 

@@ -1,9 +1,9 @@
 //! [`UpstreamAgent`]: a model behind any OpenAI-compatible server (a hosted API, vLLM, Ollama, llama.cpp's
-//! `llama-server`, a gateway), streamed into typed messages, with the tool loop of seed `001` §6.
+//! `llama-server`, a gateway), streamed into typed messages, with the tool loop (`docs/design.md`, "The tool loop").
 //!
 //! - `request.rs`: the validated conversation projected for the provider, with tools and the client's options;
 //! - `chunks.rs`: the SSE answer as chunks, within the first-byte and idle timeouts;
-//! - `turn.rs`: one model call as typed messages (text, thinking, tool calls; text mode through the reply
+//! - `model_call.rs`: one model call as typed messages (text, thinking, tool calls; text mode through the reply
 //!   scanner);
 //! - `error.rs`: upstream failures as the status and error a client gets, the key scrubbed.
 //!
@@ -19,8 +19,8 @@
 
 mod chunks;
 mod error;
+mod model_call;
 mod request;
-mod turn;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, RwLock};
@@ -30,7 +30,7 @@ use futures::FutureExt;
 use serde_json::Value;
 
 use self::error::UpstreamError;
-use self::turn::{Call, Halt};
+use self::model_call::{Call, Halt};
 use super::{Agent, AgentError, Output, Refusal, Runner, ToolSet, Tools};
 use crate::conversation::{ChatMessage, Conversation, ToolCall};
 use crate::hub::Limits;
@@ -45,7 +45,7 @@ pub struct UpstreamConfig {
     pub key: Option<String>,
     /// The models it serves; `None`: read from its `GET /models` (see [`UpstreamAgent::refresh_models`]).
     pub models: Option<Vec<String>>,
-    /// The models that have no native tool calling: they get text-mode instructions instead (seed `002`).
+    /// The models that have no native tool calling: they get text-mode instructions instead (`docs/design.md`, "Text-mode tools").
     pub text_mode: Vec<String>,
     /// How long connecting may take (10 s).
     pub connect_timeout: Duration,
@@ -290,7 +290,7 @@ impl Agent for UpstreamAgent {
                     // before, it is the status the client gets (see `AgentError::status`).
                     if output.stream().log().last_sequence() > 1 {
                         let code = error.code.as_deref().unwrap_or("upstream_error");
-                        return Err(turn::fail(&step, error.message.clone(), code).map_or(error, |e| e));
+                        return Err(model_call::fail(&step, error.message.clone(), code).map_or(error, |e| e));
                     }
                     Err(error)
                 }
@@ -305,13 +305,13 @@ impl Agent for UpstreamAgent {
                 Ok(response) => chunks::Chunks::new(response, self.config.first_byte_timeout, self.config.idle_timeout),
                 Err(error) => return halt(Halt::Upstream(error)),
             };
-            let turn = match turn::read(chunks, &step, &tools, text_mode, &mut ids).await {
-                Ok(turn) => turn,
+            let said = match model_call::read(chunks, &step, &tools, text_mode, &mut ids).await {
+                Ok(said) => said,
                 Err(stop) => return halt(stop),
             };
-            usage = add(usage, turn.usage);
-            let calls: Vec<ToolCall> = turn
-                .calls
+            usage = add(usage, said.usage);
+            let calls: Vec<ToolCall> = said
+                .tool_calls
                 .iter()
                 .map(|c| {
                     let mut call = ToolCall::new(&c.id, &c.name, &Value::Null);
@@ -319,21 +319,21 @@ impl Agent for UpstreamAgent {
                     call
                 })
                 .collect();
-            messages.push(ChatMessage::ai(turn.text, calls));
-            if turn.calls.is_empty() {
+            messages.push(ChatMessage::ai(said.text, calls));
+            if said.tool_calls.is_empty() {
                 step.end_block()?;
-                let reason = finish_reason(turn.finish_reason.as_deref());
+                let reason = finish_reason(said.finish_reason.as_deref());
                 let outcome = Outcome { finish_reason: reason, usage, ..Outcome::completed() };
                 return Ok(outcome);
             }
             let mut server = Vec::new();
             let mut handed_over = false;
-            for call in turn.calls {
+            for call in said.tool_calls {
                 let args = match tools.check(&call.name, &call.arguments) {
                     Ok(args) => args,
                     Err(error) => {
                         let code = error.code.clone().unwrap_or_else(|| "invalid_args".into());
-                        return match turn::fail(&step, error.message, &code) {
+                        return match model_call::fail(&step, error.message, &code) {
                             Ok(error) | Err(Halt::Agent(error)) => Err(error),
                             Err(other) => halt(other),
                         };

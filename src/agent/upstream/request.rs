@@ -1,11 +1,12 @@
 //! The request sent upstream: the validated conversation, projected for the provider, with the tools and
 //! the client's own options.
 //!
-//! - Messages: only complete tool call + result pairs go (seed `004`): a call nobody answered (a thread
+//! - Messages: only complete tool call + result pairs go (`docs/design.md`, "Transcript"): a call nobody answered (a thread
 //!   whose client asked something else instead) is left out, and an assistant message left with nothing is
-//!   dropped, so the provider never sees half a pair.
+//!   dropped, so the provider never sees half a pair. `complete_pairs` decides this on chat messages, the
+//!   one form every inbound format is already converted to; the provider's words come after it.
 //! - Tools: every tool of the run (the request's and the registered ones), natively; in text mode, none:
-//!   the system prompt carries the structured-output instructions and the tool list instead (seed `002`),
+//!   the system prompt carries the structured-output instructions and the tool list instead (`docs/design.md`, "Text-mode tools"),
 //!   calls in the history are written as the action JSON the model is asked for, and results as user
 //!   messages naming the tool.
 //! - Options: every field of the client's request passes through (temperature, max_tokens, stop, seed,
@@ -75,7 +76,7 @@ pub(crate) fn complete_pairs(messages: &[ChatMessage]) -> Vec<ChatMessage> {
     out
 }
 
-/// The instructions a text-mode model gets (seed `002`), with the run's tools.
+/// The instructions a text-mode model gets (`docs/design.md`, "Text-mode tools"), with the run's tools.
 fn instructions(tools: &ToolSet) -> String {
     let mut text = String::from(
         "# Tool use: structured output required\n\n\

@@ -6,7 +6,7 @@
 //! `forwardedProps`), or `?model=` on the URL (for a frontend that cannot set it), or the default model. The
 //! frontend's tools go to the agent as the request's `tools`, in OpenAI's form, and its `context`, `state` and
 //! other `forwardedProps` as options of those names, as a chat completion's extra fields do. The run is a
-//! turn on the server-side thread `threadId` names, created on first use (`decisions.md`); a frontend sends
+//! turn on the server-side thread `threadId` names, created on first use (`docs/decisions.md`, "Tool results and threads"); a frontend sends
 //! its whole history every time, so the thread takes what follows its last assistant message, starts from
 //! its history when it has none yet, and rewinds when the frontend went back (see
 //! [`crate::thread::Turn::history`]). The run gets its own stream, as a chat completion's does

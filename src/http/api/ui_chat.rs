@@ -4,7 +4,7 @@
 //! The POST carries the page's whole history as `UIMessage`s (`{id, messages, trigger, messageId}`, plus a
 //! `model` the page adds through `useChat`'s `body` option to pick the agent; the default model otherwise).
 //! It becomes the one conversation every agent receives (`conversation/ui.rs`) and a turn on the server-side
-//! thread the chat's `id` names, created on first use (`decisions.md`): the thread takes what follows the
+//! thread the chat's `id` names, created on first use (`docs/decisions.md`, "Tool results and threads"): the thread takes what follows the
 //! page's last assistant message (its new message, or its results for the calls the last run handed over),
 //! starts from the page's history when it has none yet, and rewinds when the page went back (a regenerate, an
 //! edited message): see [`crate::thread::Turn::history`]. The run gets its own stream, as a chat completion's

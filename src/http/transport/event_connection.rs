@@ -4,7 +4,7 @@
 //! A subscriber to an event stream spends nearly all its life waiting. Held by hyper, a waiting subscriber
 //! keeps hyper's read buffer and its write buffer (8 KiB each, one page of each touched by the request and
 //! the response head) and its dispatcher: about 9 KiB of server memory per idle connection
-//! (`BENCHMARKS.md`), with no setting in hyper for less. Every SSE client opens a connection per stream
+//! (`docs/benchmarks-history.md`), with no setting in hyper for less. Every SSE client opens a connection per stream
 //! (`EventSource`, the OpenAI and AI SDK clients, curl), so the first request of a connection is where an
 //! event stream is asked for. That one request is read here: its head parsed (`httparse`) out of a buffer
 //! sized to it and dropped once parsed, answered by the same router as every other request (every layer:

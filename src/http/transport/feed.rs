@@ -5,7 +5,7 @@
 //! message; when it comes, every waiting reader writes it. Woken one by one, each reader's task cost a wake,
 //! a turn in the run queue, a watch registration, a poll of its body, its timers and its socket's
 //! readiness, around the one `writev` it needs: about 1.6 µs of user time per delivery, where nginx (nchan)
-//! spends about 1 (`BENCHMARKS.md`, session 23). So a connection that waits *parks* its relay here, and its
+//! spends about 1 (`docs/benchmarks-history.md`, session 23). So a connection that waits *parks* its relay here, and its
 //! stream's feed writes what comes next straight to its socket (`try_write`, which never waits), the way an
 //! nginx worker walks its subscribers. The connection's task sleeps meanwhile. The feed hands the relay back
 //! when the socket did not take a whole write or the stream ended: what is left is the connection's to do

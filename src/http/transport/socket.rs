@@ -13,7 +13,7 @@
 //!   prunes queues and drops packets, and every connection waits out a retransmission timeout. A fan-out
 //!   of 6,000 messages to 5,000 subscribers on one machine held 1.9 GiB of TCP memory at its peak and did
 //!   that in about half its runs, which then took a third longer; bounded, it peaked at 0.6–0.8 GiB
-//!   (`BENCHMARKS.md`, session 21). A reader that keeps up never notices the bound: the socket sends as
+//!   (`docs/benchmarks-history.md`, session 21). A reader that keeps up never notices the bound: the socket sends as
 //!   fast as the peer's window lets it, and each write still carries everything the subscriber is behind,
 //!   up to the size of a gathered write.
 

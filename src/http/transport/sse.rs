@@ -54,7 +54,7 @@ impl Drop for OnDisconnect {
 }
 
 /// An SSE response that relays `subscription`, with `stream_id` in `x-agentmux-stream-id`; `retry` starts it
-/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `decisions.md`); `meter` is
+/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `docs/decisions.md`, "SSE retry hint"); `meter` is
 /// the subscriber in the metrics, for as long as the response lives.
 ///
 /// The response's extensions hold its relay as a [`Direct`], for a transport that writes the events
@@ -249,7 +249,7 @@ pub(crate) const BUSY: Duration = Duration::from_micros(2500);
 /// runtime's timer rounds a deadline up to its next millisecond tick, so a hold lasts up to about 2 ms.)
 /// Writes are most of a delivery's cost: at 300 µs (a hold of up to a millisecond) a reader of one token
 /// per POST wrote about every second token; at 1.5 ms token streaming to 100 readers delivers 1.45× as
-/// much with the same publish-to-receive p99, since the cores are less busy (`BENCHMARKS.md`, session 14).
+/// much with the same publish-to-receive p99, since the cores are less busy (`docs/benchmarks-history.md`, session 14).
 /// It must stay under [`BUSY`], or a held reader would never count as busy again.
 pub(crate) const GATHER: Duration = Duration::from_micros(1500);
 const _: () = assert!(GATHER.as_micros() < BUSY.as_micros(), "a held reader must still count as busy");

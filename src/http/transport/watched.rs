@@ -6,7 +6,7 @@
 //! them. An event connection's task is woken for every batch it writes, while its watchers (the client
 //! going away, the service shutting down) almost never complete; polled on every wake-up, they took two
 //! locks per delivery (the socket's read readiness and the cancellation token's) and about a twentieth of
-//! the user-space CPU a delivery costs (`BENCHMARKS.md`, session 22). Here the watcher gets a waker of its
+//! the user-space CPU a delivery costs (`docs/benchmarks-history.md`, session 22). Here the watcher gets a waker of its
 //! own, which notes that it was woken before it wakes the task, and is polled only after such a wake.
 
 use std::future::Future;

@@ -1,0 +1,183 @@
+//! [`Node`]: one agentmux service, assembled in order from a [`NodeConfig`], with its maintenance running.
+//!
+//! What a node is made of depends on each other in one order, stated here and nowhere else:
+//!
+//! 1. the **engine**: the embedded store is opened (or Redis connected), and becomes the hub's storage;
+//! 2. the **hub**, over that storage;
+//! 3. what the engine kept is **restored**: streams into the hub, then threads into the thread registry
+//!    (ended streams readable again, streams that were open ended `interrupted`);
+//! 4. the **agents**, with the upstream model server if one is configured (its models listed once now, then
+//!    every five minutes);
+//! 5. the **app** every handler shares (credentials signed with the engine's secret, so tokens outlive a
+//!    restart or work on every node);
+//! 6. the **maintenance**: the sweeps that end idle streams, evict expired streams and threads, and give
+//!    memory back when nobody calls. It runs from [`Node::open`] until the node is dropped, whether the node
+//!    serves its own listener ([`Node::serve`]) or is mounted in another axum server ([`Node::router`]).
+//!
+//! ```no_run
+//! use agentmux::node::{Engine, Node, NodeConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let node = Node::open(NodeConfig::new(Engine::Store("agentmux-data".into()))).await?;
+//! let listener = agentmux::node::listen("127.0.0.1:8080").await?;
+//! node.serve(listener, async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod config;
+mod listen;
+mod maintenance;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use config::{Engine, NodeConfig};
+pub use listen::listen;
+
+use crate::agent::UpstreamAgent;
+use crate::cluster::Cluster;
+use crate::http::App;
+use crate::hub::{Hub, Storage};
+use crate::store::{Restart, Store, StoreError};
+use maintenance::Maintenance;
+
+/// Why a node could not open.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The embedded store could not be opened or read back.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// Redis could not be reached (the URL is given without its credentials).
+    #[error("connecting to Redis at {at}: {error}")]
+    Redis {
+        /// Where, without user or password.
+        at: String,
+        /// What the client said.
+        error: String,
+    },
+    /// The upstream model server's settings are unusable (a malformed URL, say).
+    #[error("the upstream: {0}")]
+    Upstream(String),
+}
+
+/// A running agentmux service: the hub, the agents, the threads and the app over them, with its maintenance.
+/// Dropping it stops the maintenance (and, once served, [`Node::serve`] has already shut down in phases).
+#[derive(Debug)]
+pub struct Node {
+    app: App,
+    restart: Restart,
+    _maintenance: Maintenance,
+}
+
+impl Node {
+    /// Opens, restores and assembles everything `config` names, in the order the module doc gives, and starts
+    /// the maintenance. Must be called inside a tokio runtime.
+    pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
+        let NodeConfig { engine, mut hub, settings, mut agents, upstream, tools } = config;
+        let (store, cluster) = match engine {
+            Engine::Memory => (None, None),
+            Engine::Store(dir) => (Some(Store::open(&dir)?), None),
+            Engine::Redis(mut cluster) => {
+                // A stream's keys in Redis live as long as the hub keeps the stream.
+                (cluster.idle_timeout, cluster.retention) = (hub.idle_timeout, hub.retention);
+                let at = without_credentials(&cluster.redis_url);
+                tracing::info!(redis = %at, "connecting to Redis");
+                let cluster =
+                    Cluster::connect(cluster).await.map_err(|e| NodeError::Redis { at, error: e.to_string() })?;
+                (None, Some(cluster))
+            }
+        };
+        if let Some(store) = &store {
+            hub.storage = Arc::clone(store) as Arc<dyn Storage>;
+        }
+        if let Some(cluster) = &cluster {
+            hub.storage = cluster.storage();
+        }
+        let hub = Hub::new(hub);
+        let mut restart = Restart::default();
+        if let Some(store) = &store {
+            restart = store.restore(&hub)?;
+            tracing::info!(
+                store = %store.path().display(),
+                streams = restart.streams,
+                interrupted = restart.interrupted,
+                expired = restart.expired,
+                threads = restart.threads,
+                "store opened"
+            );
+        }
+        let mut maintenance = Maintenance::default();
+        if let Some(upstream) = upstream {
+            let url = upstream.base_url.clone();
+            let upstream = UpstreamAgent::new(upstream, tools).map_err(NodeError::Upstream)?;
+            maintenance.list_models(upstream.clone(), url).await;
+            agents.set_upstream(upstream);
+        }
+        let mut app = App::with_store(hub, Arc::new(agents), settings, store);
+        if let Some(cluster) = cluster {
+            app = app.with_cluster(cluster);
+        }
+        maintenance.sweep(app.hub.clone(), app.threads.clone());
+        Ok(Node { app, restart, _maintenance: maintenance })
+    }
+
+    /// The app every handler shares: the hub, the agents, the threads, the settings.
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    /// The streams.
+    pub fn hub(&self) -> &crate::hub::Hub {
+        &self.app.hub
+    }
+
+    /// What the engine gave back when the node opened (all zero without a store).
+    pub fn restart(&self) -> Restart {
+        self.restart
+    }
+
+    /// Every route, to mount in an axum server of your own. The maintenance runs for as long as this node
+    /// lives, so keep it (an event stream served this way goes through hyper, not the node's own transport,
+    /// and a shutdown is yours to run).
+    pub fn router(&self) -> axum::Router {
+        crate::http::router(self.app.clone())
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then shuts down in phases (no new work; open streams
+    /// get the grace to end; connections get the drain to send what they owe), and returns.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        crate::http::serve(listener, self.app.clone(), shutdown).await
+    }
+}
+
+/// A URL as it may be logged: without the user and password it may carry (`redis://:secret@host`), nor its
+/// query.
+pub(crate) fn without_credentials(url: &str) -> String {
+    let url = url.split_once('?').map_or(url, |(before, _)| before);
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('/').map_or(rest, |(authority, _)| authority).rsplit_once('@') {
+            Some((_, host)) => format!("{scheme}://{host}{}", rest.find('/').map_or("", |at| &rest[at..])),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_credentials;
+
+    #[test]
+    fn a_logged_url_has_no_credentials() {
+        assert_eq!(without_credentials("redis://:secret@redis.internal:6379/2"), "redis://redis.internal:6379/2");
+        assert_eq!(without_credentials("rediss://user:p@ss@host"), "rediss://host");
+        assert_eq!(without_credentials("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(without_credentials("redis://host/0?password=x@y"), "redis://host/0");
+    }
+}
