@@ -30,6 +30,21 @@ use crate::http::edge::extract::Params;
 use crate::render::Format;
 use crate::thread::check_id;
 
+/// `POST /v1/ag-ui`, and what the OpenAPI document says of it.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![endpoint(
+        Method::POST,
+        "/v1/ag-ui",
+        post(run),
+        op(
+            "An AG-UI run",
+            "front doors",
+            Some((Foreign("AG-UI RunAgentInput"), true)),
+            vec![(200, RUN, vec![EventStream])],
+        ),
+    )]
+}
+
 /// `RunAgentInput`: only what agentmux uses is read (`threadId` names the server-side thread; `runId` names
 /// the frontend's run, and the events carry the stream's own, which the client does not compare).
 #[derive(Debug, Deserialize)]
@@ -88,19 +103,4 @@ pub(crate) async fn run(Params(query): Params<AgUiQuery>, mut door: FrontDoor) -
     };
     let run = door.launch(chat_request(model, messages, true, extra, []), ("messages", &from), threading).await?;
     run.answer(Format::AgUi)
-}
-
-/// `POST /v1/ag-ui`, and what the OpenAPI document says of it.
-pub(crate) fn endpoints() -> Vec<Endpoint> {
-    vec![endpoint(
-        Method::POST,
-        "/v1/ag-ui",
-        post(run),
-        op(
-            "An AG-UI run",
-            "front doors",
-            Some((Foreign("AG-UI RunAgentInput"), true)),
-            vec![(200, RUN, vec![EventStream])],
-        ),
-    )]
 }

@@ -25,6 +25,25 @@ use crate::http::edge::error::HttpError;
 use crate::output::{EndStatus, ErrorProps};
 use crate::render::Format;
 
+/// `POST /v1/messages`, and what the OpenAPI document says of it.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![endpoint(
+        Method::POST,
+        "/v1/messages",
+        post(messages),
+        op(
+            "Anthropic Messages",
+            "front doors",
+            Some((Foreign("An Anthropic Messages request"), true)),
+            vec![(
+                200,
+                "A message, or its stream events with stream: true",
+                vec![Foreign("An Anthropic message"), EventStream],
+            )],
+        ),
+    )]
+}
+
 /// A Messages request: what agentmux reads of it; the rest goes to the agent as options.
 #[derive(Debug, Deserialize)]
 struct MessagesRequest {
@@ -69,23 +88,4 @@ pub(crate) async fn messages(mut door: FrontDoor) -> Result<Response, HttpError>
         Ok(axum::Json(adapter.message()).into_response())
     })
     .await
-}
-
-/// `POST /v1/messages`, and what the OpenAPI document says of it.
-pub(crate) fn endpoints() -> Vec<Endpoint> {
-    vec![endpoint(
-        Method::POST,
-        "/v1/messages",
-        post(messages),
-        op(
-            "Anthropic Messages",
-            "front doors",
-            Some((Foreign("An Anthropic Messages request"), true)),
-            vec![(
-                200,
-                "A message, or its stream events with stream: true",
-                vec![Foreign("An Anthropic message"), EventStream],
-            )],
-        ),
-    )]
 }

@@ -30,6 +30,39 @@ use crate::output::{EndStatus, check_name};
 use crate::render::Format;
 use crate::thread::check_id;
 
+/// `GET /v1/models` and `POST /v1/chat/completions`, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    let chat_request: SchemaOf = |g| g.subschema_for::<crate::conversation::ChatRequest>();
+    vec![
+        endpoint(
+            Method::GET,
+            "/v1/models",
+            get(models),
+            op(
+                "The agents, as OpenAI models",
+                "chat",
+                None,
+                vec![(200, "OpenAI's model list", vec![Foreign("OpenAI model list")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/chat/completions",
+            post(completions),
+            op(
+                "Run the agent a model names, answered as OpenAI does",
+                "chat",
+                Some((Json(chat_request), true)),
+                vec![(
+                    200,
+                    "A chat.completion, or its chunks as SSE with stream: true (or CUI messages with accept=cui)",
+                    vec![Foreign("chat.completion (stream: false)"), EventStream],
+                )],
+            ),
+        ),
+    ]
+}
+
 #[derive(Debug, Deserialize, Default)]
 pub(crate) struct ChatQuery {
     accept: Option<String>,
@@ -120,37 +153,4 @@ fn complete(stream: &Stream, outcome: &crate::output::Outcome, reasoning: Reason
             HttpError { status, error, retry: false, retry_after: None }.into_response()
         }
     }
-}
-
-/// `GET /v1/models` and `POST /v1/chat/completions`, and what the OpenAPI document says of them.
-pub(crate) fn endpoints() -> Vec<Endpoint> {
-    let chat_request: SchemaOf = |g| g.subschema_for::<crate::conversation::ChatRequest>();
-    vec![
-        endpoint(
-            Method::GET,
-            "/v1/models",
-            get(models),
-            op(
-                "The agents, as OpenAI models",
-                "chat",
-                None,
-                vec![(200, "OpenAI's model list", vec![Foreign("OpenAI model list")])],
-            ),
-        ),
-        endpoint(
-            Method::POST,
-            "/v1/chat/completions",
-            post(completions),
-            op(
-                "Run the agent a model names, answered as OpenAI does",
-                "chat",
-                Some((Json(chat_request), true)),
-                vec![(
-                    200,
-                    "A chat.completion, or its chunks as SSE with stream: true (or CUI messages with accept=cui)",
-                    vec![Foreign("chat.completion (stream: false)"), EventStream],
-                )],
-            ),
-        ),
-    ]
 }

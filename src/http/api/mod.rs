@@ -12,6 +12,8 @@
 //! - `format.rs`: which format a query, a WebSocket op or a chat request's headers ask for;
 //! - `endpoint.rs`: what an endpoint is.
 //!
+//! Each module begins with its `endpoints()`, what it serves, then the types it reads and its handlers.
+//!
 //! The endpoints use the edge (`../edge/`) for what every request needs, and the transport
 //! (`../transport/`) for the SSE and WebSocket answers; neither uses this wing.
 

@@ -24,6 +24,25 @@ use crate::conversation::responses_to_chat;
 use crate::http::edge::error::HttpError;
 use crate::render::Format;
 
+/// `POST /v1/responses`, and what the OpenAPI document says of it.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![endpoint(
+        Method::POST,
+        "/v1/responses",
+        post(create),
+        op(
+            "OpenAI Responses",
+            "front doors",
+            Some((Foreign("An OpenAI Responses request"), true)),
+            vec![(
+                200,
+                "A response, or its stream events with stream: true",
+                vec![Foreign("An OpenAI response"), EventStream],
+            )],
+        ),
+    )]
+}
+
 /// A Responses request: what agentmux reads of it; the rest goes to the agent as options.
 #[derive(Debug, Deserialize)]
 struct ResponsesRequest {
@@ -70,23 +89,4 @@ pub(crate) async fn create(mut door: FrontDoor) -> Result<Response, HttpError> {
         Ok(axum::Json(adapter.response()).into_response())
     })
     .await
-}
-
-/// `POST /v1/responses`, and what the OpenAPI document says of it.
-pub(crate) fn endpoints() -> Vec<Endpoint> {
-    vec![endpoint(
-        Method::POST,
-        "/v1/responses",
-        post(create),
-        op(
-            "OpenAI Responses",
-            "front doors",
-            Some((Foreign("An OpenAI Responses request"), true)),
-            vec![(
-                200,
-                "A response, or its stream events with stream: true",
-                vec![Foreign("An OpenAI response"), EventStream],
-            )],
-        ),
-    )]
 }

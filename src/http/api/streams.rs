@@ -33,6 +33,102 @@ use crate::hub::{NOT_KEPT, Status, Stream};
 use crate::output::{Outcome, OutputMessage};
 use crate::render::Format;
 
+/// The stream endpoints, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    let snapshot: SchemaOf = |g| g.subschema_for::<crate::hub::Snapshot>();
+    let outcome: SchemaOf = |g| g.subschema_for::<crate::output::Outcome>();
+    vec![
+        endpoint(
+            Method::GET,
+            "/v1/streams",
+            get(list),
+            op(
+                "The streams held, newest first, a page at a time (?limit=1..500, ?after=<next>)",
+                "streams",
+                None,
+                vec![(
+                    200,
+                    "{object: list, data: [{id, status, epoch, model, created_ms, last_sequence}], has_more, next}",
+                    vec![Foreign("A page of streams")],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams",
+            post(create),
+            op(
+                "Create a stream for an outside producer",
+                "streams",
+                Some((JsonOf(|g| g.subschema_for::<CreateBody>()), false)),
+                vec![(
+                    201,
+                    "{id, epoch, read_token, write_token, token_expires_at?}",
+                    vec![Foreign("The stream and its tokens")],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/streams/{id}",
+            get(status),
+            op(
+                "A stream's snapshot: every message with its deltas applied",
+                "streams",
+                None,
+                vec![(200, "The snapshot", vec![JsonOf(snapshot)])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/messages",
+            post(append),
+            op(
+                "Append messages (JSON, an array, or NDJSON); answered once they are kept",
+                "streams",
+                Some((JsonOf(messages), true)),
+                vec![(200, "{sequences}", vec![Foreign("The sequences the messages got")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/end",
+            post(end),
+            op(
+                "End a stream with its outcome",
+                "streams",
+                Some((JsonOf(outcome), false)),
+                vec![(200, "{id, status, last_sequence}", vec![Foreign("The ended stream")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/cancel",
+            post(cancel),
+            op(
+                "Cancel the run behind a stream",
+                "streams",
+                None,
+                vec![(202, "Cancelled", vec![Foreign("The stream")])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/streams/{id}/events",
+            get(events),
+            op(
+                "Subscribe: the stream in a format (?format=cui|openai|ui-message|ag-ui|anthropic|responses), resumable",
+                "streams",
+                None,
+                vec![
+                    (200, "Server-sent events; each CUI event's data is an OutputMessage", vec![EventStream]),
+                    (204, "Nothing to send: resumed at the end of an ended stream", vec![]),
+                ],
+            ),
+        ),
+    ]
+}
+
 /// The stream named in the path.
 pub(crate) async fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
     record_stream(id);
@@ -325,102 +421,6 @@ pub(crate) async fn events(
         response.headers_mut().insert("x-vercel-ai-ui-message-stream", axum::http::HeaderValue::from_static("v1"));
     }
     Ok(response)
-}
-
-/// The stream endpoints, and what the OpenAPI document says of them.
-pub(crate) fn endpoints() -> Vec<Endpoint> {
-    let snapshot: SchemaOf = |g| g.subschema_for::<crate::hub::Snapshot>();
-    let outcome: SchemaOf = |g| g.subschema_for::<crate::output::Outcome>();
-    vec![
-        endpoint(
-            Method::GET,
-            "/v1/streams",
-            get(list),
-            op(
-                "The streams held, newest first, a page at a time (?limit=1..500, ?after=<next>)",
-                "streams",
-                None,
-                vec![(
-                    200,
-                    "{object: list, data: [{id, status, epoch, model, created_ms, last_sequence}], has_more, next}",
-                    vec![Foreign("A page of streams")],
-                )],
-            ),
-        ),
-        endpoint(
-            Method::POST,
-            "/v1/streams",
-            post(create),
-            op(
-                "Create a stream for an outside producer",
-                "streams",
-                Some((JsonOf(|g| g.subschema_for::<CreateBody>()), false)),
-                vec![(
-                    201,
-                    "{id, epoch, read_token, write_token, token_expires_at?}",
-                    vec![Foreign("The stream and its tokens")],
-                )],
-            ),
-        ),
-        endpoint(
-            Method::GET,
-            "/v1/streams/{id}",
-            get(status),
-            op(
-                "A stream's snapshot: every message with its deltas applied",
-                "streams",
-                None,
-                vec![(200, "The snapshot", vec![JsonOf(snapshot)])],
-            ),
-        ),
-        endpoint(
-            Method::POST,
-            "/v1/streams/{id}/messages",
-            post(append),
-            op(
-                "Append messages (JSON, an array, or NDJSON); answered once they are kept",
-                "streams",
-                Some((JsonOf(messages), true)),
-                vec![(200, "{sequences}", vec![Foreign("The sequences the messages got")])],
-            ),
-        ),
-        endpoint(
-            Method::POST,
-            "/v1/streams/{id}/end",
-            post(end),
-            op(
-                "End a stream with its outcome",
-                "streams",
-                Some((JsonOf(outcome), false)),
-                vec![(200, "{id, status, last_sequence}", vec![Foreign("The ended stream")])],
-            ),
-        ),
-        endpoint(
-            Method::POST,
-            "/v1/streams/{id}/cancel",
-            post(cancel),
-            op(
-                "Cancel the run behind a stream",
-                "streams",
-                None,
-                vec![(202, "Cancelled", vec![Foreign("The stream")])],
-            ),
-        ),
-        endpoint(
-            Method::GET,
-            "/v1/streams/{id}/events",
-            get(events),
-            op(
-                "Subscribe: the stream in a format (?format=cui|openai|ui-message|ag-ui|anthropic|responses), resumable",
-                "streams",
-                None,
-                vec![
-                    (200, "Server-sent events; each CUI event's data is an OutputMessage", vec![EventStream]),
-                    (204, "Nothing to send: resumed at the end of an ended stream", vec![]),
-                ],
-            ),
-        ),
-    ]
 }
 
 /// What an append takes: one message, or an array of them (or NDJSON, one per line).

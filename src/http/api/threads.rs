@@ -26,6 +26,64 @@ use crate::http::edge::extract::{Client, KeyName, ThreadId};
 use crate::http::edge::trace::record_stream;
 use crate::thread::ThreadError;
 
+/// The thread endpoints, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    let transcript: SchemaOf = |g| g.subschema_for::<crate::thread::Transcript>();
+    let audit_log: SchemaOf = |g| {
+        let entries = g.subschema_for::<Vec<crate::thread::AuditEntry>>().to_value();
+        let object = serde_json::json!({"type": "object", "required": ["thread_id", "object", "entries"], "properties": {
+            "thread_id": {"type": "string"}, "object": {"const": "thread.audit"}, "entries": entries}});
+        Schema::from(object.as_object().cloned().unwrap_or_default())
+    };
+    vec![
+        endpoint(
+            Method::POST,
+            "/v1/threads",
+            routing::post(create),
+            op(
+                "Create a server-side thread",
+                "threads",
+                Some((JsonOf(|g| g.subschema_for::<CreateBody>()), false)),
+                vec![(201, "Its transcript", vec![JsonOf(transcript)])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/threads/{id}",
+            routing::get(get),
+            op("A thread's transcript", "threads", None, vec![(200, "The transcript", vec![JsonOf(transcript)])]),
+        ),
+        endpoint(
+            Method::DELETE,
+            "/v1/threads/{id}",
+            routing::delete(delete),
+            op(
+                "Delete a thread",
+                "threads",
+                None,
+                vec![(200, "{id, object: thread.deleted, deleted: true}", vec![Foreign("The deleted thread")])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/threads/{id}/audit",
+            routing::get(audit),
+            op("A thread's audit log", "threads", None, vec![(200, "The audit log", vec![JsonOf(audit_log)])]),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/threads/{id}/replay",
+            routing::post(replay),
+            op(
+                "Replay a thread's history on another model",
+                "threads",
+                Some((JsonOf(|g| g.subschema_for::<ReplayBody>()), true)),
+                vec![(201, "The new thread and its run's stream", vec![Foreign("The replay")])],
+            ),
+        ),
+    ]
+}
+
 /// `POST /v1/threads`: `{"id"?, "messages"?}`, both optional; an empty body makes an empty thread.
 #[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
 #[schemars(rename = "CreateThread")]
@@ -125,62 +183,4 @@ pub(crate) async fn replay(
         }
     }
     Ok(response)
-}
-
-/// The thread endpoints, and what the OpenAPI document says of them.
-pub(crate) fn endpoints() -> Vec<Endpoint> {
-    let transcript: SchemaOf = |g| g.subschema_for::<crate::thread::Transcript>();
-    let audit_log: SchemaOf = |g| {
-        let entries = g.subschema_for::<Vec<crate::thread::AuditEntry>>().to_value();
-        let object = serde_json::json!({"type": "object", "required": ["thread_id", "object", "entries"], "properties": {
-            "thread_id": {"type": "string"}, "object": {"const": "thread.audit"}, "entries": entries}});
-        Schema::from(object.as_object().cloned().unwrap_or_default())
-    };
-    vec![
-        endpoint(
-            Method::POST,
-            "/v1/threads",
-            routing::post(create),
-            op(
-                "Create a server-side thread",
-                "threads",
-                Some((JsonOf(|g| g.subschema_for::<CreateBody>()), false)),
-                vec![(201, "Its transcript", vec![JsonOf(transcript)])],
-            ),
-        ),
-        endpoint(
-            Method::GET,
-            "/v1/threads/{id}",
-            routing::get(get),
-            op("A thread's transcript", "threads", None, vec![(200, "The transcript", vec![JsonOf(transcript)])]),
-        ),
-        endpoint(
-            Method::DELETE,
-            "/v1/threads/{id}",
-            routing::delete(delete),
-            op(
-                "Delete a thread",
-                "threads",
-                None,
-                vec![(200, "{id, object: thread.deleted, deleted: true}", vec![Foreign("The deleted thread")])],
-            ),
-        ),
-        endpoint(
-            Method::GET,
-            "/v1/threads/{id}/audit",
-            routing::get(audit),
-            op("A thread's audit log", "threads", None, vec![(200, "The audit log", vec![JsonOf(audit_log)])]),
-        ),
-        endpoint(
-            Method::POST,
-            "/v1/threads/{id}/replay",
-            routing::post(replay),
-            op(
-                "Replay a thread's history on another model",
-                "threads",
-                Some((JsonOf(|g| g.subschema_for::<ReplayBody>()), true)),
-                vec![(201, "The new thread and its run's stream", vec![Foreign("The replay")])],
-            ),
-        ),
-    ]
 }

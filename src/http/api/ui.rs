@@ -20,50 +20,6 @@ use axum::routing::get;
 use super::endpoint::Content::{Html, Text};
 use super::endpoint::{Endpoint, endpoint, op};
 
-const PAGE: &str = include_str!("ui/index.html");
-const SCRIPT: &str = include_str!("ui/viewer.js");
-const STYLE: &str = include_str!("ui/viewer.css");
-const CLIENT: &str = include_str!("ui/client.js");
-
-/// Scripts and styles from this origin only, never inline; API calls to this origin; images and media
-/// wherever an agent put them (http(s) and data URLs); nothing else, and never in a frame.
-pub(crate) const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
-     img-src 'self' http: https: data:; media-src 'self' http: https: data:; form-action 'none'; base-uri 'none'; \
-     frame-ancestors 'none'";
-
-/// `GET /ui` and `GET /ui/streams/{id}`: the one page, which reads its path.
-pub(crate) async fn page() -> Response {
-    answer("text/html; charset=utf-8", PAGE)
-}
-
-/// `GET /ui/assets/viewer.js`.
-pub(crate) async fn script() -> Response {
-    answer("text/javascript; charset=utf-8", SCRIPT)
-}
-
-/// `GET /ui/assets/client.js`: the TypeScript client (`clients/typescript`) as one ES module, for a page to
-/// import without a build of its own (from another origin, one listed with `--cors-origin`).
-pub(crate) async fn client() -> Response {
-    answer("text/javascript; charset=utf-8", CLIENT)
-}
-
-/// `GET /ui/assets/viewer.css`.
-pub(crate) async fn style() -> Response {
-    answer("text/css; charset=utf-8", STYLE)
-}
-
-fn answer(content_type: &'static str, body: &'static str) -> Response {
-    let headers = [
-        (CONTENT_TYPE, content_type),
-        (HeaderName::from_static("content-security-policy"), POLICY),
-        (HeaderName::from_static("x-content-type-options"), "nosniff"),
-        (HeaderName::from_static("referrer-policy"), "no-referrer"),
-        // Built into the binary: a new one comes with a new binary.
-        (CACHE_CONTROL, "no-cache"),
-    ];
-    (headers, body).into_response()
-}
-
 /// The viewer's page and assets, and what the OpenAPI document says of them.
 pub(crate) fn endpoints() -> Vec<Endpoint> {
     vec![
@@ -108,4 +64,48 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
             op("The viewer's style", "viewer", None, vec![(200, "CSS", vec![Text])]),
         ),
     ]
+}
+
+const PAGE: &str = include_str!("ui/index.html");
+const SCRIPT: &str = include_str!("ui/viewer.js");
+const STYLE: &str = include_str!("ui/viewer.css");
+const CLIENT: &str = include_str!("ui/client.js");
+
+/// Scripts and styles from this origin only, never inline; API calls to this origin; images and media
+/// wherever an agent put them (http(s) and data URLs); nothing else, and never in a frame.
+pub(crate) const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+     img-src 'self' http: https: data:; media-src 'self' http: https: data:; form-action 'none'; base-uri 'none'; \
+     frame-ancestors 'none'";
+
+/// `GET /ui` and `GET /ui/streams/{id}`: the one page, which reads its path.
+pub(crate) async fn page() -> Response {
+    answer("text/html; charset=utf-8", PAGE)
+}
+
+/// `GET /ui/assets/viewer.js`.
+pub(crate) async fn script() -> Response {
+    answer("text/javascript; charset=utf-8", SCRIPT)
+}
+
+/// `GET /ui/assets/client.js`: the TypeScript client (`clients/typescript`) as one ES module, for a page to
+/// import without a build of its own (from another origin, one listed with `--cors-origin`).
+pub(crate) async fn client() -> Response {
+    answer("text/javascript; charset=utf-8", CLIENT)
+}
+
+/// `GET /ui/assets/viewer.css`.
+pub(crate) async fn style() -> Response {
+    answer("text/css; charset=utf-8", STYLE)
+}
+
+fn answer(content_type: &'static str, body: &'static str) -> Response {
+    let headers = [
+        (CONTENT_TYPE, content_type),
+        (HeaderName::from_static("content-security-policy"), POLICY),
+        (HeaderName::from_static("x-content-type-options"), "nosniff"),
+        (HeaderName::from_static("referrer-policy"), "no-referrer"),
+        // Built into the binary: a new one comes with a new binary.
+        (CACHE_CONTROL, "no-cache"),
+    ];
+    (headers, body).into_response()
 }

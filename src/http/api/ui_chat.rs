@@ -38,6 +38,39 @@ use crate::http::edge::trace::record_stream;
 use crate::render::Format;
 use crate::thread::check_id;
 
+/// `POST /v1/ui/chat` and its resume, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![
+        endpoint(
+            Method::POST,
+            "/v1/ui/chat",
+            post(chat),
+            op(
+                "The AI SDK's useChat turn",
+                "front doors",
+                Some((
+                    Foreign(
+                        "useChat's request: {id, messages: UIMessage[], trigger, messageId} and the body option's fields",
+                    ),
+                    true,
+                )),
+                vec![(200, RUN, vec![EventStream])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/ui/chat/{chat_id}/stream",
+            get(resume),
+            op(
+                "Resume a useChat turn",
+                "front doors",
+                None,
+                vec![(200, RUN, vec![EventStream]), (204, "No turn running", vec![])],
+            ),
+        ),
+    ]
+}
+
 /// What `useChat`'s default transport posts.
 #[derive(Debug, Deserialize)]
 struct UiChatRequest {
@@ -91,37 +124,4 @@ fn respond(run: Run) -> Result<Response, HttpError> {
     let mut response = run.answer(Format::UiMessage)?;
     response.headers_mut().insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
     Ok(response)
-}
-
-/// `POST /v1/ui/chat` and its resume, and what the OpenAPI document says of them.
-pub(crate) fn endpoints() -> Vec<Endpoint> {
-    vec![
-        endpoint(
-            Method::POST,
-            "/v1/ui/chat",
-            post(chat),
-            op(
-                "The AI SDK's useChat turn",
-                "front doors",
-                Some((
-                    Foreign(
-                        "useChat's request: {id, messages: UIMessage[], trigger, messageId} and the body option's fields",
-                    ),
-                    true,
-                )),
-                vec![(200, RUN, vec![EventStream])],
-            ),
-        ),
-        endpoint(
-            Method::GET,
-            "/v1/ui/chat/{chat_id}/stream",
-            get(resume),
-            op(
-                "Resume a useChat turn",
-                "front doors",
-                None,
-                vec![(200, RUN, vec![EventStream]), (204, "No turn running", vec![])],
-            ),
-        ),
-    ]
 }

@@ -39,6 +39,29 @@ use crate::http::transport::ws::{Batches, Subscriptions, WebSocketConnection, ba
 use crate::output::OutputMessage;
 use crate::render::{Encoding, Format, View};
 
+/// The WebSocket endpoints, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![
+        endpoint(
+            Method::GET,
+            "/v1/streams/{id}/ws",
+            get(one),
+            op("Subscribe over a WebSocket", "streams", None, vec![(101, "Switching protocols", vec![])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/ws",
+            get(many),
+            op(
+                "One WebSocket for many streams, and producers",
+                "streams",
+                None,
+                vec![(101, "Switching protocols", vec![])],
+            ),
+        ),
+    ]
+}
+
 /// `GET /v1/streams/{id}/ws`.
 pub(crate) async fn one(
     State(app): State<App>,
@@ -232,27 +255,4 @@ fn error_message(stream: Option<&str>, message: &str, code: &str) -> Message {
         body["stream"] = json!(stream);
     }
     Message::Text(body.to_string().into())
-}
-
-/// The WebSocket endpoints, and what the OpenAPI document says of them.
-pub(crate) fn endpoints() -> Vec<Endpoint> {
-    vec![
-        endpoint(
-            Method::GET,
-            "/v1/streams/{id}/ws",
-            get(one),
-            op("Subscribe over a WebSocket", "streams", None, vec![(101, "Switching protocols", vec![])]),
-        ),
-        endpoint(
-            Method::GET,
-            "/v1/ws",
-            get(many),
-            op(
-                "One WebSocket for many streams, and producers",
-                "streams",
-                None,
-                vec![(101, "Switching protocols", vec![])],
-            ),
-        ),
-    ]
 }
