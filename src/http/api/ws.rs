@@ -12,9 +12,9 @@
 //! that relays a connection's subscriptions and reads its frames is `transport/ws.rs`'s; this file knows
 //! the ops and what they do.
 //!
-//! With API keys configured, a connection may do what the credential it opened with grants (`edge/auth.rs`): a
-//! key, everything; a stream token, that stream only, and `publish` and `cancel` only with its write token.
-//! Any other op gets the error reply `permission_denied` and the connection stays open.
+//! With API keys configured, a connection may do what the credential it opened with grants
+//! (`edge/auth.rs`): a key, everything; a stream token, that stream only, and `publish` and `cancel` only with
+//! its write token. Any other op gets the error reply `permission_denied` and the connection stays open.
 //! Client frame and message sizes are bounded ([`limits`]).
 
 use axum::Extension;
