@@ -716,13 +716,8 @@ async fn status_after_dropping(server: &TestServer, client: &Client<OpenAIConfig
     let epoch = first.id.strip_prefix("chatcmpl-").expect("chatcmpl- and the stream's epoch");
     let run = server.hub.open_streams().into_iter().find(|s| s.epoch() == epoch).expect("the run's stream, open");
     drop(stream);
-    tokio::time::timeout(std::time::Duration::from_secs(5), async {
-        while run.status() == agentmux::hub::Status::Open {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the run ends");
+    let ended = async || run.status() != agentmux::hub::Status::Open;
+    common::wait::eventually("the run to end", std::time::Duration::from_secs(5), ended).await;
     run.status()
 }
 

@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::http::{create_stream, post_empty, post_json};
 use common::server::TestServer;
@@ -35,11 +35,8 @@ async fn one_run_watched_in_every_format_at_once_reads_the_same_everywhere() {
     let (mut ws, _) = connect_async(ws_url.as_str()).await.expect("the WebSocket");
 
     // Every watcher connected (six over SSE, one WebSocket) before anything is written.
-    let started = Instant::now();
-    while subscribers(&client, &server).await < 7.0 {
-        assert!(started.elapsed() < Duration::from_secs(120), "the watchers did not all connect");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let connected = async || subscribers(&client, &server).await >= 7.0;
+    common::wait::eventually("every watcher to connect", Duration::from_secs(120), connected).await;
     let messages = server.url(&format!("/v1/streams/{id}/messages"));
     let batch = json!([
         {"type": "thinking", "props": {"content": "One run, every client."}, "message_id": "t1"},

@@ -6,6 +6,7 @@ mod common;
 use common::http::{Sse, get_json, parse_sse, post_empty, read_body, read_events};
 use common::process::ServerProcess;
 use common::redis::RedisServer;
+use common::wait::eventually;
 use serde_json::{Value, json};
 
 fn node(redis: &RedisServer) -> ServerProcess {
@@ -299,6 +300,7 @@ async fn a_redis_restart_loses_nothing_acknowledged() {
             sequences
         })
     };
+    // Redis stays away a moment while the producer writes: the scenario, not synchronisation.
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     redis.restart();
     acknowledged.extend(writing.await.expect("the producer"));
@@ -326,6 +328,7 @@ async fn a_node_idle_through_a_redis_restart_answers_the_first_request_after_it(
     assert_eq!(status, 200, "{ended}");
     redis.stop();
     // Longer than a lease renewal: B's connection found Redis away, and makes a new one only when next used.
+    // How long Redis is away is the scenario: a sleep.
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     redis.start_again();
     // B's first request after Redis came back is served, not refused with a 503.
@@ -343,7 +346,8 @@ async fn a_stream_whose_writer_dies_ends_interrupted_on_every_other_node() {
     // A message in deltas left open: the end closes it.
     append(&client, &a, &id, deltas(0, 2)).await;
     let reading = tokio::spawn(read_events(events(&client, &b, &id, "").await));
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // B follows the stream (from its reader's request on).
+    until_held(&client, &b, "open", 1).await;
 
     let killed = std::time::Instant::now();
     a.kill();
@@ -389,11 +393,9 @@ async fn streams_held(client: &reqwest::Client, node: &ServerProcess, status: &s
 
 /// Waits until `node` holds `count` streams of this status.
 async fn until_held(client: &reqwest::Client, node: &ServerProcess, status: &str, count: u64) {
-    let started = std::time::Instant::now();
-    while streams_held(client, node, status).await != count {
-        assert!(started.elapsed() < std::time::Duration::from_secs(20), "{} never held {count} {status}", node.base);
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let what = format!("{} to hold {count} {status}", node.base);
+    let held = async || streams_held(client, node, status).await == count;
+    eventually(&what, std::time::Duration::from_secs(20), held).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -415,7 +417,7 @@ async fn a_node_lets_go_of_a_stream_its_clients_no_longer_use_and_follows_it_aga
     // Asked again, B follows it again: the whole history, then what A appends.
     let reading = events(&client, &b, &id, "").await;
     until_held(&client, &b, "open", 1).await;
-    // A subscriber holds it past the grace.
+    // A subscriber holds it past the grace (nothing must happen for this long: a sleep).
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert_eq!(streams_held(&client, &b, "open").await, 1, "a stream a subscriber reads is kept");
     append(&client, &a, &id, messages("p", 3, 2)).await;
@@ -506,31 +508,19 @@ async fn a_websocket_publish_and_cancel_on_another_node_reach_the_streams_writer
     let cancelled = ws_reply(&mut ws).await;
     assert_eq!(cancelled["cancelled"], true, "{cancelled}");
     // Accepted (202 on HTTP): the end is the writer's to write, and comes at once.
-    let started = std::time::Instant::now();
-    loop {
+    let cancelled = async || {
         let snapshot: Value =
             client.get(a.url(&format!("/v1/streams/{id}"))).send().await.expect("get").json().await.expect("JSON");
-        if snapshot["status"] == "cancelled" {
-            break;
-        }
-        assert!(started.elapsed() < std::time::Duration::from_secs(10), "not cancelled: {snapshot}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+        snapshot["status"] == "cancelled"
+    };
+    eventually("the writer to end the stream cancelled", std::time::Duration::from_secs(10), cancelled).await;
     // Once ended, a publish through B is refused as the writer refuses it.
-    let started = std::time::Instant::now();
-    loop {
-        ws.send(op(
-            json!({ "op": "publish", "stream": id, "message": { "type": "text", "props": { "content": "late" } } }),
-        ))
-        .await
-        .expect("send");
-        let late = ws_reply(&mut ws).await;
-        if late["error"]["code"] == "stream_ended" {
-            break;
-        }
-        assert!(started.elapsed() < std::time::Duration::from_secs(10), "a late publish: {late}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    let late = json!({ "op": "publish", "stream": id, "message": { "type": "text", "props": { "content": "late" } } });
+    let refused = async || {
+        ws.send(op(late.clone())).await.expect("send");
+        ws_reply(&mut ws).await["error"]["code"] == "stream_ended"
+    };
+    eventually("a late publish to be refused", std::time::Duration::from_secs(10), refused).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -543,30 +533,31 @@ async fn a_redis_outage_longer_than_a_lease_ends_no_live_stream() {
     let id = create(&client, &a).await;
     append(&client, &a, &id, messages("p", 0, 2)).await;
     let reading = tokio::spawn(read_events(events(&client, &b, &id, "").await));
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // B follows the stream (from its reader's request on).
+    until_held(&client, &b, "open", 1).await;
 
     // Every lease lapses while Redis is away for eight seconds.
     redis.stop();
     let stopped = std::time::Instant::now();
-    loop {
-        let ready = client.get(a.url("/readyz")).send().await.expect("readyz");
-        if ready.status() == 503 {
-            let body: Value = ready.json().await.expect("JSON");
-            assert_eq!(body["error"]["code"], "cluster_unavailable", "{body}");
-            break;
-        }
-        assert!(stopped.elapsed() < std::time::Duration::from_secs(6), "a node that cannot reach Redis is not ready");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    let unready =
+        async || Some(client.get(a.url("/readyz")).send().await.expect("readyz")).filter(|r| r.status() == 503);
+    let ready =
+        eventually("a node that cannot reach Redis to say it is not ready", std::time::Duration::from_secs(6), unready)
+            .await;
+    let body: Value = ready.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "cluster_unavailable", "{body}");
+    // Redis away for eight seconds is the scenario: a sleep.
     tokio::time::sleep(std::time::Duration::from_secs(8).saturating_sub(stopped.elapsed())).await;
     // Redis comes back while A is paused for three seconds (as a busy machine may pause a process): B
     // reaches Redis before A renews its lease.
     a.signal("-STOP");
     redis.start_again();
+    // The pause is the scenario: a sleep.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     a.signal("-CONT");
 
-    // Long enough for B to have judged A's lease had it not waited for A to renew it.
+    // Long enough for B to have judged A's lease had it not waited for A to renew it (nothing must happen for
+    // this long: a sleep).
     tokio::time::sleep(std::time::Duration::from_secs(6)).await;
     let ready = client.get(a.url("/readyz")).send().await.expect("readyz");
     assert_eq!(ready.status(), 200, "ready again once Redis is back");

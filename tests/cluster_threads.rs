@@ -182,16 +182,12 @@ async fn a_run_whose_node_dies_is_recorded_by_another_and_the_conversation_goes_
     a.kill();
     drop(running);
     // The run ends `interrupted` once A's lease lapses (seconds), and B records it.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let thread = loop {
+    let recorded = async || {
         let (status, thread) = get_json(&client, &b.url("/v1/threads/t-dies")).await;
         assert_eq!(status, 200, "{thread}");
-        if thread["running"].is_null() {
-            break thread;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the run is recorded within seconds: {thread}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        thread["running"].is_null().then_some(thread)
     };
+    let thread = common::wait::eventually("B to record the run's end", Duration::from_secs(30), recorded).await;
     assert_eq!(thread["messages"][2]["content"], "a long one", "{thread}");
     let entries = audit(&client, &b, "t-dies").await;
     let end = entries.last().expect("entries");
@@ -280,19 +276,13 @@ async fn threads_while_redis_is_away_are_a_clear_retryable_error_and_come_back_w
     // Away longer than a connection manager's own reconnect attempts last (about 10 s).
     tokio::time::sleep(Duration::from_secs(14)).await;
     redis.start_again();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, thread) = get_json(&client, &a.url("/v1/threads/t-away")).await;
-        if status == 200 {
-            assert_eq!(
-                thread["messages"],
-                json!([{"role": "user", "content": "kept"}, {"role": "assistant", "content": "kept"}])
-            );
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the thread is back with Redis: {status} {thread}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let back =
+        async || Some(get_json(&client, &a.url("/v1/threads/t-away")).await).filter(|(status, _)| *status == 200);
+    let (_, thread) = common::wait::eventually("the thread to be back with Redis", Duration::from_secs(20), back).await;
+    assert_eq!(
+        thread["messages"],
+        json!([{"role": "user", "content": "kept"}, {"role": "assistant", "content": "kept"}])
+    );
     echo_turn(&client, &a, "t-away", "again").await;
     // Following a stream written on another node subscribes to its notices: that connection is back too.
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -26,6 +26,7 @@ use agentmux::output::{Outcome, OutputMessage};
 use agentmux::render::Format;
 use bytes::Bytes;
 use common::doubles::{CountingIds, SteppingClock};
+use common::wait::eventually;
 use serde_json::Value;
 
 /// How long any single wait in these tests may take before the test fails instead of hanging.
@@ -120,15 +121,6 @@ async fn read_to_end(subscription: &mut Subscription) -> Vec<Bytes> {
 /// The next batch, failing the test instead of hanging.
 async fn next(subscription: &mut Subscription) -> Option<Batch> {
     tokio::time::timeout(PATIENCE, subscription.next()).await.expect("a batch within the patience")
-}
-
-/// Waits until `done` holds, failing the test instead of hanging.
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < PATIENCE, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 /// Delta `i`: 60 bytes, distinct.
@@ -570,6 +562,7 @@ impl Agent for Ticker {
                     self.returned.store(true, Ordering::SeqCst);
                     return Ok(Outcome::cancelled());
                 }
+                // The agent's pace: the scenario, not synchronisation.
                 () = tokio::time::sleep(Duration::from_millis(2)) => {
                     // A tick racing the cancel may be refused; the next turn sees the cancel.
                     let _ = output.text(format!("tick {tick}"));
@@ -599,8 +592,9 @@ async fn cancel_reaches_the_agent_and_ends_the_stream_cancelled() {
     assert!(!stream.cancel(), "a second cancel finds it ended");
     assert_eq!(stream.status(), Status::Cancelled, "ended at once, without waiting for the agent");
 
-    wait_until("the agent returns", || returned.load(Ordering::SeqCst)).await;
+    eventually("the agent to return", PATIENCE, async || returned.load(Ordering::SeqCst)).await;
     assert!(observed.load(Ordering::SeqCst), "the agent saw the cancel");
+    // A moment for the run to hand over the agent's outcome, which must change nothing: nothing to wait for.
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(stream.status(), Status::Cancelled, "the agent's own outcome does not replace it");
 
@@ -717,6 +711,7 @@ impl Stubborn {
 impl Agent for Stubborn {
     async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         for i in 0..5_000 {
+            // The agent's pace: the scenario, not synchronisation.
             tokio::time::sleep(Duration::from_millis(2)).await;
             let after_cancel = self.cancel_done.load(Ordering::SeqCst);
             let result = output.text(format!("still here {i}"));
@@ -741,12 +736,12 @@ async fn an_agent_that_ignores_cancel_runs_on_but_its_emits_are_refused() {
         Stubborn { cancel_done: Arc::clone(&cancel_done), emits: Arc::clone(&emits), returned: Arc::clone(&returned) };
     let stream = agent::run(&hub, Arc::new(agent), Conversation::user("stubborn", "go")).expect("run");
     let mut subscription = stream.subscribe(Format::Cui, 0).expect("subscribe");
-    wait_until("a few emits", || emits.lock().unwrap().len() >= 3).await;
+    eventually("a few emits", PATIENCE, async || emits.lock().unwrap().len() >= 3).await;
 
     assert!(stream.cancel());
     cancel_done.store(true, Ordering::SeqCst);
     assert_eq!(stream.status(), Status::Cancelled);
-    wait_until("the agent returns", || returned.load(Ordering::SeqCst)).await;
+    eventually("the agent to return", PATIENCE, async || returned.load(Ordering::SeqCst)).await;
 
     let emits = emits.lock().unwrap().clone();
     let (before, after): (Vec<_>, Vec<_>) = emits.into_iter().partition(|(after, _)| !after);
@@ -754,6 +749,7 @@ async fn an_agent_that_ignores_cancel_runs_on_but_its_emits_are_refused() {
     assert_eq!(after.len(), Stubborn::AFTER, "the agent kept running after the cancel");
     assert!(after.iter().all(|(_, r)| *r == Err(AppendError::Ended)), "refused after the cancel: {after:?}");
 
+    // A moment for the run to hand over the agent's outcome, which must change nothing: nothing to wait for.
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(stream.status(), Status::Cancelled, "the agent's `completed` does not replace the cancel");
     let frames = read_to_end(&mut subscription).await;
@@ -773,6 +769,7 @@ impl Agent for Chatty {
     async fn run(&self, _conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         for i in 0..self.count {
             if i % 10 == 0 {
+                // The agent's pace: the scenario, not synchronisation.
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             output.text(format!("line {i}"))?;
@@ -793,7 +790,7 @@ async fn dropping_every_subscriber_does_not_stop_the_agent() {
         assert!(!next(&mut openai_sub).await.expect("a batch").frames().is_empty());
         assert_eq!(stream.status(), Status::Open, "dropped while the agent still runs");
     }
-    wait_until("the agent completes", || stream.status() != Status::Open).await;
+    eventually("the agent to complete", PATIENCE, async || stream.status() != Status::Open).await;
     assert_eq!(stream.status(), Status::Completed);
 
     let mut late = stream.subscribe(Format::Cui, 0).expect("subscribe");

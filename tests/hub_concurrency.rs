@@ -299,6 +299,7 @@ async fn produce(stream: Arc<Stream>, steps: Vec<Step>, pace: Pace, mut gates: V
         if i % pace.yield_every == pace.yield_every - 1 {
             tokio::task::yield_now().await;
         }
+        // The producer's pace, as the case drew it: the scenario, not synchronisation.
         if pace.sleep_every.is_some_and(|n| i % n == n - 1) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -567,6 +568,7 @@ async fn subscribers_joining_at_random_moments_get_the_whole_stream() {
         joiners.push((
             format,
             tokio::spawn(async move {
+                // Joining at a random moment is the scenario, not synchronisation.
                 tokio::time::sleep(sleep).await;
                 let at = stream.last_sequence();
                 let subscription = stream.subscribe(format, 0).expect("subscribe");
@@ -694,6 +696,7 @@ async fn a_partial_read_then_a_resume_adds_up_to_the_whole_stream() {
                 let resume_from = first.last_sequences.last().copied().unwrap_or(0);
                 let open = stream.status() == Status::Open;
                 if !hold {
+                    // Away a while before resuming, as a reconnecting client is: the scenario.
                     tokio::time::sleep(pause).await;
                 }
                 let rest = stream.subscribe(format, resume_from).expect("resume");
@@ -714,6 +717,7 @@ async fn a_partial_read_then_a_resume_adds_up_to_the_whole_stream() {
         readers.push((
             format,
             tokio::spawn(async move {
+                // Joining at a random moment is the scenario, not synchronisation.
                 tokio::time::sleep(sleep).await;
                 let mut subscription = stream.subscribe(format, 0).expect("subscribe");
                 let first = read_batches(&mut subscription, batches, None).await;

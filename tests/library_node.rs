@@ -124,15 +124,10 @@ async fn a_node_mounted_in_another_server_still_ends_idle_streams() {
     let id = created["id"].as_str().expect("a stream id").to_owned();
     clock.advance(61_000);
     // Nobody calls: the node's own maintenance ends the stream.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, snapshot) = get_json(&client, &format!("{base}/v1/streams/{id}")).await;
-        if snapshot["status"] != "open" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the idle stream is still open: {snapshot}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::wait::eventually("the idle stream to end", Duration::from_secs(10), async || {
+        get_json(&client, &format!("{base}/v1/streams/{id}")).await.1["status"] != "open"
+    })
+    .await;
     let events = read_body(client.get(format!("{base}/v1/streams/{id}/events")).send().await.expect("events")).await;
     let events = String::from_utf8_lossy(&events);
     assert!(events.contains(r#""code":"idle_timeout""#), "{events}");

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use agentmux::agent::Agents;
 use agentmux::http::Settings;
 use agentmux::hub::{HubConfig, Limits};
-use common::http::{assert_envelope, create_stream, end_stream, header, post_empty, post_json, snapshot};
+use common::http::{PATIENCE, assert_envelope, create_stream, end_stream, header, post_empty, post_json, snapshot};
 use common::server::TestServer;
+use common::wait::eventually;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -105,18 +106,26 @@ async fn a_full_hub_says_whether_a_retry_helps() {
     };
     let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
     let server = TestServer::with(config, settings, Agents::builtin()).await;
-    create_stream(&client, &server).await;
-    create_stream(&client, &server).await;
+    let ids = [create_stream(&client, &server).await, create_stream(&client, &server).await];
     let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
     assert_eq!(refused.status(), 503);
     let after: u64 = header(&refused, "retry-after").parse().expect("retry-after in seconds");
     assert!((5..=6).contains(&after), "the idle timeout, then the retention: {after}");
     // Both have timed out: their room comes when their retention passes, not again at the idle timeout.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let timed_out = async || {
+        for id in &ids {
+            if snapshot(&client, &server, id).await["status"] == "open" {
+                return false;
+            }
+        }
+        true
+    };
+    eventually("both streams to time out", PATIENCE, timed_out).await;
     let refused = client.post(server.url("/v1/streams")).send().await.expect("create");
     assert_eq!(refused.status(), 503);
     let after: u64 = header(&refused, "retry-after").parse().expect("retry-after in seconds");
     assert!((3..=5).contains(&after), "the retention of the ended streams: {after}");
+    // Waiting as long as the answer said is the scenario: room must have come by then.
     tokio::time::sleep(Duration::from_secs(after)).await;
     let (status, body) = post_empty(&client, &server.url("/v1/streams")).await;
     assert_eq!(status, 201, "room came when it said: {body}");
@@ -131,7 +140,8 @@ async fn an_idle_stream_ends_with_idle_timeout_and_stays_readable() {
     let busy = create_stream(&client, &server).await;
     let events = client.get(server.url(&format!("/v1/streams/{idle}/events"))).send().await.expect("subscribe");
     let started = Instant::now();
-    // The busy stream appends every 100 ms for a second: it never reaches the timeout.
+    // The busy stream appends every 100 ms for a second (its pace is the scenario): it never reaches the
+    // timeout.
     for i in 0..10 {
         let (status, body) = post_json(
             &client,
@@ -225,9 +235,10 @@ async fn the_connection_cap_refuses_one_more_and_serves_the_rest() {
     }
     // One goes away: its place is free again.
     drop(held.pop());
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let client = reqwest::Client::new();
-    assert_eq!(client.get(server.url("/healthz")).send().await.expect("healthz").status(), 200);
+    // A new connection is served once the server has seen that one close (one asked over the cap is refused).
+    let served =
+        async || reqwest::Client::new().get(server.url("/healthz")).send().await.is_ok_and(|r| r.status() == 200);
+    eventually("a new connection to be served in the freed place", PATIENCE, served).await;
     server.stop().await.expect("stop");
 }
 

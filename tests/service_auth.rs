@@ -6,22 +6,29 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentmux::agent::Agents;
 use agentmux::http::{KeySpec, Settings, budgets};
 use agentmux::hub::HubConfig;
-use common::http::{assert_envelope, create_with_key, header, read_events};
+use common::doubles::SteppingClock;
+use common::http::{PATIENCE, assert_envelope, create_with_key, header, read_events};
 use common::process::ServerProcess;
 use common::server::TestServer;
+use common::wait::{eventually, eventually_blocking};
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-key";
 
 /// A server with `keys` (keys-file lines); streams still open at its stop end at once.
 async fn server(keys: &[&str]) -> TestServer {
+    server_with(keys, HubConfig::default()).await
+}
+
+/// [`server`] on a hub of this config (a clock of the test's own, say).
+async fn server_with(keys: &[&str], mut config: HubConfig) -> TestServer {
     let keys: Vec<KeySpec> = keys.iter().map(|line| line.parse().expect("a keys-file line")).collect();
-    let mut config = HubConfig::default();
     config.limits.client_budgets = budgets(&keys, config.limits.streams_per_client, 0);
     let settings = Settings { api_keys: keys, shutdown_grace: Duration::ZERO, ..Settings::default() };
     TestServer::with(config, settings, Agents::builtin()).await
@@ -144,7 +151,9 @@ async fn with_keys_every_call_needs_a_key_or_the_right_token() {
 
 #[tokio::test]
 async fn a_token_with_a_lifetime_expires() {
-    let server = keyed().await;
+    // Tokens expire by the hub's clock: this one is moved past the expiry rather than waited for.
+    let clock = Arc::new(SteppingClock::new(1_700_000_000_000));
+    let server = server_with(&[KEY, "sk-second"], HubConfig { clock: clock.clone(), ..HubConfig::default() }).await;
     let client = reqwest::Client::new();
     let (status, created, _) =
         send(client.post(server.url("/v1/streams")).json(&json!({"token_ttl": 1})), Some(KEY)).await;
@@ -153,7 +162,7 @@ async fn a_token_with_a_lifetime_expires() {
     let (id, write) = (created["id"].as_str().expect("id"), created["write_token"].as_str().expect("token"));
     let (status, body, _) = send(append(&client, &server, id), Some(write)).await;
     assert_eq!(status, 200, "good before its expiry: {body}");
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    clock.advance(2100);
     let (status, body, _) = send(append(&client, &server, id), Some(write)).await;
     assert_eq!(status, 401, "{body}");
     assert_envelope(&body, None, "token_expired");
@@ -283,15 +292,11 @@ async fn limits_are_per_key() {
     let other = client.get(server.url("/v1/models")).bearer_auth(KEY).send().await.expect("models");
     assert_eq!(other.status(), 200, "the other key is not held up");
     drop(third);
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
+    eventually("a slot to come back when a stream's reader leaves", Duration::from_secs(5), async || {
         let again = client.get(server.url("/v1/models")).bearer_auth("sk-small").send().await.expect("models");
-        if again.status() == 200 {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "a slot comes back when a stream's reader leaves");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        again.status() == 200
+    })
+    .await;
     drop((first, second));
     server.stop().await.expect("stops");
 }
@@ -352,11 +357,7 @@ fn run_binary(args: &[&str]) -> (bool, String) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("start agentmux");
-    let started = std::time::Instant::now();
-    while child.try_wait().expect("wait").is_none() {
-        assert!(started.elapsed() < Duration::from_secs(20), "agentmux did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually_blocking("agentmux to exit", Duration::from_secs(20), || child.try_wait().expect("wait").is_some());
     let output = child.wait_with_output().expect("output");
     (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
@@ -383,6 +384,16 @@ fn the_binary_refuses_to_serve_beyond_loopback_without_keys() {
     assert!(reply.starts_with("HTTP/1.1 401"), "the key is asked for: {reply}");
 }
 
+/// Whether the store in `dir` has committed stream `id`'s end and thread `thread` with its owner (read from
+/// its SQLite file beside the running server; not yet, when that cannot be read at this moment).
+fn kept(dir: &std::path::Path, id: &str, thread: &str) -> bool {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let Ok(store) = rusqlite::Connection::open_with_flags(dir.join("agentmux.sqlite3"), flags) else { return false };
+    let count = |sql: &str, id: &str| store.query_row(sql, [id], |row| row.get::<_, i64>(0)).unwrap_or(0);
+    count("SELECT count(*) FROM streams WHERE id = ?1 AND outcome IS NOT NULL", id) == 1
+        && count("SELECT count(*) FROM threads WHERE id = ?1 AND owner IS NOT NULL", thread) == 1
+}
+
 fn urlencode(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
@@ -403,8 +414,9 @@ async fn tokens_outlive_a_restart_with_the_store() {
     assert_eq!(ended.status(), 200);
     let thread = client.post(first.url("/v1/threads")).bearer_auth(KEY).json(&json!({"id": "kept"})).send().await;
     assert_eq!(thread.expect("thread").status(), 201);
-    // Kept once the writer commits: ask until the store has it (a flush is not reachable from outside).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Kept once the writer commits: ask the store's file until it has both (a flush is not reachable from
+    // outside).
+    eventually("the store to keep the ended stream and the thread", PATIENCE, async || kept(&dir, id, "kept")).await;
     first.kill();
     let second = ServerProcess::spawn(&args);
     let status = client.get(second.url(&format!("/v1/streams/{id}"))).bearer_auth(read).send().await.expect("get");

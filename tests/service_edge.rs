@@ -33,6 +33,7 @@ use agentmux::hub::HubConfig;
 use bytes::Bytes;
 use common::http::{PATIENCE, create_stream};
 use common::server::TestServer;
+use common::wait::eventually;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use reqwest::Method;
@@ -1327,12 +1328,8 @@ fn any_request_to_any_endpoint_is_answered_without_a_server_error_and_refusals_c
     }
 
     // Everything the cases made has ended (a chat run ends by itself, soon).
-    runtime.block_on(async {
-        let deadline = Instant::now() + PATIENCE;
-        while !fuzz.server.hub.open_streams().is_empty() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    let all_ended = async || fuzz.server.hub.open_streams().is_empty();
+    runtime.block_on(eventually("every stream the cases made to end", PATIENCE, all_ended));
     let open = fuzz.server.hub.open_streams().len();
     assert_eq!(open, 0, "streams left open after the run");
     assert_eq!(SERVER_PANICS.load(Ordering::SeqCst), 0, "the server panicked");

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::http::{PATIENCE, create_stream, end_stream, parse_sse, post_json};
 use common::server::TestServer;
+use common::wait::eventually;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -64,6 +65,7 @@ async fn a_first_request_for_events_gets_a_chunked_answer_and_the_connection_clo
     );
     for piece in request.as_bytes().chunks(7) {
         tcp.write_all(piece).await.expect("write");
+        // A slow client's pace, so the head comes in pieces: the scenario, not synchronisation.
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let (status, _) = post_json(
@@ -108,16 +110,10 @@ async fn a_subscriber_whose_client_leaves_while_it_waits_is_let_go() {
     let mut first = [0u8; 64];
     let read = tokio::time::timeout(PATIENCE, tcp.read(&mut first)).await.expect("the head").expect("read");
     assert!(first[..read].starts_with(b"HTTP/1.1 200 OK"));
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while subscribers(&client, &server).await != 1 {
-        assert!(tokio::time::Instant::now() < deadline, "subscribed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the subscriber to be counted", PATIENCE, async || subscribers(&client, &server).await == 1).await;
     drop(tcp);
-    while subscribers(&client, &server).await != 0 {
-        assert!(tokio::time::Instant::now() < deadline, "the subscriber is let go once its client has left");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let let_go = async || subscribers(&client, &server).await == 0;
+    eventually("the subscriber to be let go once its client has left", PATIENCE, let_go).await;
 }
 
 #[tokio::test]
@@ -207,11 +203,7 @@ async fn subscribers_that_keep_up_get_every_message_and_their_pings_from_the_fee
         readers.push(subscribe_raw(&server, &id, None).await);
     }
     let mut stalled = subscribe_raw(&server, &id, Some(4096)).await;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while subscribers(&client, &server).await != 13 {
-        assert!(tokio::time::Instant::now() < deadline, "subscribed");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("every subscriber to be counted", PATIENCE, async || subscribers(&client, &server).await == 13).await;
     // Everyone reads (and drains) but the stalled one.
     let readers: Vec<_> =
         readers.into_iter().map(|mut tcp| tokio::spawn(async move { read_to_close(&mut tcp).await })).collect();
@@ -225,6 +217,7 @@ async fn subscribers_that_keep_up_get_every_message_and_their_pings_from_the_fee
         .await;
         assert_eq!(status, 200);
     }
+    // A silence long enough for everyone's pings: the scenario, not synchronisation.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let long = "x".repeat(10_000);
     for _ in 0..10 {

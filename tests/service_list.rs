@@ -3,11 +3,13 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agentmux::agent::Agents;
 use agentmux::http::{KeySpec, Settings, budgets};
 use agentmux::hub::HubConfig;
+use common::doubles::SteppingClock;
 use common::http::{assert_envelope, get_json};
 use common::server::TestServer;
 use serde_json::Value;
@@ -25,13 +27,14 @@ async fn created(client: &reqwest::Client, server: &TestServer, key: Option<&str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_list_pages_through_every_stream_newest_first() {
     let settings = Settings { shutdown_grace: Duration::ZERO, ..Settings::default() };
-    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    // A clock that ticks a millisecond a reading: creation times apart, so newest first is the reverse of the
+    // order of creation (without waiting for the system clock to tick).
+    let config = HubConfig { clock: Arc::new(SteppingClock::new(1_700_000_000_000)), ..HubConfig::default() };
+    let server = TestServer::with(config, settings, Agents::builtin()).await;
     let client = reqwest::Client::new();
     let mut ids = Vec::new();
     for _ in 0..7 {
         ids.push(created(&client, &server, None).await["id"].as_str().expect("id").to_owned());
-        // Creation times a millisecond apart at least, so newest first is the reverse of this order.
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let ended = client.post(server.url(&format!("/v1/streams/{}/end", ids[0]))).send().await.expect("end");
     assert_eq!(ended.status(), 200);

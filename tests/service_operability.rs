@@ -13,6 +13,7 @@ use agentmux::http::Settings;
 use agentmux::hub::HubConfig;
 use common::http::read_body;
 use common::server::TestServer;
+use common::wait::eventually;
 use serde_json::{Value, json};
 
 /// Every sample of the exposition: `name{labels}` to its value.
@@ -62,12 +63,8 @@ async fn metrics_move_by_what_happened() {
     assert_eq!(client.post(server.url("/v1/chat/completions")).json(&chat).send().await.expect("chat").status(), 200);
     // A run's end is counted by a task that waits for it, as the answer does: it may land a moment after.
     let ended = r#"agentmux_runs_ended_total{model="echo",status="completed"}"#;
-    let started = std::time::Instant::now();
-    let mut after = scrape(&client, &server).await;
-    while delta(&before, &after, ended) < 1.0 && started.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        after = scrape(&client, &server).await;
-    }
+    let counted = async || Some(scrape(&client, &server).await).filter(|after| delta(&before, after, ended) >= 1.0);
+    let after = eventually("the run's end to be counted", Duration::from_secs(5), counted).await;
 
     let moved = |sample: &str| delta(&before, &after, sample);
     assert_eq!(moved("agentmux_streams_created_total"), 2.0, "the outside producer's stream and the run's");
@@ -110,6 +107,7 @@ async fn publish_to_deliver_counts_what_was_published_to_a_subscriber_not_its_re
     }
     let before = scrape(&client, &server).await;
     let events = client.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("subscribe");
+    // The pause the test is about (longer than the 100 ms between probes): the scenario, not synchronisation.
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert_eq!(client.post(&messages).json(&text("after a pause")).send().await.expect("append").status(), 200);
     assert_eq!(client.post(server.url(&format!("/v1/streams/{id}/end"))).send().await.expect("end").status(), 200);
@@ -175,17 +173,10 @@ async fn readyz_turns_away_new_clients_once_the_service_stops() {
     // An open stream holds the shutdown in its grace.
     assert_eq!(client.post(server.url("/v1/streams")).send().await.expect("create").status(), 201);
     let stopping = tokio::spawn(server.stop());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-    loop {
-        let response = client.get(&readyz).send().await.expect("readyz");
-        if response.status() == 503 {
-            let body: Value = response.json().await.expect("json");
-            assert_eq!(body["error"]["code"], "shutting_down");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "readyz never said 503");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let refused = async || Some(client.get(&readyz).send().await.expect("readyz")).filter(|r| r.status() == 503);
+    let response = eventually("readyz to say 503", Duration::from_secs(2), refused).await;
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["error"]["code"], "shutting_down");
     assert_eq!(client.get(&healthz).send().await.expect("healthz").status(), 200, "alive while it drains");
     stopping.await.expect("join").expect("stops");
 }

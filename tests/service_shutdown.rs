@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use agentmux::agent::Agents;
 use agentmux::http::Settings;
 use agentmux::hub::HubConfig;
-use common::http::{assert_envelope, post_empty, post_json, read_events};
+use common::http::{PATIENCE, assert_envelope, post_empty, post_json, read_events};
 use common::process::ServerProcess;
 use common::server::TestServer;
+use common::wait::eventually;
 use futures::{SinkExt, StreamExt};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
@@ -116,7 +117,12 @@ async fn producers_end_their_streams_during_the_grace() {
     let events = watcher.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("subscribe");
 
     server.terminate();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The shutdown has begun once the service says it takes no new work (asked on a connection of its own).
+    let draining = async || {
+        let ready = reqwest::Client::new().get(server.url("/readyz")).send().await;
+        ready.is_ok_and(|ready| ready.status() == 503)
+    };
+    eventually("the shutdown to begin", PATIENCE, draining).await;
     let message = json!({ "type": "text", "props": { "content": "last words" } });
     let (status, body) = post_json(&client, &server.url(&format!("/v1/streams/{id}/messages")), &message).await;
     assert_eq!(status, 200, "the producer still appends during the grace: {body}");
@@ -167,6 +173,7 @@ async fn stalled_clients_do_not_keep_the_process_alive() {
     let mut stalled = tokio::net::TcpStream::connect(&server.addr).await.expect("connect");
     let head = "POST /v1/streams HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{";
     stalled.write_all(head.as_bytes()).await.expect("write");
+    // The client stalls a moment mid-body before the shutdown: the scenario, not synchronisation.
     tokio::time::sleep(Duration::from_millis(100)).await;
 
     server.terminate();

@@ -5,12 +5,14 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use agentmux::agent::Agents;
 use agentmux::http::Settings;
 use agentmux::hub::HubConfig;
 use agentmux::thread::ThreadConfig;
+use common::doubles::SteppingClock;
 use common::http::{assert_envelope, get_json, post_json, read_events};
 use common::server::TestServer;
 use serde_json::{Value, json};
@@ -254,12 +256,8 @@ async fn a_replay_against_echo_is_a_new_thread_and_a_stream_to_watch() {
     let (status, early) = post_json(&client, &url, &json!({ "model": "echo", "upto": entries[0]["id"] })).await;
     assert_eq!(status, 201, "{early}");
     let early_thread = early["thread_id"].as_str().unwrap();
-    for _ in 0..100 {
-        if transcript(&server, early_thread).await["running"].is_null() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let replayed = async || transcript(&server, early_thread).await["running"].is_null();
+    common::wait::eventually("the replay's run to end", common::http::PATIENCE, replayed).await;
     let early = transcript(&server, early_thread).await;
     assert_eq!(early["messages"][1], json!({ "role": "assistant", "content": "tell me a story" }));
 
@@ -409,11 +407,15 @@ async fn ids_create_delete_and_not_found() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_expire_after_their_ttl_and_stay_within_their_size() {
+    // The TTL is measured by the hub's clock, moved here by hand: nothing waits for it to pass.
+    const TTL: Duration = Duration::from_secs(60);
+    let clock = Arc::new(SteppingClock::new(1_700_000_000_000));
     let settings = Settings {
-        threads: ThreadConfig { ttl: Duration::from_millis(300), thread_bytes: 600, ..ThreadConfig::default() },
+        threads: ThreadConfig { ttl: TTL, thread_bytes: 600, ..ThreadConfig::default() },
         ..Settings::default()
     };
-    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let config = HubConfig { clock: clock.clone(), ..HubConfig::default() };
+    let server = TestServer::with(config, settings, Agents::builtin()).await;
     let client = reqwest::Client::new();
     assert_eq!(turn(&server, "t-ttl", "echo", user("remember me")).await.0, 200);
     let big = "word ".repeat(100);
@@ -421,15 +423,14 @@ async fn threads_expire_after_their_ttl_and_stay_within_their_size() {
     assert_eq!(status, 400);
     assert_envelope(&error, Some("messages"), "thread_too_large");
     assert_eq!(roles(&transcript(&server, "t-ttl").await), ["user", "assistant"]);
-    let mut gone = false;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if get_json(&client, &server.url("/v1/threads/t-ttl")).await.0 == 404 {
-            gone = true;
-            break;
-        }
-    }
-    assert!(gone, "the thread was evicted after its TTL");
+    // Short of the TTL (the readings since the last turn tick the clock a few milliseconds), a sweep keeps it.
+    clock.advance(TTL.as_millis() as u64 - 1_000);
+    server.threads.sweep();
+    assert_eq!(get_json(&client, &server.url("/v1/threads/t-ttl")).await.0, 200, "kept within its TTL");
+    clock.advance(1_000);
+    server.threads.sweep();
+    let (status, _) = get_json(&client, &server.url("/v1/threads/t-ttl")).await;
+    assert_eq!(status, 404, "the thread was evicted after its TTL");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,6 +19,7 @@ use common::http::{
     PATIENCE, Sse, assert_envelope, assert_sse_headers, get_json, header, parse_sse, post_json, read_body, snapshot,
 };
 use common::server::TestServer;
+use common::wait::eventually;
 use eventsource_stream::Eventsource;
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
@@ -59,6 +60,7 @@ impl Ticker {
                 }
                 output.event("tick", json!({ "i": i }))?;
             }
+            // The agent's pace, as the request set it: the scenario, not synchronisation.
             tokio::select! {
                 () = tokio::time::sleep(pause) => {}
                 () = output.cancelled() => return Err(AgentError::new("cancelled").with_code("cancelled")),
@@ -151,23 +153,20 @@ async fn post_raw(client: &reqwest::Client, url: &str, content_type: &str, body:
 
 /// Polls the stream until its status is not `open`; returns the snapshot.
 async fn until_ended(client: &reqwest::Client, server: &TestServer, id: &str) -> Value {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
+    eventually(&format!("stream {id} to end"), PATIENCE, async || {
         let body = snapshot(client, server, id).await;
-        if body["status"] != "open" {
-            return body;
-        }
-        assert!(Instant::now() < deadline, "stream {id} never ended");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        (body["status"] != "open").then_some(body)
+    })
+    .await
 }
 
 async fn until_count(counter: &AtomicUsize, at_least: usize, what: &str) {
-    let deadline = Instant::now() + PATIENCE;
-    while counter.load(Ordering::SeqCst) < at_least {
-        assert!(Instant::now() < deadline, "{what}: never reached {at_least}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(&format!("{what}: {at_least}"), PATIENCE, async || counter.load(Ordering::SeqCst) >= at_least).await;
+}
+
+/// Waits until the run on `stream` is under way: its agent has emitted something after the `stream_start`.
+async fn until_under_way(stream: &agentmux::hub::Stream) {
+    eventually("the run to be under way", PATIENCE, async || stream.last_sequence() > 1).await;
 }
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -425,6 +424,7 @@ async fn a_subscriber_resumes_without_gap_or_duplicate() {
     drop(body);
     drop(first);
     let last_seen = seen.last().and_then(|e| e.id).expect("an id");
+    // Away a moment, as an EventSource is between attempts: the scenario, not synchronisation.
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(snapshot(&client, &server, &id).await["status"], "open", "the reconnect happens mid-stream");
 
@@ -702,7 +702,7 @@ async fn cancel_over_http_and_websocket_reaches_the_agent() {
     let (run, id) = start_ticker(&client, &server, 500, 10).await;
     let body = tokio::spawn(read_body(run));
     let watcher = client.get(server.url(&format!("/v1/streams/{id}/events"))).send().await.expect("watch");
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    until_under_way(&server.hub.get(&id).expect("the run's stream")).await;
     let (status, reply) =
         post_raw(&client, &server.url(&format!("/v1/streams/{id}/cancel")), "application/json", "").await;
     assert_eq!(status, 202, "{reply}");
@@ -760,15 +760,8 @@ async fn a_disconnect_cancels_only_when_asked() {
         } else {
             // The answer comes at the end of the run; find the run's stream in the hub and leave before.
             let pending = tokio::spawn(request.send());
-            let deadline = Instant::now() + PATIENCE;
-            let stream = loop {
-                if let Some(stream) = server.hub.open_streams().pop() {
-                    break stream;
-                }
-                assert!(Instant::now() < deadline, "the run starts");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            };
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            let stream = eventually("the run to start", PATIENCE, async || server.hub.open_streams().pop()).await;
+            until_under_way(&stream).await;
             pending.abort();
             let _ = pending.await;
             stream.id().to_owned()

@@ -160,7 +160,8 @@ async fn every_acknowledged_message_survives_kill_9_at_several_moments() {
                 })
             })
             .collect();
-        // Killed while the producers go on: once this many messages are acknowledged, whenever that is.
+        // Killed while the producers go on: once this many messages are acknowledged, whenever that is. A
+        // millisecond poll, not `common::wait`'s: where the kill lands is what each round varies.
         while acked.lock().expect("lock").len() < kill_at && producers.iter().any(|p| !p.is_finished()) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -324,14 +325,8 @@ async fn a_retention_pass_deletes_ended_streams_and_gives_the_space_back() {
     }
     let full = store_bytes(&dir);
     assert!(full > 800_000, "20 × 200 messages of 250 bytes and more are in the store: {full} bytes");
-    let mut now = full;
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        now = store_bytes(&dir);
-        if now < full / 4 {
-            break;
-        }
-    }
+    let given_back = async || Some(store_bytes(&dir)).filter(|&now| now < full / 4);
+    let now = common::wait::eventually("the retention pass", Duration::from_secs(10), given_back).await;
     eprintln!("the store took {full} bytes with 20 ended streams, {now} after the retention pass");
     assert!(now < full / 4, "the space came back: {full} → {now} bytes");
     for id in &ids {

@@ -27,6 +27,7 @@ use common::doubles::{CountingIds, SteppingClock};
 use common::http::{assert_envelope, get_json, read_events};
 use common::server::TestServer;
 use common::upstream::{FakeUpstream, Reply};
+use common::wait::eventually;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-secret-0123456789";
@@ -228,12 +229,8 @@ async fn a_cancel_closes_the_upstream_connection_within_a_second() {
                 .expect("cancel");
             assert_eq!(cancelled.status(), 202);
         }
-        let mut closed = None;
-        while asked.elapsed() < Duration::from_secs(3) && closed.is_none() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            closed = upstream.closed(0);
-        }
-        let closed = closed.unwrap_or_else(|| panic!("{how}: the upstream connection stayed open"));
+        let what = format!("{how}: the upstream connection to close");
+        let closed = eventually(&what, Duration::from_secs(3), async || upstream.closed(0)).await;
         assert!(
             closed.duration_since(asked) < Duration::from_secs(1),
             "{how}: closed after {:?}",

@@ -137,6 +137,7 @@ async fn the_viewer_shows_every_type_live_and_runs_nothing_hostile() {
     for word in ["Hello", ", ", "world"] {
         let delta = json!({"type": "text", "props": {"content": word}, "message_id": "m", "delta": true});
         assert_eq!(client.post(&url).json(&delta).send().await.expect("append").status(), 200);
+        // A producer a word at a time, as the page sees it live: the scenario, not synchronisation.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     until(
@@ -175,6 +176,7 @@ async fn the_viewer_shows_every_type_live_and_runs_nothing_hostile() {
         .execute("document.querySelectorAll('a').forEach((a) => a.click()); return true;", vec![])
         .await
         .expect("click");
+    // Time for anything the clicks set off to run: nothing must have, so there is nothing to wait for.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let verdict = browser
         .execute(
@@ -382,6 +384,7 @@ async fn the_viewer_resumes_a_cut_connection_without_duplicates() {
             .map(|w| json!({"type": "text", "props": {"content": w}, "message_id": "m", "delta": true}))
             .collect();
         assert_eq!(client.post(&url).json(&deltas).send().await.expect("append").status(), 200);
+        // A producer a few words at a time, so the proxy cuts the stream midway: the scenario.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let ended = client.post(server.url(&format!("/v1/streams/{id}/end"))).send().await.expect("end");

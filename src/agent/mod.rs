@@ -18,6 +18,7 @@ mod registry;
 mod reply;
 mod run;
 mod tools;
+#[cfg(feature = "upstream")]
 mod upstream;
 
 use std::future::Future;
@@ -32,6 +33,7 @@ pub use registry::{Agents, StartError};
 pub use run::run;
 pub(crate) use tools::{Runner, ToolSet};
 pub use tools::{SchemaError, Tool, Tools};
+#[cfg(feature = "upstream")]
 pub use upstream::{UpstreamAgent, UpstreamConfig};
 
 /// Something that answers a conversation by emitting messages.

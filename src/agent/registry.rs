@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::Agent;
+#[cfg(feature = "upstream")]
 use super::UpstreamAgent;
 use super::builtin::{DemoAgent, EchoAgent, ReplayAgent};
 use super::run::{DynAgent, start};
@@ -48,6 +49,7 @@ pub enum StartError {
 pub struct Agents {
     agents: BTreeMap<String, Arc<dyn DynAgent>>,
     /// Answers every model no agent above has.
+    #[cfg(feature = "upstream")]
     upstream: Option<(UpstreamAgent, Arc<dyn DynAgent>)>,
 }
 
@@ -81,6 +83,7 @@ impl Agents {
     }
 
     /// Sends every model no registered agent has to `upstream`.
+    #[cfg(feature = "upstream")]
     pub fn set_upstream(&mut self, upstream: UpstreamAgent) -> &mut Self {
         let agent: Arc<dyn DynAgent> = Arc::new(upstream.clone());
         self.upstream = Some((upstream, agent));
@@ -88,6 +91,7 @@ impl Agents {
     }
 
     /// The upstream, when there is one.
+    #[cfg(feature = "upstream")]
     pub fn upstream(&self) -> Option<&UpstreamAgent> {
         self.upstream.as_ref().map(|(upstream, _)| upstream)
     }
@@ -98,12 +102,17 @@ impl Agents {
     }
 
     fn agent(&self, model: &str) -> Option<&Arc<dyn DynAgent>> {
-        self.agents.get(model).or_else(|| self.upstream.as_ref().map(|(_, agent)| agent))
+        #[cfg(feature = "upstream")]
+        if let Some((_, upstream)) = &self.upstream {
+            return Some(self.agents.get(model).unwrap_or(upstream));
+        }
+        self.agents.get(model)
     }
 
     /// The model names: the registered agents', then the upstream's as last known; sorted, each once.
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.agents.keys().cloned().collect();
+        #[cfg(feature = "upstream")]
         if let Some((upstream, _)) = &self.upstream {
             names.extend(upstream.models());
         }

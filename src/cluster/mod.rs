@@ -43,7 +43,8 @@
 //!
 //! # Keys
 //!
-//! Threads and their audit log are shared through the same Redis (`threads.rs`).
+//! Threads and their audit log are shared through the same Redis (`thread_storage.rs`, the threads'
+//! storage).
 //!
 //! `keys.rs`: per stream a Redis Stream of entries (entry id `<sequence>-0`), a hash of its facts, owner and
 //! outcome, and a notice channel. The keys expire with the stream: its idle timeout and retention after each
@@ -54,7 +55,7 @@ mod follow;
 mod keys;
 mod lease;
 mod script;
-mod threads;
+mod thread_storage;
 mod writer;
 
 use std::collections::HashMap;
@@ -67,8 +68,7 @@ use tokio::sync::{Notify, mpsc};
 
 use crate::hub::{Hub, Ids, Log, RandomIds, Storage, Stream, StreamInfo};
 use connection::RedisConnection;
-pub(crate) use threads::SharedThreads;
-pub(crate) use threads::{KeptRun, KeptThread, ThreadCommit};
+pub(crate) use thread_storage::RedisThreads;
 use writer::{OwnedLog, Owner, Writer};
 
 /// This node's link to the others through Redis; cheap to clone.
@@ -184,8 +184,8 @@ impl Cluster {
     }
 
     /// The threads every node shares, kept in Redis for `ttl` without a change.
-    pub(crate) fn threads(&self, ttl: Duration) -> SharedThreads {
-        SharedThreads::new(self.clone(), self.inner.connection.clone(), ttl)
+    pub(crate) fn threads(&self, ttl: Duration) -> RedisThreads {
+        RedisThreads::new(self.clone(), self.inner.connection.clone(), ttl)
     }
 
     /// This node's id, as Redis names the owner of its streams.

@@ -14,7 +14,7 @@ use super::transport::lifetime::Lifetime;
 use crate::agent::Agents;
 use crate::hub::Hub;
 use crate::store::Store;
-use crate::thread::{ThreadConfig, Threads};
+use crate::thread::{MemoryThreadStorage, ThreadConfig, ThreadStorage, Threads};
 
 /// Transport settings.
 #[derive(Debug, Clone)]
@@ -95,12 +95,17 @@ impl App {
     }
 
     /// An app whose threads `store` keeps (the hub should keep its streams there too: see
-    /// [`crate::store::Store`]).
+    /// [`crate::store::Store`]). The threads it kept from before a restart come back with
+    /// [`Store::restore_threads`], as its streams do with [`Store::restore`].
     pub fn with_store(hub: Hub, agents: Arc<Agents>, settings: Settings, store: Option<Arc<Store>>) -> Self {
         // Tokens outlive a restart with the store's secret; without a store, they last as long as the process.
         let secret = store.as_ref().map_or_else(crate::store::random_secret, |s| s.secret());
-        let credentials = Arc::new(Credentials::new(&settings.api_keys, secret));
-        let threads = Threads::with_store(hub.clone(), Arc::clone(&agents), settings.threads.clone(), store.clone());
+        let credentials = Arc::new(Credentials::new(&settings.api_keys, secret, Arc::clone(&hub.config().clock)));
+        let storage: Arc<dyn ThreadStorage> = match &store {
+            Some(store) => Arc::clone(store) as Arc<dyn ThreadStorage>,
+            None => Arc::new(MemoryThreadStorage),
+        };
+        let threads = Threads::with_storage(hub.clone(), Arc::clone(&agents), settings.threads.clone(), storage);
         let metrics = Metrics::new();
         App {
             hub,
@@ -119,11 +124,12 @@ impl App {
     /// The same app, serving the streams of the other nodes of `cluster` too (`--engine redis`).
     pub fn with_cluster(mut self, cluster: crate::cluster::Cluster) -> Self {
         // A token one node gave is good on every node.
-        self.credentials = Arc::new(Credentials::new(&self.settings.api_keys, cluster.secret()));
+        let clock = Arc::clone(&self.hub.config().clock);
+        self.credentials = Arc::new(Credentials::new(&self.settings.api_keys, cluster.secret(), clock));
         // A conversation goes on whichever node its next turn reaches.
-        let shared = cluster.threads(self.settings.threads.ttl);
+        let storage = Arc::new(cluster.threads(self.settings.threads.ttl));
         self.threads =
-            Threads::shared(self.hub.clone(), Arc::clone(&self.agents), self.settings.threads.clone(), shared);
+            Threads::with_storage(self.hub.clone(), Arc::clone(&self.agents), self.settings.threads.clone(), storage);
         self.cluster = Some(cluster);
         self
     }

@@ -4,8 +4,9 @@
 //!
 //! 1. the **engine**: the embedded store is opened (or Redis connected), and becomes the hub's storage;
 //! 2. the **hub**, over that storage;
-//! 3. what the engine kept is **restored**: streams into the hub, then threads into the thread registry
-//!    (ended streams readable again, streams that were open ended `interrupted`);
+//! 3. what the engine kept is **restored**: streams into the hub (ended streams readable again, streams
+//!    that were open ended `interrupted`), then threads into the thread registry, once the app (5) holds
+//!    it ([`Store::restore_threads`]);
 //! 4. the **agents**, with the upstream model server if one is configured (its models listed once now, then
 //!    every five minutes);
 //! 5. the **app** every handler shares (credentials signed with the engine's secret, so tokens outlive a
@@ -115,9 +116,12 @@ impl Node {
             maintenance.list_models(upstream.clone(), url).await;
             agents.set_upstream(upstream);
         }
-        let mut app = App::with_store(hub, Arc::new(agents), settings, store);
+        let mut app = App::with_store(hub, Arc::new(agents), settings, store.clone());
         if let Some(cluster) = cluster {
             app = app.with_cluster(cluster);
+        }
+        if let Some(store) = &store {
+            store.restore_threads(&app.threads);
         }
         maintenance.sweep(app.hub.clone(), app.threads.clone());
         Ok(Node { app, restart, _maintenance: maintenance })

@@ -4,13 +4,15 @@
 //! - [`Store`] (this file): opening the file (creating the directory, running the versioned migrations),
 //!   the hub's [`Storage`] (a [`StoreLog`] per stream), and what comes back at start: ended streams readable
 //!   and resumable as before, streams open at the crash ended with `interrupted`, streams past their retention
-//!   deleted, and the threads.
+//!   deleted; and the threads, given back to the thread registry by [`Store::restore_threads`].
 //! - `writer.rs`: the one thread that writes, in batches (group commit), off every producer's path.
 //! - `log.rs`: [`StoreLog`], a stream's log: its hot part in memory, readable once committed, the rest read
 //!   back from the file; `read.rs`: reading entries back, on read-only connections of their own.
 //! - `checkpoint.rs`: copying the write-ahead log back into the file, beside the writer; `chunk.rs`: how
 //!   a commit's entries of a stream are kept in a row (compressed when long).
-//! - `schema.rs`: the migrations; `threads.rs`: threads and audit rows.
+//! - `schema.rs`: the migrations; `thread_storage.rs`: the threads' storage
+//!   ([`crate::thread`]'s journal), threads and audit rows; `thread_write.rs`: one change to those rows, as the
+//!   writer applies it.
 //!
 //! # One history per (epoch, sequence)
 //!
@@ -43,7 +45,8 @@ mod chunk;
 mod log;
 mod read;
 mod schema;
-mod threads;
+mod thread_storage;
+mod thread_write;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -55,11 +58,11 @@ use rusqlite::{Connection, OpenFlags};
 use checkpoint::Checkpointer;
 pub(crate) use log::StoreLog;
 use read::Reader;
-pub(crate) use threads::{StoredThread, ThreadWrite};
 use writer::{Command, Writer};
 
 use crate::hub::{Entry, Hub, Restored, Storage, StreamInfo};
 use crate::output::{ErrorProps, Outcome, OutputMessage};
+use crate::thread::RestoredThread;
 
 /// Why the store could not open.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +93,8 @@ pub struct Store {
     writer: Writer,
     reader: Arc<Reader>,
     _checkpointer: Checkpointer,
-    threads: Mutex<Vec<StoredThread>>,
+    /// The threads kept from before this start, until [`Store::restore_threads`] hands them back.
+    threads: Mutex<Vec<RestoredThread>>,
     /// The key stream tokens are signed with, made on the store's first start.
     secret: [u8; 32],
 }
@@ -128,7 +132,7 @@ pub struct Restart {
     pub interrupted: usize,
     /// Streams past their retention, deleted.
     pub expired: usize,
-    /// Threads read back.
+    /// Threads read back, which [`Store::restore_threads`] gives to the thread registry.
     pub threads: usize,
 }
 
@@ -177,7 +181,7 @@ impl Store {
         let connection = open_connection(&path, OpenFlags::default()).map_err(sqlite)?;
         // Checkpoints run beside the writer (`checkpoint.rs`); the writer's thread bounds the log's length.
         schema::migrate(&connection).map_err(sqlite)?;
-        let threads = threads::load(&connection).map_err(sqlite)?;
+        let threads = thread_storage::load(&connection).map_err(sqlite)?;
         let secret = secret(&connection, "tokens").map_err(sqlite)?;
         let writer =
             Writer::start(connection).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
@@ -221,7 +225,8 @@ impl Store {
         let config = hub.config();
         let now_ms = config.clock.now_ms();
         let retention = config.retention.as_millis() as u64;
-        let mut report = Restart { threads: self.threads.lock().map(|t| t.len()).unwrap_or(0), ..Restart::default() };
+        let threads = crate::sync::lock(&self.threads).len();
+        let mut report = Restart { threads, ..Restart::default() };
         let mut rows = connection
             .prepare("SELECT id, epoch, model, created_ms, outcome, ended_ms FROM streams ORDER BY created_ms")
             .map_err(sqlite)?;
@@ -302,16 +307,6 @@ impl Store {
         let log = Box::new(StoreLog::restored(&row.id, last, outcome, self.writer.clone(), Arc::clone(&self.reader)));
         hub.restore(Restored { info, log, bytes, ended_ms });
         interrupted
-    }
-
-    /// The threads kept from before a restart (once: later calls get none).
-    pub(crate) fn take_threads(&self) -> Vec<StoredThread> {
-        self.threads.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default()
-    }
-
-    /// Hands a change of the threads to the writer.
-    pub(crate) fn write_thread(&self, write: ThreadWrite) {
-        self.writer.send(Command::Thread(write));
     }
 }
 

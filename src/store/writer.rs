@@ -49,7 +49,7 @@ use rusqlite::{Connection, params};
 
 use super::checkpoint;
 use super::chunk::Stored;
-use super::threads::ThreadWrite;
+use super::thread_write::ThreadWrite;
 use crate::hub::Committed;
 use crate::hub::Entry;
 use crate::sync::lock;
@@ -68,8 +68,8 @@ pub(crate) enum Command {
     Append { stream: String, entries: Serialised, committed: Arc<Committed> },
     /// A stream was evicted: its rows go.
     Evict { stream: String },
-    /// Any statement, for threads and the audit log (see `threads.rs`).
-    Thread(super::threads::ThreadWrite),
+    /// Any statement, for threads and the audit log (see `thread_storage.rs`).
+    Thread(ThreadWrite),
     /// Answers once everything sent before it is committed.
     Flush(Sender<()>),
 }
@@ -127,11 +127,11 @@ impl Serialised {
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
     tx: Sender<Command>,
-    shared: Arc<Shared>,
+    state: Arc<WriterState>,
 }
 
-/// What the writer's thread and a caller in a hurry ([`Writer::hasten`]) share.
-struct Shared {
+/// The state the writer's thread and a caller in a hurry ([`Writer::hasten`]) share.
+struct WriterState {
     /// Held by whoever commits: only its holder takes commands from the channel, so they are written in
     /// the order they were sent.
     desk: Mutex<Desk>,
@@ -145,9 +145,9 @@ struct Shared {
     wal_pages: Arc<AtomicU64>,
 }
 
-impl std::fmt::Debug for Shared {
+impl std::fmt::Debug for WriterState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").field("failures", &self.failures).field("failing", &self.failing).finish()
+        f.debug_struct("WriterState").field("failures", &self.failures).field("failing", &self.failing).finish()
     }
 }
 
@@ -190,7 +190,7 @@ impl Writer {
             .map_err(std::io::Error::other)?;
         let (tx, rx) = channel();
         let desk = Desk { connection, rx, carried: Vec::new(), freed: false, compacted: Instant::now() };
-        let shared = Arc::new(Shared {
+        let state = Arc::new(WriterState {
             desk: Mutex::new(desk),
             sent: Mutex::new(false),
             wake: Condvar::new(),
@@ -198,14 +198,14 @@ impl Writer {
             failing: AtomicBool::new(false),
             wal_pages,
         });
-        let thread = Arc::clone(&shared);
+        let thread = Arc::clone(&state);
         std::thread::Builder::new().name("agentmux-store".into()).spawn(move || run(&thread))?;
-        Ok(Writer { tx, shared })
+        Ok(Writer { tx, state })
     }
 
     pub(crate) fn send(&self, command: Command) {
         self.queue(command);
-        self.shared.wake();
+        self.state.wake();
     }
 
     /// Sends without waking the writer's thread: for a caller that calls [`Writer::hasten`] next, which
@@ -224,12 +224,12 @@ impl Writer {
     /// Not when the log is due to be copied back: that is the writer thread's. When it does not commit here,
     /// it wakes the writer's thread, which may not have been woken for what was [queued](Writer::queue).
     pub(crate) fn hasten(&self) {
-        let desk = if self.shared.log_is_long() { None } else { self.shared.desk.try_lock().ok() };
+        let desk = if self.state.log_is_long() { None } else { self.state.desk.try_lock().ok() };
         match desk {
             Some(mut desk) => {
-                commit(&mut desk, &self.shared, false);
+                commit(&mut desk, &self.state, false);
             }
-            None => self.shared.wake(),
+            None => self.state.wake(),
         }
     }
 
@@ -242,16 +242,16 @@ impl Writer {
 
     /// Batches that could not be written.
     pub(crate) fn failures(&self) -> u64 {
-        self.shared.failures.load(Ordering::Relaxed)
+        self.state.failures.load(Ordering::Relaxed)
     }
 
     /// True while the writer cannot write: its last batch failed.
     pub(crate) fn failing(&self) -> bool {
-        self.shared.failing.load(Ordering::Relaxed)
+        self.state.failing.load(Ordering::Relaxed)
     }
 }
 
-impl Shared {
+impl WriterState {
     /// The write-ahead log is past the length at which it is copied back.
     fn log_is_long(&self) -> bool {
         self.wal_pages.load(Ordering::Relaxed) >= checkpoint::WRITER_PAGES
@@ -266,23 +266,23 @@ impl Shared {
 
 /// The writer's thread: commits whatever was sent, as soon as it is woken, until nothing is left; gives
 /// freed space back once idle, or after a while.
-fn run(shared: &Shared) {
+fn run(state: &WriterState) {
     let mut idle = false;
     loop {
-        let mut desk = lock(&shared.desk);
-        let drained = commit(&mut desk, shared, true);
+        let mut desk = lock(&state.desk);
+        let drained = commit(&mut desk, state, true);
         if drained == Drained::Closed {
             break;
         }
-        if shared.log_is_long() {
+        if state.log_is_long() {
             checkpoint::copy_back(&desk.connection);
             // Until the next commit says how long the log is now.
-            shared.wal_pages.store(0, Ordering::Relaxed);
+            state.wal_pages.store(0, Ordering::Relaxed);
         }
         if desk.freed && (idle || desk.compacted.elapsed() >= COMPACT_EVERY) {
             compact(&desk.connection);
             (desk.freed, desk.compacted) = (false, Instant::now());
-            shared.wal_pages.store(0, Ordering::Relaxed);
+            state.wal_pages.store(0, Ordering::Relaxed);
         }
         drop(desk);
         if drained == Drained::Wrote {
@@ -290,8 +290,8 @@ fn run(shared: &Shared) {
             idle = false;
             continue;
         }
-        let sent = lock(&shared.sent);
-        let (mut sent, waited) = shared
+        let sent = lock(&state.sent);
+        let (mut sent, waited) = state
             .wake
             .wait_timeout_while(sent, COMPACT_EVERY, |sent| !*sent)
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -303,7 +303,7 @@ fn run(shared: &Shared) {
 /// Writes everything waiting, what a failed write left first, in one transaction (up to [`BATCH`] commands),
 /// then moves the watermarks. `patient`: the writer's thread, which tries a failed write again after a
 /// pause and counts it; a caller in a hurry leaves it to that thread.
-fn commit(desk: &mut Desk, shared: &Shared, patient: bool) -> Drained {
+fn commit(desk: &mut Desk, state: &WriterState, patient: bool) -> Drained {
     let mut batch = std::mem::take(&mut desk.carried);
     let mut closed = false;
     while batch.len() < BATCH {
@@ -321,18 +321,18 @@ fn commit(desk: &mut Desk, shared: &Shared, patient: bool) -> Drained {
     }
     if !patient && batch.len() == BATCH {
         // More may be waiting than one transaction takes: the writer's thread takes the rest.
-        shared.wake();
+        state.wake();
     }
     let mut written = write(&mut desk.connection, &batch);
     if !patient && written.is_err() {
         // Put back, first, for the writer's thread: it tries again, and says what failed.
         desk.carried = batch;
-        shared.wake();
+        state.wake();
         return Drained::Wrote;
     }
-    if !patient && shared.log_is_long() {
+    if !patient && state.log_is_long() {
         // This commit took the log past its bound: the writer's thread copies it back.
-        shared.wake();
+        state.wake();
     }
     if let Err(error) = &written {
         tracing::error!("the store could not write a batch ({error}); trying again");
@@ -340,9 +340,9 @@ fn commit(desk: &mut Desk, shared: &Shared, patient: bool) -> Drained {
         written = write(&mut desk.connection, &batch);
     }
     let failed = written.is_err();
-    shared.failing.store(failed, Ordering::Relaxed);
+    state.failing.store(failed, Ordering::Relaxed);
     if let Err(error) = written {
-        shared.failures.fetch_add(1, Ordering::Relaxed);
+        state.failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(
             "the store could not write a batch of {} commands: {error}; it is kept to try again",
             batch.len()
@@ -519,7 +519,7 @@ mod tests {
         assert!(by_caller, "committed by the caller");
 
         // Somebody is (the desk is held): the caller wakes the writer's thread, which commits once it may.
-        let desk = lock(&writer.shared.desk);
+        let desk = lock(&writer.state.desk);
         writer.queue(append(last + 1, last + 2));
         writer.hasten();
         assert_eq!(committed.sequence(), last, "not committed while the desk is held");

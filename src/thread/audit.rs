@@ -113,6 +113,11 @@ impl AuditEntry {
     }
 }
 
+/// The model as audit metadata.
+pub(crate) fn model_audit(model: &str) -> Map<String, Value> {
+    Map::from_iter([("model".to_owned(), Value::from(model))])
+}
+
 /// The entries whose messages make the history of a log that holds `entries`, oldest first: those that belong
 /// to the conversation, less what a later [`Decision::Rewind`] took out.
 pub(crate) fn history_of(entries: &[AuditEntry]) -> Vec<&AuditEntry> {

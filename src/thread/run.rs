@@ -3,7 +3,7 @@
 //! A turn checks the input against what a client may add ([`validate_thread_input`]: no assistant message,
 //! tool messages only for the calls the last run handed over), prepends the stored history, starts the agent,
 //! and records the input at once and the run's result when its stream ends (a task per run waits for the
-//! end). Refused input is recorded as `rejected` and appended nowhere. A replay copies a thread's history up
+//! end: `recorder.rs`). Refused input is recorded as `rejected` and appended nowhere. A replay copies a thread's history up
 //! to an entry into a new thread and starts a run there, on the model asked for.
 
 use std::sync::Arc;
@@ -11,15 +11,15 @@ use std::time::{Instant, SystemTime};
 
 use serde_json::{Map, Value, json};
 
-use super::audit::{AuditEntry, Decision, history_of};
-use super::record::run_result;
-use super::store::{Keeper, RECORD_WAIT, Run, State, Thread, Threads};
-use super::{ThreadError, check_id};
+use super::audit::{AuditEntry, Decision, history_of, model_audit as model};
+use super::error::{ThreadError, check_id};
+use super::recorder::spawn_record;
+use super::registry::{RECORD_WAIT, Run, State, Thread, Threads};
+use super::replica::Fetched;
+use super::storage::Commit;
 use crate::agent::StartError;
-use crate::cluster::ThreadCommit;
 use crate::conversation::{ChatMessage, Conversation, ConversationError, Role, ToolCall, validate_thread_input};
 use crate::hub::Stream;
-use crate::output::{EndStatus, Outcome, Reducer};
 
 /// A turn: what a client adds to a thread, and the model to answer with.
 #[derive(Debug, Clone, Default)]
@@ -129,9 +129,7 @@ impl Threads {
         id: &str,
         owner: Option<&str>,
     ) -> Result<(Arc<Thread>, tokio::sync::OwnedMutexGuard<()>), ThreadError> {
-        if let Keeper::Shared(shared) = &self.inner.keeper
-            && let Some((thread, turn)) = super::shared::read(self, shared, id).await?
-        {
+        if let Fetched::Copy { thread, turn, .. } = self.fetch(id).await? {
             return if thread.owned_by(owner) { Ok((thread, turn)) } else { Err(ThreadError::NotFound(id.to_owned())) };
         }
         let thread = self.insert(id, Vec::new(), false, owner).await?;
@@ -139,13 +137,13 @@ impl Threads {
         Ok((thread, turn))
     }
 
-    /// A turn's attempt on `thread`, and what it changed for the keeper.
+    /// A turn's attempt on `thread`, and what it changed for the storage.
     fn attempt(
         &self,
         thread: &Arc<Thread>,
         client: Option<&str>,
         turn: &Turn,
-    ) -> (Result<Attempt, ThreadError>, Option<ThreadCommit>) {
+    ) -> (Result<Attempt, ThreadError>, Option<Commit>) {
         let mut state = thread.lock();
         let attempt = self.try_start(thread, &mut state, client, turn);
         let commit = self.changes(thread, &mut state);
@@ -216,7 +214,7 @@ impl Threads {
             state.entries.push(entry);
         }
         state.bytes += bytes;
-        begin(state, &turn.model, &stream);
+        begin(state, &turn.model, &stream, self.now_ms());
         Ok(Attempt::Started(stream))
     }
 
@@ -276,7 +274,7 @@ impl Threads {
                 .map(|c| c.with_thread(&new_id))
                 .and_then(|c| Ok(self.inner.agents.start(&self.inner.hub, client, c)?))
                 .map(|stream| {
-                    begin(&mut state, model, &stream);
+                    begin(&mut state, model, &stream, self.now_ms());
                     (stream, self.changes(&thread, &mut state))
                 })
         };
@@ -301,10 +299,10 @@ impl Threads {
     }
 }
 
-/// Marks `stream` as the thread's run.
-fn begin(state: &mut State, model: &str, stream: &Arc<Stream>) {
+/// Marks `stream` as the thread's run, started `now_ms` by the hub's clock.
+fn begin(state: &mut State, model: &str, stream: &Arc<Stream>, now_ms: u64) {
     state.pending.clear();
-    state.used = Instant::now();
+    state.used = now_ms;
     state.updated = SystemTime::now();
     state.run = Some(Run { stream: Arc::clone(stream), model: model.to_owned(), started: Instant::now() });
 }
@@ -355,11 +353,6 @@ fn base(state: &State, turn: &Turn) -> Base {
     }
 }
 
-/// The model as audit metadata.
-fn model(model: &str) -> Map<String, Value> {
-    Map::from_iter([("model".to_owned(), Value::from(model))])
-}
-
 /// Records refused input: the message at fault (or the first), and why.
 fn reject(state: &mut State, model_name: &str, input: &[ChatMessage], error: &ThreadError) {
     let index = match error {
@@ -378,154 +371,4 @@ fn reject(state: &mut State, model_name: &str, input: &[ChatMessage], error: &Th
     audit.insert("messages".into(), input.len().into());
     state.entries.push(AuditEntry::new(None, input.get(index).cloned(), Decision::Rejected, audit));
     state.updated = SystemTime::now();
-}
-
-/// Records the result of the run on `stream` in `thread` once it ends (a plain function: `record` reads the
-/// thread, which may spawn the recording of another run).
-pub(super) fn spawn_record(threads: &Threads, thread: &Arc<Thread>, stream: Arc<Stream>) {
-    tokio::spawn(record(threads.clone(), Arc::clone(thread), stream));
-}
-
-/// Waits for the run on `stream` to end, then records its result in `thread`: on this node, or, with Redis,
-/// in the thread as Redis holds it then, unless another node recorded it first.
-async fn record(threads: Threads, thread: Arc<Thread>, stream: Arc<Stream>) {
-    let outcome = threads.run_ended(&thread.id, &stream).await;
-    // A reduction of its own, dropped after: the stream's snapshot view would stay with the stream.
-    let mut reducer = Reducer::default();
-    for message in stream.history() {
-        // The log holds only what the producer's reducer accepted.
-        let _ = reducer.apply(&message);
-    }
-    let result = run_result(reducer.messages(), &outcome);
-    let mut thread = thread;
-    let mut failures = 0;
-    loop {
-        let mut _turn = None;
-        if let Keeper::Shared(shared) = &threads.inner.keeper {
-            match super::shared::read(&threads, shared, &thread.id).await {
-                Ok(Some((current, turn))) => (thread, _turn) = (current, Some(turn)),
-                Ok(None) => break,
-                Err(error) if failures < RECORD_TRIES => {
-                    failures += 1;
-                    tracing::warn!(thread = thread.id, stream = stream.id(), %error, "recording a run's result");
-                    tokio::time::sleep(RECORD_RETRY).await;
-                    continue;
-                }
-                Err(error) => {
-                    // Left to the next node that reads the thread: Redis still has the run going on.
-                    tracing::error!(thread = thread.id, stream = stream.id(), %error, "a run's result not recorded");
-                    thread.lock().stale = true;
-                    break;
-                }
-            }
-        }
-        let commit = {
-            let mut state = thread.lock();
-            if state.run.as_ref().is_none_or(|run| run.stream.id() != stream.id()) {
-                break;
-            }
-            let Some(run) = state.run.take() else { break };
-            if !state.gone {
-                let entries = entries(&run, stream.id(), result.messages.clone(), &outcome, result.pending.len());
-                let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
-                threads.hold(bytes);
-                state.bytes += bytes;
-                state.entries.extend(entries);
-                state.pending = result.pending.clone();
-                state.updated = SystemTime::now();
-            }
-            state.used = Instant::now();
-            threads.changes(&thread, &mut state)
-        };
-        match threads.commit(&thread, commit).await {
-            Ok(true) => break,
-            // Read again: another node may have recorded it.
-            Ok(false) => continue,
-            Err(error) => {
-                failures += 1;
-                tracing::warn!(thread = thread.id, stream = stream.id(), %error, "recording a run's result");
-                tokio::time::sleep(RECORD_RETRY).await;
-            }
-        }
-    }
-    thread.recorded.notify_waiters();
-}
-
-/// How often, and how far apart, a node tries to record a run's result in Redis while Redis fails.
-const RECORD_TRIES: u32 = 30;
-const RECORD_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
-
-impl Threads {
-    /// The run on `stream` once it has ended; meanwhile, with Redis, thread `id` is kept alive.
-    async fn run_ended(&self, id: &str, stream: &Stream) -> Outcome {
-        let Keeper::Shared(shared) = &self.inner.keeper else { return stream.ended().await };
-        let period = shared.ttl() / 3;
-        if period.is_zero() {
-            return stream.ended().await;
-        }
-        let ended = stream.ended();
-        tokio::pin!(ended);
-        loop {
-            tokio::select! {
-                outcome = &mut ended => return outcome,
-                () = tokio::time::sleep(period) => {
-                    if let Err(error) = shared.keep(id).await {
-                        tracing::warn!(thread = id, %error, "keeping a thread with a run going on");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The entries of a run's result: one per message, and the run's end.
-fn entries(run: &Run, stream: &str, messages: Vec<ChatMessage>, outcome: &Outcome, pending: usize) -> Vec<AuditEntry> {
-    let last_text = messages.iter().rposition(|m| m.role == Role::Assistant && m.calls().is_empty());
-    let calls_after = |i: usize| messages[i..].iter().any(|m| !m.calls().is_empty());
-    let decisions: Vec<Decision> = messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| match m.role {
-            Role::Tool => Decision::ToolResult,
-            _ if !m.calls().is_empty() => Decision::ToolCall,
-            _ if Some(i) == last_text && !calls_after(i) => Decision::Answer,
-            _ => Decision::Planning,
-        })
-        .collect();
-    let count = messages.len();
-    let mut entries: Vec<AuditEntry> = messages
-        .into_iter()
-        .zip(decisions)
-        .map(|(message, decision)| {
-            let mut audit = model(&run.model);
-            if let Some(name) = message.name.as_deref() {
-                audit.insert("tool".into(), name.into());
-            }
-            let calls: Vec<&str> = message.calls().iter().map(|c| c.name()).collect();
-            if !calls.is_empty() {
-                audit.insert("tools".into(), calls.into());
-            }
-            let mut entry = AuditEntry::new(Some(stream), Some(message), decision, audit);
-            entry.audit.insert("bytes".into(), entry.size().into());
-            entry
-        })
-        .collect();
-    let mut audit = model(&run.model);
-    audit.insert("status".into(), json!(outcome.status));
-    if outcome.status == EndStatus::Completed {
-        audit.insert("finish_reason".into(), json!(outcome.finish_reason.unwrap_or_default()));
-    }
-    if let Some(usage) = &outcome.usage {
-        audit.insert("usage".into(), json!(usage));
-    }
-    if let Some(error) = &outcome.error {
-        audit.insert("error".into(), json!(error));
-    }
-    audit.insert("duration_ms".into(), (run.started.elapsed().as_millis() as u64).into());
-    audit.insert("messages".into(), count.into());
-    if pending > 0 {
-        audit.insert("handed_over_tool_calls".into(), pending.into());
-    }
-    entries.push(AuditEntry::new(Some(stream), None, Decision::RunEnd, audit));
-    entries
 }

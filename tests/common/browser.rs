@@ -3,7 +3,7 @@
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -50,11 +50,8 @@ pub(crate) async fn start_driver() -> Driver {
         .spawn()
         .expect("start chromedriver");
     let driver = Driver { child, url: format!("http://127.0.0.1:{port}") };
-    let started = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(started.elapsed() < Duration::from_secs(20), "chromedriver did not listen");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let listening = async || TcpStream::connect(("127.0.0.1", port)).await.is_ok();
+    super::wait::eventually("chromedriver to listen", Duration::from_secs(20), listening).await;
     driver
 }
 
@@ -74,13 +71,9 @@ pub(crate) async fn browser(driver: &Driver) -> fantoccini::Client {
 
 /// Waits until `script` (a JS expression) is truthy in the page, and returns it.
 pub(crate) async fn until(browser: &fantoccini::Client, script: &str, within: Duration) -> Value {
-    let started = Instant::now();
-    loop {
+    let holds = async || {
         let value = browser.execute(&format!("return {script};"), vec![]).await.expect("execute");
-        if !(value.is_null() || value == json!(false)) {
-            return value;
-        }
-        assert!(started.elapsed() < within, "`{script}` never held");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (!(value.is_null() || value == json!(false))).then_some(value)
+    };
+    super::wait::eventually(&format!("`{script}` to hold"), within, holds).await
 }

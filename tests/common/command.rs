@@ -3,7 +3,7 @@
 
 use std::io::Read;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Runs `command` to the end with its output captured; kills it after `timeout`. `Err` when it cannot be
 /// started or runs too long.
@@ -26,20 +26,18 @@ pub(crate) fn run(command: &mut Command, timeout: Duration) -> Result<Output, St
     };
     let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
     let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let started = Instant::now();
-    let status = loop {
-        match child.try_wait().map_err(|e| format!("waiting for {described}: {e}"))? {
-            Some(status) => break status,
-            None if started.elapsed() > timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let out = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
-                let err = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
-                return Err(format!(
-                    "{described} ran over {timeout:?} and was killed\n--- stdout\n{out}\n--- stderr\n{err}"
-                ));
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
+    // Exited (or `try_wait` failed, which is as final).
+    let exited = super::wait::until_blocking(timeout, || child.try_wait().transpose());
+    let status = match exited {
+        Some(status) => status.map_err(|e| format!("waiting for {described}: {e}"))?,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let out = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
+            let err = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+            return Err(format!(
+                "{described} ran over {timeout:?} and was killed\n--- stdout\n{out}\n--- stderr\n{err}"
+            ));
         }
     };
     Ok(Output { status, stdout: stdout.join().unwrap_or_default(), stderr: stderr.join().unwrap_or_default() })

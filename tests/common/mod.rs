@@ -13,6 +13,7 @@ pub(crate) mod python;
 pub(crate) mod redis;
 pub(crate) mod server;
 pub(crate) mod upstream;
+pub(crate) mod wait;
 
 use std::path::{Path, PathBuf};
 

@@ -95,13 +95,10 @@ impl ServerProcess {
     /// Waits up to `within` for the process to exit; how long it took and whether it exited cleanly.
     pub(crate) fn wait_exit(&mut self, within: Duration) -> (Duration, bool) {
         let started = Instant::now();
-        while started.elapsed() < within {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return (started.elapsed(), status.success());
-            }
-            std::thread::sleep(Duration::from_millis(10));
+        match super::wait::until_blocking(within, || self.child.try_wait().ok().flatten()) {
+            Some(status) => (started.elapsed(), status.success()),
+            None => panic!("agentmux did not exit within {within:?}; its log:\n{}", self.log.lock().expect("log")),
         }
-        panic!("agentmux did not exit within {within:?}; its log:\n{}", self.log.lock().expect("log"));
     }
 }
 

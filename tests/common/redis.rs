@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::browser::free_port;
 
@@ -69,14 +69,8 @@ impl RedisServer {
             .spawn()
             .expect("start redis-server");
         self.child = Some(child);
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(20) {
-            if ping(self.port) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not answer on port {port}");
+        let what = format!("redis-server to answer on port {port}");
+        super::wait::eventually_blocking(&what, Duration::from_secs(20), || ping(self.port));
     }
 }
 

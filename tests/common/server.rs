@@ -6,6 +6,7 @@ use agentmux::agent::Agents;
 use agentmux::http::Settings;
 use agentmux::hub::{Hub, HubConfig};
 use agentmux::node::{Engine, Node, NodeConfig};
+use agentmux::thread::Threads;
 use tokio::sync::oneshot;
 
 /// A running server; shut down when dropped.
@@ -16,6 +17,9 @@ pub(crate) struct TestServer {
     pub(crate) addr: SocketAddr,
     /// Its hub, for looking inside.
     pub(crate) hub: Hub,
+    /// Its threads, for looking inside (and sweeping by hand after moving the hub's clock).
+    #[allow(dead_code)]
+    pub(crate) threads: Threads,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
@@ -35,11 +39,12 @@ impl TestServer {
         (node.hub, node.settings, node.agents) = (config, settings, agents);
         let node = Node::open(node).await.expect("a node in memory opens");
         let hub = node.hub().clone();
+        let threads = node.app().threads.clone();
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(node.serve(listener, async move {
             let _ = rx.await;
         }));
-        TestServer { base: format!("http://{addr}"), addr, hub, shutdown: Some(tx), task: Some(task) }
+        TestServer { base: format!("http://{addr}"), addr, hub, threads, shutdown: Some(tx), task: Some(task) }
     }
 
     /// `base` + `path`.

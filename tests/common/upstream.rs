@@ -204,6 +204,7 @@ async fn answer(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMap, bo
                 break;
             }
             if i > 0 && !reply.delay.is_zero() {
+                // The upstream's pace, as the reply scripts it: the scenario, not synchronisation.
                 tokio::time::sleep(reply.delay).await;
             }
             yield Ok::<Bytes, Infallible>(Bytes::from(event.clone()));

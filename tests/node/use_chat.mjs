@@ -149,6 +149,7 @@ for (const name of config.packages) {
     const first = chat(ai, { id: `${name}-reload`, model: 'demo', requests, data });
     const sent = first.instance.sendMessage({ text: 'show me everything' });
     await until(() => first.state.messages.length === 2, 'the first page to get the answer started');
+    // The reload comes a moment into the answer: the scenario, not synchronisation.
     await sleep(300);
     const second = chat(ai, { id: `${name}-reload`, model: 'demo', requests, data: [] });
     await second.instance.resumeStream();

@@ -23,7 +23,7 @@ use super::endpoint::Content::{EventStream, Foreign, Json as JsonOf};
 use super::endpoint::{Endpoint, SchemaOf, endpoint, op};
 use super::format::FormatFields;
 use crate::http::app::App;
-use crate::http::edge::auth::{self, Access};
+use crate::http::edge::auth::Access;
 use crate::http::edge::body;
 use crate::http::edge::error::HttpError;
 use crate::http::edge::extract::{Client, Params, StreamId};
@@ -211,7 +211,7 @@ pub(crate) async fn create(
     }
     app.metrics.stream_created();
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
-    let expires = create.token_ttl.map_or(0, |ttl| auth::now_s().saturating_add(ttl.max(1)));
+    let expires = create.token_ttl.map_or(0, |ttl| app.credentials.expires_in(ttl.max(1)));
     let token = |access| app.credentials.token(stream.id(), access, expires);
     let mut answer = json!({
         "id": stream.id(),

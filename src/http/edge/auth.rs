@@ -17,7 +17,8 @@
 //! service's secret (kept in the store, so tokens outlive a restart; a new one per process with
 //! `--ephemeral`). So a token grants one stream, one kind of access, until its expiry; it cannot be guessed,
 //! nor made from the id without the secret, and checking it needs no table of tokens. Keys are kept only as
-//! SHA-256 digests, compared as such.
+//! SHA-256 digests, compared as such. Expiries are given and checked by the hub's [`Clock`] (which
+//! [`Credentials`] holds), so a test moves a token past its expiry by moving that clock, not by waiting.
 //!
 //! Refusals use the OpenAI error envelope: 401 (with `WWW-Authenticate: Bearer`) for a missing, unknown,
 //! forged or expired credential, which the OpenAI SDKs raise as `AuthenticationError`; 403 for a genuine
@@ -27,7 +28,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::StatusCode;
@@ -40,6 +40,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::HttpError;
+use crate::hub::Clock;
 
 /// The prefixes that make a bearer credential a token rather than a key.
 const READ_PREFIX: &str = "amr";
@@ -139,11 +140,12 @@ pub(crate) struct Key {
     open: AtomicUsize,
 }
 
-/// The service's keys and the secret its tokens are signed with.
+/// The service's keys, the secret its tokens are signed with, and the clock their expiries are read by.
 #[derive(Clone)]
 pub struct Credentials {
     keys: HashMap<[u8; 32], Arc<Key>>,
     secret: [u8; 32],
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -186,10 +188,6 @@ fn digest(text: &str) -> [u8; 32] {
     Sha256::digest(text.as_bytes()).into()
 }
 
-pub(crate) fn now_s() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
 /// Why a credential was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Refusal {
@@ -202,9 +200,9 @@ enum Refusal {
 }
 
 impl Credentials {
-    /// `keys` (each as [`check_key`] allows; none: the service is open to whoever reaches it) and the
-    /// secret tokens are signed with.
-    pub fn new(keys: &[KeySpec], secret: [u8; 32]) -> Credentials {
+    /// `keys` (each as [`check_key`] allows; none: the service is open to whoever reaches it), the secret
+    /// tokens are signed with, and the clock their expiries are given and checked by (the hub's).
+    pub fn new(keys: &[KeySpec], secret: [u8; 32], clock: Arc<dyn Clock>) -> Credentials {
         let keys = keys
             .iter()
             .map(|spec| {
@@ -212,7 +210,16 @@ impl Credentials {
                 (digest(spec.key.trim()), Arc::new(key))
             })
             .collect();
-        Credentials { keys, secret }
+        Credentials { keys, secret, clock }
+    }
+
+    /// The expiry of a token good for `seconds` from now (Unix seconds, by the clock).
+    pub(crate) fn expires_in(&self, seconds: u64) -> u64 {
+        self.now_s().saturating_add(seconds)
+    }
+
+    fn now_s(&self) -> u64 {
+        self.clock.now_ms() / 1000
     }
 
     /// True when keys are configured, so requests need a credential.
@@ -250,7 +257,8 @@ impl Credentials {
         let (rest, expires) = body.rsplit_once('.').ok_or(Refusal::Forged)?;
         let stream = rest.split_once('.').map(|(_, id)| id).ok_or(Refusal::Forged)?;
         let expires: u64 = expires.parse().map_err(|_| Refusal::Forged)?;
-        if expires != 0 && expires <= now_s() {
+        // The clock is read only for a token that can expire: a test's stepping clock must not tick for nothing.
+        if expires != 0 && expires <= self.now_s() {
             return Err(Refusal::Expired);
         }
         Ok(Grant::Stream { id: stream.to_owned(), access })
@@ -501,7 +509,7 @@ mod tests {
     use super::*;
 
     fn credentials() -> Credentials {
-        Credentials::new(&[KeySpec::from("sk-one")], [7; 32])
+        Credentials::new(&[KeySpec::from("sk-one")], [7; 32], Arc::new(crate::hub::SystemClock))
     }
 
     #[test]
@@ -526,12 +534,12 @@ mod tests {
         // Another stream's id, or write access, under the same MAC.
         assert_eq!(c.check(Some(&read.replacen("s1", "s2", 1)), Some(("s2", Access::Read))), Err(Refusal::Forged));
         assert_eq!(c.check(Some(&read.replacen("amr", "amw", 1)), Some(("s1", Access::Write))), Err(Refusal::Forged));
-        let other = Credentials::new(&[], [8; 32]).token("s1", Access::Read, 0);
+        let other = Credentials::new(&[], [8; 32], Arc::new(crate::hub::SystemClock)).token("s1", Access::Read, 0);
         assert_eq!(c.check(Some(&other), Some(("s1", Access::Read))), Err(Refusal::Forged), "another secret");
         assert_eq!(c.check(Some("amr.s1.0.x!"), Some(("s1", Access::Read))), Err(Refusal::Forged));
         let expired = c.token("s1", Access::Read, 1);
         assert_eq!(c.check(Some(&expired), Some(("s1", Access::Read))), Err(Refusal::Expired));
-        let later = c.token("s1", Access::Read, now_s() + 60);
+        let later = c.token("s1", Access::Read, c.expires_in(60));
         assert!(c.check(Some(&later), Some(("s1", Access::Read))).is_ok());
         assert_eq!(
             c.check(Some("sk-one"), None).map(|g| g.client()),

@@ -110,7 +110,7 @@ pub(crate) async fn post_to_writer(
         .header("content-type", "application/json")
         .body(body);
     if app.credentials.keyed() {
-        let token = app.credentials.token(id, Access::Write, super::auth::now_s() + 60);
+        let token = app.credentials.token(id, Access::Write, app.credentials.expires_in(60));
         request = request.bearer_auth(token);
     }
     let answer = request.send().await.map_err(|error| not_reached(&writer, &error))?;

@@ -1,5 +1,6 @@
-//! Threads and their audit log in Redis ([`SharedThreads`]), so a conversation goes on whichever node its
-//! next turn reaches.
+//! Threads and their audit log in Redis ([`RedisThreads`], the threads' storage every node shares: a
+//! [`ThreadStorage`] that is the record, `thread/replica.rs` keeping each node's copy), so a conversation goes
+//! on whichever node its next turn reaches.
 //!
 //! Redis is the thread's record, not a copy of one node's: per thread a hash of its facts (`epoch`, a new
 //! one each time the id is created; `owner`; `created_ms`, `updated_ms`; the tool calls it waits on,
@@ -18,10 +19,23 @@
 //! The keys expire after the thread's TTL without a change; a run going on keeps them alive.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use super::connection::RedisConnection;
+use futures::future::BoxFuture;
 use redis::Script;
+
+use super::connection::RedisConnection;
+use crate::hub::{Hub, Stream};
+use crate::thread::{Change, Commit, Made, RecordedRun, RecordedThread, ThreadError, ThreadStorage};
+
+/// How long this node keeps its copy of a thread nobody here has used (Redis keeps the thread).
+const KEEP_COPY: Duration = Duration::from_secs(60);
+
+/// A Redis error, for the client.
+fn unavailable(error: redis::RedisError) -> ThreadError {
+    ThreadError::Unavailable(error.to_string())
+}
 
 /// A thread's facts, owner and run (see the module doc).
 fn meta(thread: &str) -> String {
@@ -78,51 +92,9 @@ end
 return 1
 ";
 
-/// A thread as Redis holds it.
-#[derive(Debug, Clone)]
-pub(crate) struct KeptThread {
-    pub(crate) epoch: String,
-    pub(crate) owner: Option<String>,
-    pub(crate) created_ms: u64,
-    pub(crate) updated_ms: u64,
-    /// The calls it waits on, as JSON.
-    pub(crate) pending: String,
-    pub(crate) running: Option<KeptRun>,
-    /// How many entries Redis holds.
-    pub(crate) len: usize,
-    /// The entries from [`KeptThread::from`] on, as JSON.
-    pub(crate) entries: Vec<String>,
-    /// The position of the first of `entries`: where the reader said it was, or 0 for a thread it did not
-    /// know (another epoch).
-    pub(crate) from: usize,
-}
-
-/// The run going on in a thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct KeptRun {
-    pub(crate) stream: String,
-    pub(crate) model: String,
-    pub(crate) started_ms: u64,
-}
-
-/// A change to a thread read at `epoch` with `len` entries and `running`.
-#[derive(Debug, Clone)]
-pub(crate) struct ThreadCommit {
-    pub(crate) id: String,
-    pub(crate) epoch: String,
-    pub(crate) len: usize,
-    pub(crate) running: Option<String>,
-    /// The run from now on.
-    pub(crate) run: Option<KeptRun>,
-    pub(crate) pending: String,
-    pub(crate) updated_ms: u64,
-    /// The entries to append, as JSON.
-    pub(crate) entries: Vec<String>,
-}
-
 /// The threads of every node, in Redis. Cheap to clone.
 #[derive(Debug, Clone)]
-pub(crate) struct SharedThreads {
+pub(crate) struct RedisThreads {
     /// For the streams of the runs.
     cluster: super::Cluster,
     connection: RedisConnection,
@@ -130,18 +102,9 @@ pub(crate) struct SharedThreads {
     ttl: Duration,
 }
 
-impl SharedThreads {
-    pub(crate) fn new(cluster: super::Cluster, connection: RedisConnection, ttl: Duration) -> SharedThreads {
-        SharedThreads { cluster, connection, ttl }
-    }
-
-    /// The stream of a run, wherever it was written (`None`: Redis no longer has it).
-    pub(crate) async fn stream(
-        &self,
-        hub: &crate::hub::Hub,
-        id: &str,
-    ) -> redis::RedisResult<Option<std::sync::Arc<crate::hub::Stream>>> {
-        self.cluster.follow(hub, id).await
+impl RedisThreads {
+    pub(crate) fn new(cluster: super::Cluster, connection: RedisConnection, ttl: Duration) -> RedisThreads {
+        RedisThreads { cluster, connection, ttl }
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -150,7 +113,7 @@ impl SharedThreads {
 
     /// Thread `id` as Redis holds it, its entries from position `from` on when it is still at `epoch` (all of
     /// them otherwise); `None` when Redis has no such thread.
-    pub(crate) async fn read(&self, id: &str, known: Option<(&str, usize)>) -> redis::RedisResult<Option<KeptThread>> {
+    async fn read_thread(&self, id: &str, known: Option<(&str, usize)>) -> redis::RedisResult<Option<RecordedThread>> {
         let mut connection = self.connection.clone();
         let mut from = known.map_or(0, |(_, from)| from);
         loop {
@@ -168,12 +131,12 @@ impl SharedThreads {
                 continue;
             }
             let number = |name: &str| fields.get(name).and_then(|v| v.parse().ok()).unwrap_or_default();
-            let running = fields.get("running").map(|stream| KeptRun {
+            let running = fields.get("running").map(|stream| RecordedRun {
                 stream: stream.clone(),
                 model: fields.get("run_model").cloned().unwrap_or_default(),
                 started_ms: number("run_started_ms"),
             });
-            return Ok(Some(KeptThread {
+            return Ok(Some(RecordedThread {
                 epoch: epoch.clone(),
                 owner: fields.get("owner").filter(|o| !o.is_empty()).cloned(),
                 created_ms: number("created_ms"),
@@ -189,7 +152,7 @@ impl SharedThreads {
 
     /// Makes thread `id` with `entries` unless one has the id: `Ok(None)` when it was made, the owner of the
     /// existing one otherwise (`Some(None)`: it has none).
-    pub(crate) async fn create(
+    async fn create_thread(
         &self,
         id: &str,
         epoch: &str,
@@ -208,7 +171,7 @@ impl SharedThreads {
     }
 
     /// Applies `commit` if the thread is still as its node read it; false when it changed since.
-    pub(crate) async fn commit(&self, commit: &ThreadCommit) -> redis::RedisResult<bool> {
+    async fn commit_thread(&self, commit: &Commit) -> redis::RedisResult<bool> {
         let script = Script::new(COMMIT);
         let mut invocation = script.key(meta(&commit.id));
         invocation.key(audit(&commit.id)).arg(&commit.epoch).arg(commit.len);
@@ -226,7 +189,7 @@ impl SharedThreads {
     }
 
     /// Deletes thread `id` (at `epoch`: a thread made again under the id since is left alone).
-    pub(crate) async fn delete(&self, id: &str, epoch: &str) -> redis::RedisResult<()> {
+    async fn delete_thread(&self, id: &str, epoch: &str) -> redis::RedisResult<()> {
         const DELETE: &str = r"
 if redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then redis.call('DEL', KEYS[1], KEYS[2]) end
 return 0
@@ -241,7 +204,7 @@ return 0
     }
 
     /// Keeps thread `id`'s keys for another TTL (while a run goes on).
-    pub(crate) async fn keep(&self, id: &str) -> redis::RedisResult<()> {
+    async fn keep_thread(&self, id: &str) -> redis::RedisResult<()> {
         let ttl = self.ttl_ms();
         if ttl == 0 {
             return Ok(());
@@ -253,7 +216,7 @@ return 0
     /// Whether stream `id` has ended, or is about to: Redis has its end, or its writer died (its lease
     /// lapsed, as this node may judge), so a follower here ends it at its next look (at once, for a stream
     /// just taken in).
-    pub(crate) async fn stream_ending(&self, id: &str) -> redis::RedisResult<bool> {
+    async fn stream_ending_now(&self, id: &str) -> redis::RedisResult<bool> {
         use redis::AsyncCommands;
         let mut connection = self.connection.clone();
         let (outcome, writer): (bool, Option<String>) = redis::pipe()
@@ -270,9 +233,79 @@ return 0
         }
         Ok(!connection.exists::<_, bool>(super::keys::node(&writer)).await?)
     }
+}
 
-    /// How long a thread lives without a change.
-    pub(crate) fn ttl(&self) -> Duration {
-        self.ttl
+impl ThreadStorage for RedisThreads {
+    /// The commit of what changed in the thread since it was read or last committed, if anything did.
+    fn changed(&self, change: &Change<'_>) -> Option<Commit> {
+        let new = change.new_entries();
+        if new.is_empty() && change.run.as_ref().map(|r| r.stream.as_str()) == change.running {
+            return None;
+        }
+        Some(Commit {
+            id: change.id.to_owned(),
+            epoch: change.epoch.to_owned(),
+            len: change.kept,
+            running: change.running.map(str::to_owned),
+            run: change.run.clone(),
+            pending: serde_json::to_string(change.pending).unwrap_or_else(|_| "[]".into()),
+            updated_ms: change.updated_ms,
+            entries: new.iter().map(|e| serde_json::to_string(e).unwrap_or_default()).collect(),
+        })
+    }
+
+    /// Redis expires threads itself (after their TTL without a change).
+    fn forget(&self, _id: &str) {}
+
+    fn kept_for(&self, ttl: Duration) -> Duration {
+        if ttl.is_zero() { KEEP_COPY } else { ttl.min(KEEP_COPY) }
+    }
+
+    fn is_record(&self) -> bool {
+        true
+    }
+
+    fn read<'a>(
+        &'a self,
+        id: &'a str,
+        known: Option<(&'a str, usize)>,
+    ) -> BoxFuture<'a, Result<Option<RecordedThread>, ThreadError>> {
+        Box::pin(async move { self.read_thread(id, known).await.map_err(unavailable) })
+    }
+
+    fn create<'a>(&'a self, made: Made<'a>) -> BoxFuture<'a, Result<bool, ThreadError>> {
+        Box::pin(async move {
+            let json: Vec<String> = made.entries.iter().map(|e| serde_json::to_string(e).unwrap_or_default()).collect();
+            let existing = self
+                .create_thread(made.id, made.epoch, made.owner, made.created_ms, &json)
+                .await
+                .map_err(unavailable)?;
+            Ok(existing.is_some())
+        })
+    }
+
+    fn commit<'a>(&'a self, commit: &'a Commit) -> BoxFuture<'a, Result<bool, ThreadError>> {
+        Box::pin(async move { self.commit_thread(commit).await.map_err(unavailable) })
+    }
+
+    fn delete<'a>(&'a self, id: &'a str, epoch: &'a str) -> BoxFuture<'a, Result<(), ThreadError>> {
+        Box::pin(async move { self.delete_thread(id, epoch).await.map_err(unavailable) })
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.ttl / 3
+    }
+
+    fn renew<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), ThreadError>> {
+        Box::pin(async move { self.keep_thread(id).await.map_err(unavailable) })
+    }
+
+    /// The stream of a run, wherever it was written (`None`: Redis no longer has it).
+    fn stream<'a>(&'a self, hub: &'a Hub, id: &'a str) -> BoxFuture<'a, Result<Option<Arc<Stream>>, ThreadError>> {
+        Box::pin(async move { self.cluster.follow(hub, id).await.map_err(unavailable) })
+    }
+
+    fn stream_ending<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<bool, ThreadError>> {
+        Box::pin(async move { self.stream_ending_now(id).await.map_err(unavailable) })
     }
 }
