@@ -1,6 +1,6 @@
 //! The contract's JSON Schemas (draft 2020-12), generated from the Rust types (`schemars`), never written by
 //! hand: what a frontend or a producer in another language checks messages against and generates its types
-//! from, and the components of the OpenAPI document (`http/openapi.rs`).
+//! from, and the components of the OpenAPI document (`http/api/openapi.rs`).
 //!
 //! - `output-message.schema.json`: [`OutputMessage`], with the props of every built-in type (a whole
 //!   message of a built-in type, not a delta, must match its type's props; a custom type's props are any

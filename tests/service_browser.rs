@@ -1,4 +1,4 @@
-//! What browsers may do, over real sockets (`src/http/browser.rs`), sending the headers a browser sends: a
+//! What browsers may do, over real sockets (`src/http/edge/browser.rs`), sending the headers a browser sends: a
 //! page from an origin not listed cannot change anything or open a WebSocket; a body that is not JSON is 415
 //! (a page could send it without a preflight); listed origins get CORS, preflights included; `*` lets any
 //! page read but not write; the reconnection hint goes on CUI event streams only.

@@ -187,7 +187,7 @@ async fn subscribe_raw(server: &TestServer, id: &str, receive_buffer: Option<u32
     tcp
 }
 
-/// Subscribers that keep up are written to by their stream's feed while their own tasks wait (`feed.rs`):
+/// Subscribers that keep up are written to by their stream's feed while their own tasks wait (`transport/feed.rs`):
 /// with messages posted one per POST, every subscriber gets each one once, in order; in a silence each gets
 /// its pings; and one that stops reading while a megabyte comes (its socket takes a few kilobytes, so a
 /// write stops partway and its connection takes over from the feed) gets every byte once it reads again.

@@ -221,7 +221,7 @@ async fn the_viewer_shows_every_type_live_and_runs_nothing_hostile() {
     server.stop().await.expect("stops");
 }
 
-/// The committed bundle (`src/http/ui/viewer.js`, `viewer.css`) is what `clients/viewer` builds.
+/// The committed bundle (`src/http/api/ui/viewer.js`, `viewer.css`) is what `clients/viewer` builds.
 #[test]
 fn the_committed_bundle_is_what_the_sources_build() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("clients").join("viewer");

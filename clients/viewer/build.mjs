@@ -1,7 +1,7 @@
-// Builds what agentmux embeds under /ui/assets: the viewer (src/http/ui/viewer.js and viewer.css: the
+// Builds what agentmux embeds under /ui/assets: the viewer (src/http/api/ui/viewer.js and viewer.css: the
 // sources in src/, the TypeScript client from ../typescript/src, and the pinned packages, marked for Markdown
 // and DOMPurify to make it inert, bundled by esbuild into one ES module), and the TypeScript client alone
-// (src/http/ui/client.js, one ES module with its SSE parser inside), which a page imports without a build
+// (src/http/api/ui/client.js, one ES module with its SSE parser inside), which a page imports without a build
 // step of its own. `--check` builds in memory and exits 1 when the committed files differ (the tests run
 // it), so the bundles in the repository are always what these sources give.
 
@@ -11,9 +11,9 @@ import * as esbuild from 'esbuild';
 
 const here = (path) => fileURLToPath(new URL(path, import.meta.url));
 const out = {
-  js: here('../../src/http/ui/viewer.js'),
-  css: here('../../src/http/ui/viewer.css'),
-  client: here('../../src/http/ui/client.js'),
+  js: here('../../src/http/api/ui/viewer.js'),
+  css: here('../../src/http/api/ui/viewer.css'),
+  client: here('../../src/http/api/ui/client.js'),
 };
 
 const bundle = async (entry) => {

@@ -1,12 +1,17 @@
-//! [`serve`]: the accept loop, the connection cap, and the shutdown in phases.
+//! [`serve`]: the accept loop, the connection cap, and the shutdown in phases; [`runtime`], what it runs on.
+//!
+//! This file puts the service together: the router (`router.rs`) over the endpoints (`api/`), and the
+//! transport (`transport/`) for the connections it accepts. The phases of the shutdown are told to every
+//! connection through the app's `Lifetime` (`transport/lifetime.rs`).
 //!
 //! # Connections
 //!
-//! A connection's first request head is read by `event_connection.rs`: a GET of an event stream is served
-//! there, without hyper; anything else goes to hyper, which reads the connection from its first byte.
+//! A connection's first request head is read by `transport/event_connection.rs`: a GET of an event stream
+//! is served there, without hyper; anything else goes to hyper, which reads the connection from its first
+//! byte.
 //!
-//! Every connection holds a permit of the cap ([`super::Settings::max_connections`]) for as long as its socket
-//! lives: the permit travels inside the socket ([`Held`]), so a connection upgraded to a WebSocket keeps
+//! Every connection holds a permit of the cap ([`crate::http::Settings::max_connections`]) for as long as its socket
+//! lives: the permit travels inside the socket ([`AdmittedSocket`]), so a connection upgraded to a WebSocket keeps
 //! counting after hyper has handed it over. Past the cap a new connection is read for its request head
 //! (a few seconds at most) and answered 503 `capacity` with the envelope, then closed; the others keep being
 //! served. Only a few such answers are given at once: past those, a connection is closed unanswered, so a
@@ -20,51 +25,42 @@
 //!    may reach another instance). Everything else is served as before, on open connections and new ones, so
 //!    a producer can still append to and end its streams (its client's pool may well open a new connection
 //!    to do it), and subscribers keep receiving.
-//! 2. After [`super::Settings::shutdown_grace`], or as soon as no stream is open, what is still open is
+//! 2. After [`crate::http::Settings::shutdown_grace`], or as soon as no stream is open, what is still open is
 //!    cancelled and ended with the error `shutdown`.
 //! 3. *Closing*: the listener closes; every connection finishes the response in flight and closes (an SSE
 //!    response ends with its stream); a WebSocket sends what its streams still owe, `done` included, then a
 //!    close frame (1001).
-//! 4. After [`super::Settings::shutdown_drain`], whatever is left (a client that stopped reading, a body that
+//! 4. After [`crate::http::Settings::shutdown_drain`], whatever is left (a client that stopped reading, a body that
 //!    never arrives) is dropped, and `serve` returns.
 
 use std::future::Future;
-use std::pin::Pin;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::ConnectInfo;
+use axum::middleware::AddExtension;
 use axum::response::IntoResponse;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::Layer;
 
-use super::event_connection::{self, First};
-use super::repoll::Repolled;
-use super::socket;
-use super::{App, HttpError, router};
+use super::app::App;
+use super::edge::error::HttpError;
+use super::router::router;
+use super::transport::event_connection::{self, First};
+use super::transport::feed::Feeds;
+use super::transport::lifetime::Lifetime;
+use super::transport::repoll::Repolled;
+use super::transport::socket::{self, AdmittedSocket};
 use crate::hub::Hub;
 use crate::output::{ErrorProps, Outcome};
-
-/// Where the service is in its shutdown; every connection and WebSocket watches it.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Lifetime {
-    /// Fires when shutdown begins: no new work from then on.
-    pub(crate) draining: CancellationToken,
-    /// Fires when every stream has ended: connections close.
-    pub(crate) closing: CancellationToken,
-    /// Fires when the drain is over: what is left is dropped.
-    pub(crate) gone: CancellationToken,
-    /// WebSocket connections, which outlive their HTTP connection's task.
-    pub(crate) sockets: TaskTracker,
-}
 
 /// Connections past the cap answered at once; past these, one is closed unanswered.
 const OVERFLOW_ANSWERS: usize = 64;
@@ -99,6 +95,7 @@ pub async fn serve(
     let settings = app.settings.clone();
     let lifetime = app.lifetime.clone();
     let metrics = app.metrics.clone();
+    let feeds = app.feeds.clone();
     let router = router(app);
     let http = connection_builder();
     let connections = TaskTracker::new();
@@ -135,44 +132,9 @@ pub async fn serve(
             continue;
         };
         let service = axum::Extension(ConnectInfo(peer)).layer(router.clone());
-        let held = Held { tcp, _permit: permit, _open: metrics.connection() };
-        let (http, lifetime) = (http.clone(), lifetime.clone());
-        connections.spawn(async move {
-            // A GET of an event stream as the connection's first request is served without hyper (see
-            // `event_connection.rs`); the client gets as long to send that head as hyper gives it.
-            let first = tokio::select! {
-                first = tokio::time::timeout(HEAD_TIMEOUT, event_connection::first_request(held)) => first,
-                () = lifetime.closing.cancelled() => return,
-            };
-            let io = match first {
-                Ok(Ok(Some(First::Events(request, held)))) => {
-                    return event_connection::serve_events(held, request, service, lifetime.gone.clone()).await;
-                }
-                Ok(Ok(Some(First::Other(io)))) => io,
-                Ok(Ok(None)) | Err(_) => return,
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, "connection closed before its first request");
-                    return;
-                }
-            };
-            // Boxed, so that the task of a connection served without hyper is not the size of hyper's.
-            let mut connection = Repolled::new(Box::pin(
-                http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)).with_upgrades(),
-            ));
-            let result = tokio::select! {
-                result = &mut connection => result,
-                () = lifetime.closing.cancelled() => {
-                    connection.inner_mut().as_mut().graceful_shutdown();
-                    tokio::select! {
-                        result = &mut connection => result,
-                        () = lifetime.gone.cancelled() => Ok(()),
-                    }
-                }
-            };
-            if let Err(error) = result {
-                tracing::debug!(%error, "connection closed with an error");
-            }
-        });
+        let socket = AdmittedSocket::new(tcp, permit, metrics.connection());
+        let (http, lifetime, feeds) = (http.clone(), lifetime.clone(), feeds.clone());
+        connections.spawn(connection(socket, service, http, lifetime, feeds));
     }
     drop(listener);
     tracing::info!("shutting down: every stream has ended; closing connections");
@@ -189,6 +151,53 @@ pub async fn serve(
         lifetime.sockets.wait().await;
     }
     Ok(())
+}
+
+/// Serves one admitted connection with `service`: its first request read here, and served here when it is
+/// a GET of an event stream (`transport/event_connection.rs`), otherwise by hyper; closed as the shutdown's
+/// phases say.
+async fn connection(
+    socket: AdmittedSocket,
+    service: AddExtension<Router, ConnectInfo<SocketAddr>>,
+    http: http1::Builder,
+    lifetime: Lifetime,
+    feeds: Feeds,
+) {
+    // A GET of an event stream as the connection's first request is served without hyper (see
+    // `transport/event_connection.rs`); the client gets as long to send that head as hyper gives it.
+    let first = tokio::select! {
+        first = tokio::time::timeout(HEAD_TIMEOUT, event_connection::first_request(socket)) => first,
+        () = lifetime.closing.cancelled() => return,
+    };
+    let io = match first {
+        Ok(Ok(Some(First::Events(request, socket)))) => {
+            let gone = lifetime.gone.clone();
+            return event_connection::serve_events(socket, request, service, &feeds, gone).await;
+        }
+        Ok(Ok(Some(First::Other(io)))) => io,
+        Ok(Ok(None)) | Err(_) => return,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "connection closed before its first request");
+            return;
+        }
+    };
+    // Boxed, so that the task of a connection served without hyper is not the size of hyper's.
+    let mut connection = Repolled::new(Box::pin(
+        http.serve_connection(TokioIo::new(io), TowerToHyperService::new(service)).with_upgrades(),
+    ));
+    let result = tokio::select! {
+        result = &mut connection => result,
+        () = lifetime.closing.cancelled() => {
+            connection.inner_mut().as_mut().graceful_shutdown();
+            tokio::select! {
+                result = &mut connection => result,
+                () = lifetime.gone.cancelled() => Ok(()),
+            }
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection closed with an error");
+    }
 }
 
 /// Answers a connection past the cap with 503 `capacity` and closes it.
@@ -217,11 +226,12 @@ async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone:
 /// hyper's own HTTP/1 connection rather than hyper-util's `auto` one (which would also take HTTP/2 over
 /// cleartext, which browsers and the OpenAI SDKs do not use): a waiting connection is then only hyper's
 /// read and write buffers, its task and its response, about 4 KiB less per connection than `auto` kept.
-/// (A connection that opens with a GET of an event stream does without even those: `event_connection.rs`.)
+/// (A connection that opens with a GET of an event stream does without even those:
+/// `transport/event_connection.rs`.)
 fn connection_builder() -> http1::Builder {
     let mut http = http1::Builder::new();
     // A client gets `HEAD_TIMEOUT` to send a request's head. hyper's header count limit sits above the
-    // service's own (`edge.rs`), so that one answers with the envelope.
+    // service's own (`edge/limits.rs`), so that one answers with the envelope.
     http.timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT);
     http
 }
@@ -252,53 +262,5 @@ async fn end_open_streams(hub: &Hub, grace: Duration) {
         if ended {
             tracing::warn!(stream = stream.id(), "ended by shutdown");
         }
-    }
-}
-
-/// A connection's socket with its permit of the cap: the permit is given back when the socket closes,
-/// whoever holds it then (hyper, or a WebSocket after the upgrade).
-pub(crate) struct Held {
-    pub(crate) tcp: TcpStream,
-    _permit: OwnedSemaphorePermit,
-    /// Counted as open in the metrics.
-    _open: super::metrics::Open,
-}
-
-impl Held {
-    /// The socket, to share between tasks, and what must be kept for as long as it is open.
-    pub(crate) fn share(self) -> (Arc<TcpStream>, impl Send) {
-        (Arc::new(self.tcp), (self._permit, self._open))
-    }
-}
-
-impl AsyncRead for Held {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Held {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().tcp).poll_shutdown(cx)
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! The chunks come from a [`Relay`], which a transport that writes events itself takes out of the response
 //! ([`Direct`]) instead of polling the body: `event_connection.rs` does, to hand a waiting relay to its
-//! stream's feed (`feed.rs`), which takes its batches with [`Relay::try_batch`].
+//! stream's feed (`feed.rs`), which takes its batches with [`Relay::try_batch`]. This file knows neither:
+//! the feeds are the connection's to find, not the response's to carry.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -22,8 +23,7 @@ use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use tokio::time::{Instant, Sleep};
 
-use super::feed::Feeds;
-use super::metrics::Counted;
+use crate::http::edge::metrics::SubscriberMeter;
 use crate::hub::{Batch, Subscription};
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
@@ -54,26 +54,25 @@ impl Drop for OnDisconnect {
 }
 
 /// An SSE response that relays `subscription`, with `stream_id` in `x-agentmux-stream-id`; `retry` starts it
-/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `docs/decisions.md`, "SSE retry hint"); `counted` is
+/// with the reconnection hint [`RETRY`] (for `EventSource` readers only: see `docs/decisions.md`, "SSE retry hint"); `meter` is
 /// the subscriber in the metrics, for as long as the response lives.
 ///
 /// The response's extensions hold its relay as a [`Direct`], for a transport that writes the events
-/// itself (`event_connection.rs`, which hands a waiting reader to `feeds`); the body then has nothing. A
-/// transport that polls the body (hyper) gets every chunk from it.
+/// itself (`event_connection.rs`, which hands a waiting reader to its stream's feed); the body then has
+/// nothing. A transport that polls the body (hyper) gets every chunk from it.
 pub(crate) fn response(
     subscription: Subscription,
     stream_id: &str,
     keep_alive: Duration,
     on_disconnect: OnDisconnect,
     retry: bool,
-    counted: Counted,
-    feeds: &Feeds,
+    meter: SubscriberMeter,
 ) -> Response {
     // A zero keep-alive turns pings off.
     let pings = (!keep_alive.is_zero()).then(|| Pings::new(keep_alive));
     let relay =
-        Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry, counted, pieces: Vec::new() };
-    let direct = Direct { relay: Arc::new(Mutex::new(Some(Box::new(relay)))), feeds: feeds.clone() };
+        Relay { subscription, on_disconnect, pings, wrote: None, gather: false, retry, meter, pieces: Vec::new() };
+    let direct = Direct { relay: Arc::new(Mutex::new(Some(Box::new(relay)))) };
     let cell = Arc::clone(&direct.relay);
     let body = futures::stream::unfold(None, move |relay: Option<Box<Relay>>| {
         let cell = Arc::clone(&cell);
@@ -99,11 +98,10 @@ pub(crate) fn response(
 }
 
 /// An SSE response's relay, for a transport that writes its events itself rather than poll its body:
-/// taken once (the body is empty after), with the feeds that transport may hand it to while it waits.
+/// taken once (the body is empty after).
 #[derive(Clone)]
 pub(crate) struct Direct {
     relay: Arc<Mutex<Option<Box<Relay>>>>,
-    pub(crate) feeds: Feeds,
 }
 
 impl Direct {
@@ -127,7 +125,7 @@ pub(crate) struct Relay {
     /// The reconnection hint is still to be sent, first.
     retry: bool,
     /// This subscriber in the metrics, while it is connected.
-    counted: Counted,
+    meter: SubscriberMeter,
     /// The last batch's pieces still to go, last first: each is a frame of the body, and a transport that
     /// finds them ready at once writes them together (see `event_connection.rs`).
     pieces: Vec<Bytes>,
@@ -160,7 +158,7 @@ impl Relay {
             return Some(piece);
         }
         if std::mem::take(&mut self.retry) {
-            self.counted.sent(RETRY.len());
+            self.meter.sent(RETRY.len());
             return Some(RETRY);
         }
         if self.gather
@@ -177,14 +175,14 @@ impl Relay {
                 biased;
                 batch = self.subscription.next() => batch,
                 () = pings.due() => {
-                    self.counted.sent(PING.len());
+                    self.meter.sent(PING.len());
                     return Some(PING);
                 }
             },
         };
         self.wrote();
         let batch = batch?;
-        self.counted.delivered(&batch);
+        self.meter.delivered(&batch);
         self.pieces.extend(batch.pieces().iter().rev().cloned());
         Some(self.pieces.pop().unwrap_or_default())
     }
@@ -210,7 +208,7 @@ impl Relay {
     pub(crate) fn try_batch(&mut self, now: Instant) -> Option<Option<Batch>> {
         let batch = self.subscription.try_next()?;
         if let Some(batch) = &batch {
-            self.counted.delivered(batch);
+            self.meter.delivered(batch);
             if let Some(pings) = self.pings.as_mut() {
                 pings.sent(now);
             }
@@ -228,7 +226,7 @@ impl Relay {
         if let Some(pings) = self.pings.as_mut() {
             pings.sent(Instant::now());
         }
-        self.counted.sent(PING.len());
+        self.meter.sent(PING.len());
         PING
     }
 

@@ -96,7 +96,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
 /// The client a request comes from, by whose budget it creates streams: with keys configured, the key it
 /// came with (by name: `key:<name>`); otherwise the peer's IP address, or for IPv6 its /64 network (what one
 /// host is usually given, and what one attacker has at the least). A request that did not come through
-/// [`super::serve`] has none.
+/// [`crate::http::serve`] has none.
 #[derive(Debug)]
 pub(crate) struct Client(pub(crate) Option<String>);
 

@@ -125,9 +125,9 @@ mod tests {
 
     /// Counts the wakes it gets.
     #[derive(Default)]
-    struct Counted(AtomicUsize);
+    struct WakeCount(AtomicUsize);
 
-    impl Wake for Counted {
+    impl Wake for WakeCount {
         fn wake(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
@@ -153,14 +153,14 @@ mod tests {
         }
     }
 
-    fn poll_once<F: Future + Unpin>(future: &mut Repolled<F>, task: &Arc<Counted>) -> Poll<F::Output> {
+    fn poll_once<F: Future + Unpin>(future: &mut Repolled<F>, task: &Arc<WakeCount>) -> Poll<F::Output> {
         let waker = Waker::from(Arc::clone(task));
         Pin::new(future).poll(&mut Context::from_waker(&waker))
     }
 
     #[test]
     fn a_wake_of_its_own_is_answered_by_polling_again_not_by_queueing_the_task() {
-        let task = Arc::new(Counted::default());
+        let task = Arc::new(WakeCount::default());
         let mut future = Repolled::new(SelfWaking { polls: 0, self_wakes: 1, waker: None });
         assert!(poll_once(&mut future, &task).is_pending());
         assert_eq!(future.inner_mut().polls, 2, "polled again at once");
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_future_that_keeps_waking_itself_still_yields() {
-        let task = Arc::new(Counted::default());
+        let task = Arc::new(WakeCount::default());
         let mut future = Repolled::new(SelfWaking { polls: 0, self_wakes: usize::MAX, waker: None });
         assert!(poll_once(&mut future, &task).is_pending());
         assert_eq!(future.inner_mut().polls, REPOLLS);
@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_wake_between_polls_reaches_the_task() {
-        let task = Arc::new(Counted::default());
+        let task = Arc::new(WakeCount::default());
         let mut future = Repolled::new(SelfWaking { polls: 0, self_wakes: 0, waker: None });
         assert!(poll_once(&mut future, &task).is_pending());
         assert_eq!(future.inner_mut().polls, 1);
@@ -189,7 +189,7 @@ mod tests {
 
     #[test]
     fn the_output_comes_through() {
-        let task = Arc::new(Counted::default());
+        let task = Arc::new(WakeCount::default());
         let mut future = Repolled::new(std::future::ready(7));
         assert_eq!(poll_once(&mut future, &task), Poll::Ready(7));
     }

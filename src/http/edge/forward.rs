@@ -19,7 +19,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::auth::Access;
-use super::{App, HttpError};
+use super::error::HttpError;
+use super::trace::record_stream;
+use crate::http::app::App;
 use crate::hub::AppendError;
 
 /// The routes that write to a stream, each with the stream's id as its third path segment.
@@ -50,7 +52,7 @@ pub(crate) async fn to_writer(State(app): State<App>, request: Request, next: Ne
         Ok(_) => return next.run(request).await,
         Err(error) => return HttpError::cluster_unavailable(&error).into_response(),
     };
-    super::record_stream(&id);
+    record_stream(&id);
     match forward(&app, &url, request).await {
         Ok(response) => response,
         Err(error) => error.into_response(),

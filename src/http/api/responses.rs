@@ -10,19 +10,38 @@
 //! was cancelled is answered `200` with the response's `status` `failed` (and its `error`) or `incomplete`, as
 //! the API reports a response that did not complete.
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::Method;
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{Threading, answer, chat_tool, label, launch, model_or_default, thread_header, until_ended};
-use super::extract::{Client, KeyName};
-use super::{App, HttpError, body};
-use crate::adapter::{Adapter, ResponsesAdapter, ResponsesOptions};
-use crate::conversation::{ChatRequest, responses_to_chat};
+use super::endpoint::Content::{EventStream, Foreign};
+use super::endpoint::{Endpoint, endpoint, op};
+use super::front_door::{FrontDoor, Threading, aggregate, chat_request, chat_tool};
+use crate::adapter::{ResponsesAdapter, ResponsesOptions};
+use crate::conversation::responses_to_chat;
+use crate::http::edge::error::HttpError;
 use crate::render::Format;
+
+/// `POST /v1/responses`, and what the OpenAPI document says of it.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![endpoint(
+        Method::POST,
+        "/v1/responses",
+        post(create),
+        op(
+            "OpenAI Responses",
+            "front doors",
+            Some((Foreign("An OpenAI Responses request"), true)),
+            vec![(
+                200,
+                "A response, or its stream events with stream: true",
+                vec![Foreign("An OpenAI response"), EventStream],
+            )],
+        ),
+    )]
+}
 
 /// A Responses request: what agentmux reads of it; the rest goes to the agent as options.
 #[derive(Debug, Deserialize)]
@@ -43,52 +62,31 @@ struct ResponsesRequest {
 }
 
 /// `POST /v1/responses`.
-pub(crate) async fn create(
-    State(app): State<App>,
-    Client(client): Client,
-    KeyName(owner): KeyName,
-    headers: HeaderMap,
-    request: Body,
-) -> Result<Response, HttpError> {
-    app.refuse_new_work()?;
-    let bytes = body::read(request, &app.settings).await?;
-    let ResponsesRequest { model, input, instructions, tools, stream: streaming, previous_response_id, mut extra } =
-        body::json(&bytes)?;
+pub(crate) async fn create(mut door: FrontDoor) -> Result<Response, HttpError> {
+    let ResponsesRequest { model, input, instructions, tools, stream: streaming, previous_response_id, extra } =
+        door.json().await?;
     if previous_response_id.is_some() {
         let message = "agentmux keeps no responses to continue from: send the whole conversation as input";
         return Err(HttpError::bad_request(message, Some("previous_response_id".into()), "unsupported_value"));
     }
-    let model = model_or_default(&app, model)?;
+    let model = door.model(model)?;
     let (messages, from) = responses_to_chat(instructions.as_deref(), &input)?;
-    let functions: Vec<Value> = tools
-        .iter()
-        .filter(|tool| tool.get("type").and_then(Value::as_str) == Some("function"))
-        .map(|tool| {
+    let functions =
+        tools.iter().filter(|tool| tool.get("type").and_then(Value::as_str) == Some("function")).map(|tool| {
             let text = |key: &str| tool.get(key).and_then(Value::as_str);
             chat_tool(
                 text("name").unwrap_or(""),
                 text("description"),
                 Some(tool.get("parameters").cloned().unwrap_or(Value::Null)),
             )
-        })
-        .collect();
-    if !functions.is_empty() {
-        extra.insert("tools".into(), Value::Array(functions));
-    }
-    let request = ChatRequest { model, messages, stream: streaming, stream_options: None, extra };
-    let threading = thread_header(&headers)?.map_or(Threading::None, Threading::Named);
-    let items = ("input", &from[..]);
-    let (stream, on_disconnect) =
-        launch(&app, (client.as_deref(), owner), &headers, request, items, &threading).await?;
-    if streaming {
-        return answer(&app, (&stream, threading.id()), Format::Responses, on_disconnect);
-    }
-    let outcome = until_ended(&stream, on_disconnect).await;
-    let mut adapter = ResponsesAdapter::new(ResponsesOptions::from(stream.info()));
-    let mut frames = Vec::new();
-    stream.history().iter().for_each(|message| adapter.push(message, &mut frames));
-    adapter.finish(&outcome, &mut frames);
-    let mut response = axum::Json(adapter.response()).into_response();
-    label(&mut response, &app, (&stream, threading.id()));
-    Ok(response)
+        });
+    let request = chat_request(model, messages, streaming, extra, functions);
+    let threading = door.thread_header()?.map_or(Threading::None, Threading::Named);
+    let run = door.launch(request, ("input", &from), threading).await?;
+    run.respond(streaming, Format::Responses, |stream, outcome| {
+        let mut adapter = ResponsesAdapter::new(ResponsesOptions::from(stream.info()));
+        aggregate(&mut adapter, &stream.history(), outcome);
+        Ok(axum::Json(adapter.response()).into_response())
+    })
+    .await
 }

@@ -1,4 +1,4 @@
-//! The stream endpoints: create, append, end, cancel, status, SSE subscribe, and `GET /v1/models`.
+//! The stream endpoints: list, create, append, end, cancel, status, and SSE subscribe.
 //!
 //! Appending takes one JSON object, a JSON array, or NDJSON (`application/x-ndjson`, one message per line);
 //! every message is validated and the batch goes in whole or not at all, so an error names the message
@@ -11,23 +11,127 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use schemars::Schema;
+use schemars::generate::SchemaGenerator;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::Access;
-use super::extract::{Client, Params, StreamId};
+use super::endpoint::Content::{EventStream, Foreign, Json as JsonOf};
+use super::endpoint::{Endpoint, SchemaOf, endpoint, op};
 use super::format::FormatFields;
-use super::sse::{self, OnDisconnect};
-use super::{App, HttpError, body};
+use crate::http::app::App;
+use crate::http::edge::auth::Access;
+use crate::http::edge::body;
+use crate::http::edge::error::HttpError;
+use crate::http::edge::extract::{Client, Params, StreamId};
+use crate::http::edge::trace::record_stream;
+use crate::http::transport::sse::{self, OnDisconnect};
 use crate::hub::{NOT_KEPT, Status, Stream};
 use crate::output::{Outcome, OutputMessage};
 use crate::render::Format;
 
+/// The stream endpoints, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    let snapshot: SchemaOf = |g| g.subschema_for::<crate::hub::Snapshot>();
+    let outcome: SchemaOf = |g| g.subschema_for::<crate::output::Outcome>();
+    vec![
+        endpoint(
+            Method::GET,
+            "/v1/streams",
+            get(list),
+            op(
+                "The streams held, newest first, a page at a time (?limit=1..500, ?after=<next>)",
+                "streams",
+                None,
+                vec![(
+                    200,
+                    "{object: list, data: [{id, status, epoch, model, created_ms, last_sequence}], has_more, next}",
+                    vec![Foreign("A page of streams")],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams",
+            post(create),
+            op(
+                "Create a stream for an outside producer",
+                "streams",
+                Some((JsonOf(|g| g.subschema_for::<CreateBody>()), false)),
+                vec![(
+                    201,
+                    "{id, epoch, read_token, write_token, token_expires_at?}",
+                    vec![Foreign("The stream and its tokens")],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/streams/{id}",
+            get(status),
+            op(
+                "A stream's snapshot: every message with its deltas applied",
+                "streams",
+                None,
+                vec![(200, "The snapshot", vec![JsonOf(snapshot)])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/messages",
+            post(append),
+            op(
+                "Append messages (JSON, an array, or NDJSON); answered once they are kept",
+                "streams",
+                Some((JsonOf(messages), true)),
+                vec![(200, "{sequences}", vec![Foreign("The sequences the messages got")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/end",
+            post(end),
+            op(
+                "End a stream with its outcome",
+                "streams",
+                Some((JsonOf(outcome), false)),
+                vec![(200, "{id, status, last_sequence}", vec![Foreign("The ended stream")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/cancel",
+            post(cancel),
+            op(
+                "Cancel the run behind a stream",
+                "streams",
+                None,
+                vec![(202, "Cancelled", vec![Foreign("The stream")])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/streams/{id}/events",
+            get(events),
+            op(
+                "Subscribe: the stream in a format (?format=cui|openai|ui-message|ag-ui|anthropic|responses), resumable",
+                "streams",
+                None,
+                vec![
+                    (200, "Server-sent events; each CUI event's data is an OutputMessage", vec![EventStream]),
+                    (204, "Nothing to send: resumed at the end of an ended stream", vec![]),
+                ],
+            ),
+        ),
+    ]
+}
+
 /// The stream named in the path.
 pub(crate) async fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> {
-    super::record_stream(id);
+    record_stream(id);
     if let Some(stream) = app.hub.get(id) {
         return Ok(stream);
     }
@@ -98,10 +202,9 @@ pub(crate) async fn create(
 ) -> Result<Response, HttpError> {
     app.refuse_new_work()?;
     let bytes = body::read(request, &app.settings).await?;
-    let create: CreateBody =
-        if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
+    let create: CreateBody = body::json_or(&bytes, CreateBody::default)?;
     let stream = app.hub.create_for(client.as_deref(), create.model.as_deref().unwrap_or("agentmux"))?;
-    super::record_stream(stream.id());
+    record_stream(stream.id());
     // Answered once the stream is kept (its `stream_start` committed): with Redis, every node knows it then.
     if !stream.readable(stream.last_sequence()).await {
         return Err(not_kept(&stream).await);
@@ -205,8 +308,7 @@ fn ndjson_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {
 pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request: Body) -> Result<Response, HttpError> {
     let stream = find(&app, &id).await?;
     let bytes = body::read(request, &app.settings).await?;
-    let outcome: Outcome =
-        if bytes.iter().all(u8::is_ascii_whitespace) { Outcome::completed() } else { body::json(&bytes)? };
+    let outcome: Outcome = body::json_or(&bytes, Outcome::completed)?;
     // An outcome that does not fit is refused, and the stream stays open for an end with less.
     stream.try_end(outcome)?;
     stream.ended().await;
@@ -311,16 +413,9 @@ pub(crate) async fn events(
     })?;
     // EventSource reads CUI events: they alone carry the reconnection hint.
     let retry = matches!(format, Format::Cui);
-    let counted = app.metrics.subscriber(format.name(), "sse");
-    let mut response = sse::response(
-        subscription,
-        stream.id(),
-        app.settings.keep_alive,
-        OnDisconnect::none(),
-        retry,
-        counted,
-        &app.feeds,
-    );
+    let meter = app.metrics.subscriber(format.name(), "sse");
+    let mut response =
+        sse::response(subscription, stream.id(), app.settings.keep_alive, OnDisconnect::none(), retry, meter);
     if format == Format::UiMessage {
         // What the AI SDK's transport checks to know it reads a UI message stream.
         response.headers_mut().insert("x-vercel-ai-ui-message-stream", axum::http::HeaderValue::from_static("v1"));
@@ -328,13 +423,10 @@ pub(crate) async fn events(
     Ok(response)
 }
 
-/// `GET /v1/models`: the agents, in OpenAI's list format.
-pub(crate) async fn models(State(app): State<App>) -> Response {
-    let data: Vec<Value> = app
-        .agents
-        .names()
-        .into_iter()
-        .map(|name| json!({ "id": name, "object": "model", "created": 0, "owned_by": "agentmux" }))
-        .collect();
-    Json(json!({ "object": "list", "data": data })).into_response()
+/// What an append takes: one message, or an array of them (or NDJSON, one per line).
+fn messages(g: &mut SchemaGenerator) -> Schema {
+    let one = crate::schema::message(g).to_value();
+    Schema::from(
+        serde_json::json!({"anyOf": [one, {"type": "array", "items": one}]}).as_object().cloned().unwrap_or_default(),
+    )
 }

@@ -9,8 +9,8 @@
 use axum::http::HeaderMap;
 use serde::Deserialize;
 
-use super::HttpError;
 use crate::adapter::{AgentTools, ReasoningField};
+use crate::http::edge::error::HttpError;
 use crate::render::Format;
 
 /// A subscription's format fields, as a query or a WebSocket op carries them.

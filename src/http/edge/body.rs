@@ -5,7 +5,8 @@
 use axum::body::{Body, Bytes};
 use serde::de::DeserializeOwned;
 
-use super::{HttpError, Settings};
+use super::error::HttpError;
+use crate::http::app::Settings;
 
 /// The body, or 413 when it is over [`Settings::body_limit`], 408 when it has not all arrived within
 /// [`Settings::body_timeout`], or 400 when it cannot be read.
@@ -69,4 +70,9 @@ pub(crate) fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
     })?;
     deserializer.end().map_err(|e| HttpError::bad_request(format!("invalid JSON: {e}"), None, "invalid_json"))?;
     Ok(value)
+}
+
+/// Parses JSON into `T`, as [`json`] does; a body of white space only (or none) is `empty()`.
+pub(crate) fn json_or<T: DeserializeOwned>(bytes: &[u8], empty: impl FnOnce() -> T) -> Result<T, HttpError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) { Ok(empty()) } else { json(bytes) }
 }

@@ -1,6 +1,6 @@
 //! [`Metrics`]: what `GET /metrics` shows, in the Prometheus text format (through `prometheus-client`).
 //!
-//! One registry per [`super::App`], not a process-wide one, so two services in one process (tests, an
+//! One registry per [`crate::http::App`], not a process-wide one, so two services in one process (tests, an
 //! embedding application) count apart. Counters move where the thing happens (a request answered, a
 //! message appended, a run ended); what the hub already knows (streams by status, connections held) is read
 //! from it when scraped, so it is never out of step. Labels are bounded: routes by their template (never a
@@ -144,12 +144,12 @@ impl Metrics {
     }
 
     /// A subscriber connected; it counts as one until the guard is dropped.
-    pub(crate) fn subscriber(&self, format: &str, transport: &'static str) -> Counted {
+    pub(crate) fn subscriber(&self, format: &str, transport: &'static str) -> SubscriberMeter {
         let gauge =
             self.0.subscribers.get_or_create(&vec![("format", format.to_owned()), ("transport", transport.to_owned())]);
         gauge.inc();
         let bytes = self.0.bytes_out.get_or_create(&vec![("transport", transport.to_owned())]).clone();
-        Counted { gauge: gauge.clone(), bytes, unflushed: 0, deliver_seconds: self.0.deliver_seconds.clone() }
+        SubscriberMeter { gauge: gauge.clone(), bytes, unflushed: 0, deliver_seconds: self.0.deliver_seconds.clone() }
     }
 
     /// A connection accepted; it counts as open until the guard is dropped.
@@ -186,13 +186,14 @@ impl Metrics {
     }
 }
 
-/// A subscriber being counted: dropped when it leaves.
+/// One subscriber's share of the metrics (it counts in the gauge of subscribers, its bytes, how long its
+/// messages took to reach it) while it is connected: dropped when it leaves.
 ///
 /// Its bytes are added up here and handed to the shared counter a [`FLUSH_BYTES`] at a time (and when it
 /// leaves): in fan-out every subscriber's every batch passes here, and one shared atomic written from every
 /// core per batch would be contention on the hot path.
 #[derive(Debug)]
-pub(crate) struct Counted {
+pub(crate) struct SubscriberMeter {
     gauge: Gauge,
     bytes: Counter<u64, AtomicU64>,
     unflushed: u64,
@@ -202,7 +203,7 @@ pub(crate) struct Counted {
 /// Bytes a subscriber sends before they are added to `agentmux_bytes_out_total`.
 const FLUSH_BYTES: u64 = 64 << 10;
 
-impl Counted {
+impl SubscriberMeter {
     /// A batch sent to it: its bytes, and how long its probed message took, when it has one.
     pub(crate) fn delivered(&mut self, batch: &Batch) {
         self.sent(batch.len());
@@ -220,7 +221,7 @@ impl Counted {
     }
 }
 
-impl Drop for Counted {
+impl Drop for SubscriberMeter {
     fn drop(&mut self) {
         self.bytes.inc_by(self.unflushed);
         self.gauge.dec();

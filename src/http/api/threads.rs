@@ -1,23 +1,88 @@
 //! The thread endpoints: `POST /v1/threads`, `GET` and `DELETE /v1/threads/{id}`,
 //! `GET /v1/threads/{id}/audit` and `POST /v1/threads/{id}/replay`.
 //!
-//! Turns on a thread go through `POST /v1/chat/completions` with `x-agentmux-thread-id` (see `chat.rs`);
-//! these endpoints create a thread ahead (optionally under an id of the client's, with user, system and
-//! developer messages), read its transcript and audit log, delete it, and fork it into a replay on another
-//! model, whose run is watched like any stream.
+//! Turns on a thread go through `POST /v1/chat/completions` with `x-agentmux-thread-id` (see `chat.rs` and
+//! `front_door.rs`); these endpoints create a thread ahead (optionally under an id of the client's, with
+//! user, system and developer messages), read its transcript and audit log, delete it, and fork it into a
+//! replay on another model, whose run is watched like any stream.
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing;
+use schemars::Schema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::extract::{Client, KeyName, ThreadId};
-use super::{App, HttpError, body};
+use super::endpoint::Content::{Foreign, Json as JsonOf};
+use super::endpoint::{Endpoint, SchemaOf, endpoint, op};
 use crate::conversation::ChatMessage;
+use crate::http::app::App;
+use crate::http::edge::body;
+use crate::http::edge::error::HttpError;
+use crate::http::edge::extract::{Client, KeyName, ThreadId};
+use crate::http::edge::trace::record_stream;
 use crate::thread::ThreadError;
+
+/// The thread endpoints, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    let transcript: SchemaOf = |g| g.subschema_for::<crate::thread::Transcript>();
+    let audit_log: SchemaOf = |g| {
+        let entries = g.subschema_for::<Vec<crate::thread::AuditEntry>>().to_value();
+        let object = serde_json::json!({"type": "object", "required": ["thread_id", "object", "entries"], "properties": {
+            "thread_id": {"type": "string"}, "object": {"const": "thread.audit"}, "entries": entries}});
+        Schema::from(object.as_object().cloned().unwrap_or_default())
+    };
+    vec![
+        endpoint(
+            Method::POST,
+            "/v1/threads",
+            routing::post(create),
+            op(
+                "Create a server-side thread",
+                "threads",
+                Some((JsonOf(|g| g.subschema_for::<CreateBody>()), false)),
+                vec![(201, "Its transcript", vec![JsonOf(transcript)])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/threads/{id}",
+            routing::get(get),
+            op("A thread's transcript", "threads", None, vec![(200, "The transcript", vec![JsonOf(transcript)])]),
+        ),
+        endpoint(
+            Method::DELETE,
+            "/v1/threads/{id}",
+            routing::delete(delete),
+            op(
+                "Delete a thread",
+                "threads",
+                None,
+                vec![(200, "{id, object: thread.deleted, deleted: true}", vec![Foreign("The deleted thread")])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/threads/{id}/audit",
+            routing::get(audit),
+            op("A thread's audit log", "threads", None, vec![(200, "The audit log", vec![JsonOf(audit_log)])]),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/threads/{id}/replay",
+            routing::post(replay),
+            op(
+                "Replay a thread's history on another model",
+                "threads",
+                Some((JsonOf(|g| g.subschema_for::<ReplayBody>()), true)),
+                vec![(201, "The new thread and its run's stream", vec![Foreign("The replay")])],
+            ),
+        ),
+    ]
+}
 
 /// `POST /v1/threads`: `{"id"?, "messages"?}`, both optional; an empty body makes an empty thread.
 #[derive(Debug, Deserialize, Default, schemars::JsonSchema)]
@@ -39,8 +104,7 @@ pub(crate) async fn create(
 ) -> Result<Response, HttpError> {
     app.refuse_new_work()?;
     let bytes = body::read(request, &app.settings).await?;
-    let create: CreateBody =
-        if bytes.iter().all(u8::is_ascii_whitespace) { CreateBody::default() } else { body::json(&bytes)? };
+    let create: CreateBody = body::json_or(&bytes, CreateBody::default)?;
     let transcript =
         app.threads.create(create.id.as_deref(), create.messages, owner.as_deref()).await.map_err(|e| match e {
             ThreadError::InvalidId => HttpError::from(e).with_param("id"),
@@ -102,7 +166,7 @@ pub(crate) async fn replay(
     crate::output::check_name("model", &replay.model)?;
     let started =
         app.threads.replay(client.as_deref(), owner.as_deref(), &id, &replay.model, replay.upto.as_deref()).await?;
-    super::record_stream(started.stream.id());
+    record_stream(started.stream.id());
     tracing::info!(from = id, thread = started.thread, model = replay.model, "thread replayed");
     let body = json!({
         "object": "thread.replay",

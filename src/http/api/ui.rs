@@ -12,8 +12,59 @@
 //! calls they make do (the page asks for a key where keys are configured and keeps it in the tab's session
 //! storage, never in a URL).
 
+use axum::http::Method;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use super::endpoint::Content::{Html, Text};
+use super::endpoint::{Endpoint, endpoint, op};
+
+/// The viewer's page and assets, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![
+        endpoint(
+            Method::GET,
+            "/ui",
+            get(page),
+            op("The viewer: the streams", "viewer", None, vec![(200, "The page", vec![Html])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/ui/streams/{id}",
+            get(page),
+            op(
+                "The viewer: one run live (?token= for a read token)",
+                "viewer",
+                None,
+                vec![(200, "The page", vec![Html])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/ui/assets/viewer.js",
+            get(script),
+            op("The viewer's script", "viewer", None, vec![(200, "JavaScript", vec![Text])]),
+        ),
+        endpoint(
+            Method::GET,
+            "/ui/assets/client.js",
+            get(client),
+            op(
+                "The TypeScript client as one ES module, for a page to import",
+                "viewer",
+                None,
+                vec![(200, "JavaScript", vec![Text])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/ui/assets/viewer.css",
+            get(style),
+            op("The viewer's style", "viewer", None, vec![(200, "CSS", vec![Text])]),
+        ),
+    ]
+}
 
 const PAGE: &str = include_str!("ui/index.html");
 const SCRIPT: &str = include_str!("ui/viewer.js");

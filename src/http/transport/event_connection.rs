@@ -9,9 +9,9 @@
 //! event stream is asked for. That one request is read here: its head parsed (`httparse`) out of a buffer
 //! sized to it and dropped once parsed, answered by the same router as every other request (every layer:
 //! keys, CORS, limits, metrics), and its response written here: the head, each body chunk in chunked
-//! encoding as it comes, then the connection closed (a client reconnects, as after any end of a stream).
-//! While the response waits for its next chunk, a read of a few bytes into the task's own state notices a
-//! client that went away.
+//! encoding as it comes (`chunked.rs`), then the connection closed (a client reconnects, as after any end
+//! of a stream). While the response waits for its next chunk, a read of a few bytes into the task's own
+//! state notices a client that went away.
 //!
 //! An SSE response (`sse.rs`) is written from its relay rather than its body ([`serve_relay`]): whenever
 //! the relay has sent everything there was, it is parked on its stream's feed (`feed.rs`), which writes
@@ -28,20 +28,21 @@ use std::convert::Infallible;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 
 use axum::body::Body;
 use axum::http::{HeaderName, HeaderValue, Method, Request, Response, Version, header};
 use bytes::Bytes;
 use http_body::{Body as _, Frame};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
+use super::chunked::{self, ChunkSize, GATHERED_FRAMES, LAST_CHUNK, write_all_to};
 use super::feed::{Feeds, Parked};
-use super::server::Held;
+use super::socket::{AdmittedSocket, Rewind};
 use super::sse::{Direct, Relay};
 use super::watched::{WakeFlag, Watched};
 
@@ -54,21 +55,21 @@ const MAX_HEADERS: usize = 64;
 /// The first request of a new connection.
 pub(crate) enum First {
     /// A GET of a stream's events, parsed: answered by [`serve_events`].
-    Events(Box<Request<Body>>, Held),
+    Events(Box<Request<Body>>, AdmittedSocket),
     /// Anything else: hyper serves the connection, from its first byte.
     Other(Rewind),
 }
 
 /// Reads a new connection's first request head and says who serves it; `Ok(None)` when the client closed
 /// the connection before sending a whole head. Nothing is allocated until the client sends something.
-pub(crate) async fn first_request(held: Held) -> io::Result<Option<First>> {
+pub(crate) async fn first_request(socket: AdmittedSocket) -> io::Result<Option<First>> {
     let mut head = Vec::new();
     loop {
-        held.tcp.readable().await?;
+        socket.tcp.readable().await?;
         if head.len() == head.capacity() {
             head.reserve(if head.is_empty() { 1024 } else { head.capacity() });
         }
-        match held.tcp.try_read_buf(&mut head) {
+        match socket.tcp.try_read_buf(&mut head) {
             Ok(0) => return Ok(None),
             Ok(_) => {}
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
@@ -79,13 +80,13 @@ pub(crate) async fn first_request(held: Held) -> io::Result<Option<First>> {
         match parsed.parse(&head) {
             Ok(httparse::Status::Complete(length)) if length == head.len() => {
                 return Ok(Some(match events_request(&parsed) {
-                    Some(request) => First::Events(Box::new(request), held),
-                    None => First::Other(Rewind::new(head, held)),
+                    Some(request) => First::Events(Box::new(request), socket),
+                    None => First::Other(Rewind::new(head, socket)),
                 }));
             }
             Ok(httparse::Status::Partial) if head.len() < HEAD_LIMIT => {}
             // Bytes after the head, a head too long, or one httparse refuses: hyper's.
-            _ => return Ok(Some(First::Other(Rewind::new(head, held)))),
+            _ => return Ok(Some(First::Other(Rewind::new(head, socket)))),
         }
     }
 }
@@ -118,10 +119,16 @@ fn events_request(parsed: &httparse::Request<'_, '_>) -> Option<Request<Body>> {
     request.body(Body::empty()).ok()
 }
 
-/// Answers `request` with `service` and writes the response on `held`, then closes it: when the body ends,
-/// when the client goes away, or when `gone` fires (the shutdown's drain is over).
-pub(crate) async fn serve_events<S>(mut held: Held, request: Box<Request<Body>>, service: S, gone: CancellationToken)
-where
+/// Answers `request` with `service` and writes the response on `socket`, then closes it: when the body ends,
+/// when the client goes away, or when `gone` fires (the shutdown's drain is over). An SSE response waits on
+/// its stream's feed in `feeds`.
+pub(crate) async fn serve_events<S>(
+    mut socket: AdmittedSocket,
+    request: Box<Request<Body>>,
+    service: S,
+    feeds: &Feeds,
+    gone: CancellationToken,
+) where
     S: Service<Request<Body>, Response = Response<Body>, Error = Infallible>,
 {
     // Boxed, as the head below: what a waiting subscriber holds is its body and its socket, nothing more.
@@ -135,15 +142,15 @@ where
     // An SSE response's relay, written here rather than through its body, so that a feed can write it
     // while it waits (`feed.rs`).
     let direct = parts.extensions.get::<Direct>().filter(|_| length.is_none() && !bodiless);
-    if let Some((relay, feeds)) = direct.and_then(|direct| Some((direct.take()?, direct.feeds.clone()))) {
+    if let Some(relay) = direct.and_then(Direct::take) {
         drop(parts);
         // The body is not polled (the relay is taken out of it), but kept for as long as the response is
-        // served: what the layers hung on it (a key's connection slot, see `auth.rs`) lasts that long.
+        // served: what the layers hung on it (a key's connection slot, see `edge/auth.rs`) lasts that long.
         let _body = body;
-        return serve_relay(held, head, relay, feeds, gone).await;
+        return serve_relay(socket, head, relay, feeds, gone).await;
     }
     drop(parts);
-    let (mut reader, mut writer) = held.tcp.split();
+    let (mut reader, mut writer) = socket.tcp.split();
     let relay = async {
         writer.write_all(&head).await?;
         drop(head);
@@ -182,12 +189,12 @@ async fn until_gone(
 
 /// Writes `head`, then `relay`'s events in chunked encoding, parking it on `feeds` whenever it waits; closes
 /// the connection when the relay ends, when the client goes away, or when `gone` fires.
-async fn serve_relay(held: Held, head: Vec<u8>, relay: Box<Relay>, feeds: Feeds, gone: CancellationToken) {
-    let (tcp, _kept) = held.share();
+async fn serve_relay(socket: AdmittedSocket, head: Vec<u8>, relay: Box<Relay>, feeds: &Feeds, gone: CancellationToken) {
+    let (tcp, _kept) = socket.share();
     let relay = async {
         write_all_to(&tcp, &mut [IoSlice::new(&head)]).await?;
         drop(head);
-        relay_events(&tcp, relay, &feeds).await?;
+        relay_events(&tcp, relay, feeds).await?;
         socket2::SockRef::from(&*tcp).shutdown(std::net::Shutdown::Write)
     };
     let client_gone = async {
@@ -237,18 +244,10 @@ async fn relay_events(tcp: &Arc<TcpStream>, mut relay: Box<Relay>, feeds: &Feeds
                 frames.push(piece);
             }
         }
-        Box::pin(write_chunk(tcp, &frames)).await?;
+        Box::pin(chunked::write(tcp, &frames)).await?;
         frames.clear();
     }
-    write_all_to(tcp, &mut [IoSlice::new(b"0\r\n\r\n")]).await
-}
-
-/// Writes `frames` (at most [`GATHERED_FRAMES`]) as one chunk, waiting for the socket to take it.
-async fn write_chunk(tcp: &TcpStream, frames: &[Bytes]) -> io::Result<()> {
-    let mut size = ChunkSize::default();
-    let mut slices = [IoSlice::new(&[]); GATHERED_FRAMES + 2];
-    let count = frame(&mut size, frames, &mut slices);
-    write_all_to(tcp, &mut slices[..count]).await
+    write_all_to(tcp, &mut [IoSlice::new(LAST_CHUNK)]).await
 }
 
 /// Waits until the feed hands the relay back (false) or its ping is due (true).
@@ -266,70 +265,6 @@ async fn ping_or_handed_back(parked: &Parked) -> bool {
             () = tokio::time::sleep_until(due) => {}
         }
     }
-}
-
-/// `pieces` (at most [`GATHERED_FRAMES`]) as one chunk in `slices`: its size line, the pieces, the CRLF.
-/// The count of slices used; none when the pieces hold no bytes (an empty chunk would end the body).
-fn frame<'a>(size: &'a mut ChunkSize, pieces: &'a [Bytes], slices: &mut [IoSlice<'a>; GATHERED_FRAMES + 2]) -> usize {
-    let bytes: usize = pieces.iter().map(Bytes::len).sum();
-    if bytes == 0 {
-        return 0;
-    }
-    slices[0] = IoSlice::new(size.of(bytes));
-    for (slice, piece) in slices[1..].iter_mut().zip(pieces) {
-        *slice = IoSlice::new(piece);
-    }
-    slices[pieces.len() + 1] = IoSlice::new(b"\r\n");
-    pieces.len() + 2
-}
-
-/// Writes `pieces` in chunked encoding (a chunk per [`GATHERED_FRAMES`] pieces) as far as the socket takes
-/// them now, without waiting: `Err` with the framed bytes it did not take, which the connection sends
-/// itself (all of them after an error, which its own write then meets).
-pub(super) fn try_write_chunk(tcp: &TcpStream, pieces: &[Bytes]) -> Result<(), Vec<Bytes>> {
-    let mut groups = pieces.chunks(GATHERED_FRAMES);
-    while let Some(group) = groups.next() {
-        let mut size = ChunkSize::default();
-        let mut slices = [IoSlice::new(&[]); GATHERED_FRAMES + 2];
-        let count = frame(&mut size, group, &mut slices);
-        let total: usize = slices[..count].iter().map(|slice| slice.len()).sum();
-        let written = tcp.try_write_vectored(&slices[..count]).unwrap_or(0);
-        if written < total {
-            let mut skip = written;
-            let mut rest = Vec::new();
-            for group in std::iter::once(group).chain(groups) {
-                let bytes: usize = group.iter().map(Bytes::len).sum();
-                if bytes == 0 {
-                    continue;
-                }
-                let head = Bytes::copy_from_slice(ChunkSize::default().of(bytes));
-                let parts = std::iter::once(head).chain(group.iter().cloned()).chain([Bytes::from_static(b"\r\n")]);
-                for part in parts {
-                    if skip >= part.len() {
-                        skip -= part.len();
-                    } else {
-                        rest.push(part.slice(skip..));
-                        skip = 0;
-                    }
-                }
-            }
-            return Err(rest);
-        }
-    }
-    Ok(())
-}
-
-/// Writes every byte of `slices` to `tcp`, waiting for it to take them.
-async fn write_all_to(tcp: &TcpStream, mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
-    while !slices.is_empty() {
-        match tcp.try_write_vectored(slices) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(written) => IoSlice::advance_slices(&mut slices, written),
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => tcp.writable().await?,
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(())
 }
 
 /// The status line and headers, with the framing chosen here: `content-length` when the body's length is
@@ -412,12 +347,8 @@ async fn relay_body(mut body: Body, writer: &mut (impl AsyncWrite + Unpin), chun
         if chunked {
             let mut size = ChunkSize::default();
             let mut slices = [IoSlice::new(&[]); GATHERED_FRAMES + 2];
-            slices[0] = IoSlice::new(size.of(bytes));
-            for (slice, frame) in slices[1..].iter_mut().zip(&frames) {
-                *slice = IoSlice::new(frame);
-            }
-            slices[frames.len() + 1] = IoSlice::new(b"\r\n");
-            write_all_vectored(writer, &mut slices[..frames.len() + 2]).await?;
+            let count = chunked::frame(&mut size, &frames, &mut slices);
+            write_all_vectored(writer, &mut slices[..count]).await?;
         } else {
             let mut slices = [IoSlice::new(&[]); GATHERED_FRAMES];
             for (slice, frame) in slices.iter_mut().zip(&frames) {
@@ -428,15 +359,13 @@ async fn relay_body(mut body: Body, writer: &mut (impl AsyncWrite + Unpin), chun
         frames.clear();
     }
     if chunked {
-        writer.write_all(b"0\r\n\r\n").await?;
+        writer.write_all(LAST_CHUNK).await?;
     }
     Ok(())
 }
 
-/// The most data frames written at once (see [`relay_body`]).
-const GATHERED_FRAMES: usize = 16;
-
-/// Frames ready at once are gathered into one write up to about this many bytes (see [`relay_body`]).
+/// Frames ready at once are gathered into one write up to about this many bytes (see [`relay_body`]); at
+/// most [`GATHERED_FRAMES`] of them.
 const GATHERED_BYTES: usize = 256 << 10;
 
 /// Keeps a body's frame if it is data and not empty (trailers are not sent): the bytes it kept. An error
@@ -455,22 +384,6 @@ fn gather(frame: Result<Frame<Bytes>, axum::Error>, frames: &mut Vec<Bytes>) -> 
     }
 }
 
-/// A chunk's size line (hexadecimal, then CRLF), written on the stack: one per frame sent.
-#[derive(Default)]
-struct ChunkSize([u8; 18]);
-
-impl ChunkSize {
-    fn of(&mut self, len: usize) -> &[u8] {
-        let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
-        for (i, byte) in self.0[..digits].iter_mut().enumerate() {
-            let nibble = (len >> (4 * (digits - 1 - i))) & 0xf;
-            *byte = b"0123456789abcdef"[nibble];
-        }
-        self.0[digits..digits + 2].copy_from_slice(b"\r\n");
-        &self.0[..digits + 2]
-    }
-}
-
 /// Writes every byte of `slices`, in as few writes as the socket takes.
 async fn write_all_vectored(writer: &mut (impl AsyncWrite + Unpin), mut slices: &mut [IoSlice<'_>]) -> io::Result<()> {
     while !slices.is_empty() {
@@ -481,59 +394,6 @@ async fn write_all_vectored(writer: &mut (impl AsyncWrite + Unpin), mut slices: 
         IoSlice::advance_slices(&mut slices, written);
     }
     Ok(())
-}
-
-/// A connection with the bytes already read from it put back in front: what hyper reads first.
-pub(crate) struct Rewind {
-    prefix: Option<Bytes>,
-    held: Held,
-}
-
-impl Rewind {
-    fn new(prefix: Vec<u8>, held: Held) -> Self {
-        Rewind { prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)), held }
-    }
-}
-
-impl AsyncRead for Rewind {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if let Some(prefix) = this.prefix.as_mut() {
-            let n = prefix.len().min(buf.remaining());
-            buf.put_slice(&prefix.split_to(n));
-            if prefix.is_empty() {
-                this.prefix = None;
-            }
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.held).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Rewind {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().held).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().held).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.held.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().held).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().held).poll_shutdown(cx)
-    }
 }
 
 #[cfg(test)]
@@ -548,7 +408,8 @@ mod tests {
 
     use std::time::Duration;
 
-    use super::{ChunkSize, GATHERED_FRAMES, relay_body};
+    use super::relay_body;
+    use crate::http::transport::chunked::GATHERED_FRAMES;
 
     /// Records every write it is given, whole.
     #[derive(Default)]
@@ -626,13 +487,5 @@ mod tests {
         let (relayed, ()) = tokio::join!(relay_body(body, &mut writes, false), producer);
         relayed.expect("relayed");
         assert_eq!(writes.0, [b"data: 0\n\n".to_vec(), b"data: 1\n\n".to_vec(), b"data: 2\n\n".to_vec()]);
-    }
-
-    #[test]
-    fn a_chunk_size_line_is_its_length_in_hexadecimal() {
-        for len in [0, 1, 9, 10, 255, 256, 4096, 23_456, usize::MAX] {
-            let mut size = ChunkSize::default();
-            assert_eq!(size.of(len), format!("{len:x}\r\n").as_bytes(), "{len}");
-        }
     }
 }

@@ -1,52 +1,23 @@
-//! The OpenAPI 3.1 document (`GET /openapi.json`, committed as `docs/openapi.json`), made from the same table
-//! the router is built from ([`super::endpoints`]): each endpoint's path, method and handler, and beside
-//! them what the document says of it. Its security comes from the function the auth guard asks
-//! (`auth::needs`), and its schemas from the Rust types (`crate::schema`), so the document cannot say
-//! something the service does not do. `tests/openapi.rs` checks the committed file against this and has a
-//! real OpenAPI validator accept it.
+//! The OpenAPI 3.1 document (`GET /openapi.json`, committed as `docs/openapi.json`), made from the same list
+//! the router is built from (`endpoints()`, which `mod.rs` gathers): each endpoint's path, method and
+//! handler, and beside them what the document says of it (`endpoint.rs`). Its security comes from the
+//! function the auth guard asks (`edge/auth.rs`, `needs`), and its schemas from the Rust types
+//! (`crate::schema`), so the document cannot say something the service does not do. `tests/openapi.rs`
+//! checks the committed file against this and has a real OpenAPI validator accept it.
 
 use axum::http::Method;
-use schemars::Schema;
 use schemars::generate::SchemaGenerator;
 use serde_json::{Map, Value, json};
 
-use super::auth::{Access, Needs, needs};
-use super::endpoints;
+use super::endpoint::{Content, Endpoint};
+use crate::http::edge::auth::{Access, Needs, needs};
 
-/// A schema, as a function that defines it in the document's generator and returns the reference to it.
-pub(crate) type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
-
-/// What an endpoint takes or answers, as the document describes it.
-#[derive(Clone, Copy)]
-pub(crate) enum Content {
-    /// A JSON body of this schema.
-    Json(SchemaOf),
-    /// A JSON object another protocol defines, named here.
-    Foreign(&'static str),
-    /// Server-sent events.
-    EventStream,
-    /// Plain text (or a script or a style sheet).
-    Text,
-    /// A page.
-    Html,
-}
-
-/// What the document says of one operation.
-pub(crate) struct Operation {
-    pub(crate) summary: &'static str,
-    pub(crate) tag: &'static str,
-    /// The request body, and whether it must be there.
-    pub(crate) request: Option<(Content, bool)>,
-    /// The answers on success: status, what it is, and its forms (one per media type).
-    pub(crate) answers: Vec<(u16, &'static str, Vec<Content>)>,
-}
-
-/// The document.
-pub(crate) fn document() -> Value {
+/// The document of `endpoints`.
+pub(crate) fn document(endpoints: Vec<Endpoint>) -> Value {
     let mut generator = crate::schema::generator("/components/schemas");
     let error = json!({"application/json": {"schema": crate::schema::error(&mut generator).to_value()}});
     let mut paths = Map::new();
-    for endpoint in endpoints() {
+    for endpoint in endpoints {
         let (method, path, operation) = (endpoint.method, endpoint.path, endpoint.operation);
         let mut item = json!({
             "operationId": operation_id(&method, path),

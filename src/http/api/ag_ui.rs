@@ -9,22 +9,41 @@
 //! turn on the server-side thread `threadId` names, created on first use (`docs/decisions.md`, "Tool results and threads"); a frontend sends
 //! its whole history every time, so the thread takes what follows its last assistant message, starts from
 //! its history when it has none yet, and rewinds when the frontend went back (see
-//! [`crate::thread::Turn::history`]). The run gets its own stream, as a chat completion's does (`x-agentmux-stream-id`, `x-agentmux-read-token`), so it can be
-//! watched in any other format; the answer is that stream in the `ag-ui` format from its start.
+//! [`crate::thread::Turn::history`]). The run gets its own stream, as a chat completion's does
+//! (`x-agentmux-stream-id`, `x-agentmux-read-token`), so it can be watched in any other format; the answer
+//! is that stream in the `ag-ui` format from its start (`front_door.rs`).
 
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::Method;
 use axum::response::Response;
+use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{Threading, answer, chat_tool, invalid_thread, launch, model_or_default};
-use super::extract::{Client, KeyName, Params};
-use super::{App, HttpError, body};
-use crate::conversation::{AgUiMessage, ChatRequest, ag_ui_to_chat};
+use super::endpoint::Content::{EventStream, Foreign};
+use super::endpoint::{Endpoint, endpoint, op};
+use super::front_door::{
+    FrontDoor, OfferedTool, RUN, SchemaField, Threading, chat_request, invalid_thread, offer_tools,
+};
+use crate::conversation::{AgUiMessage, ag_ui_to_chat};
+use crate::http::edge::error::HttpError;
+use crate::http::edge::extract::Params;
 use crate::render::Format;
 use crate::thread::check_id;
+
+/// `POST /v1/ag-ui`, and what the OpenAPI document says of it.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![endpoint(
+        Method::POST,
+        "/v1/ag-ui",
+        post(run),
+        op(
+            "An AG-UI run",
+            "front doors",
+            Some((Foreign("AG-UI RunAgentInput"), true)),
+            vec![(200, RUN, vec![EventStream])],
+        ),
+    )]
+}
 
 /// `RunAgentInput`: only what agentmux uses is read (`threadId` names the server-side thread; `runId` names
 /// the frontend's run, and the events carry the stream's own, which the client does not compare).
@@ -36,23 +55,13 @@ struct RunAgentInput {
     messages: Vec<AgUiMessage>,
     /// `{name, description, parameters}` each.
     #[serde(default)]
-    tools: Vec<Tool>,
+    tools: Vec<OfferedTool>,
     #[serde(default)]
     context: Option<Value>,
     #[serde(default)]
     state: Option<Value>,
     #[serde(default)]
     forwarded_props: Option<Map<String, Value>>,
-}
-
-/// A tool the frontend offers.
-#[derive(Debug, Deserialize)]
-struct Tool {
-    name: String,
-    #[serde(default)]
-    description: Option<String>,
-    #[serde(default)]
-    parameters: Option<Value>,
 }
 
 /// `?model=`.
@@ -62,17 +71,8 @@ pub(crate) struct AgUiQuery {
 }
 
 /// `POST /v1/ag-ui`.
-pub(crate) async fn run(
-    State(app): State<App>,
-    Params(query): Params<AgUiQuery>,
-    Client(client): Client,
-    KeyName(owner): KeyName,
-    headers: HeaderMap,
-    request: Body,
-) -> Result<Response, HttpError> {
-    app.refuse_new_work()?;
-    let bytes = body::read(request, &app.settings).await?;
-    let input: RunAgentInput = body::json(&bytes)?;
+pub(crate) async fn run(Params(query): Params<AgUiQuery>, mut door: FrontDoor) -> Result<Response, HttpError> {
+    let input: RunAgentInput = door.json().await?;
     let mut forwarded = input.forwarded_props.unwrap_or_default();
     let model = match forwarded.remove("model") {
         Some(Value::String(model)) => model,
@@ -82,13 +82,10 @@ pub(crate) async fn run(
             return Err(HttpError::bad_request(message, Some("forwardedProps.model".into()), "invalid_value"));
         }
     };
-    let model = model_or_default(&app, model)?;
+    let model = door.model(model)?;
     let (messages, from) = ag_ui_to_chat(&input.messages)?;
     let mut extra = Map::new();
-    if !input.tools.is_empty() {
-        let tools = input.tools.iter().map(|t| chat_tool(&t.name, t.description.as_deref(), t.parameters.clone()));
-        extra.insert("tools".into(), tools.collect());
-    }
+    offer_tools(&mut extra, input.tools.into_iter().map(|tool| tool.with_schema(SchemaField::Parameters)));
     for (name, value) in [("context", input.context), ("state", input.state)] {
         if let Some(value) = value.filter(|v| !v.is_null()) {
             extra.insert(name.into(), value);
@@ -97,7 +94,6 @@ pub(crate) async fn run(
     if !forwarded.is_empty() {
         extra.insert("forwarded_props".into(), Value::Object(forwarded));
     }
-    let request = ChatRequest { model, messages, stream: true, stream_options: None, extra };
     let threading = match input.thread_id.filter(|id| !id.is_empty()) {
         Some(id) => {
             check_id(&id).map_err(|_| invalid_thread("threadId"))?;
@@ -105,8 +101,6 @@ pub(crate) async fn run(
         }
         None => Threading::None,
     };
-    let items = ("messages", &from[..]);
-    let (stream, on_disconnect) =
-        launch(&app, (client.as_deref(), owner), &headers, request, items, &threading).await?;
-    answer(&app, (&stream, threading.id()), Format::AgUi, on_disconnect)
+    let run = door.launch(chat_request(model, messages, true, extra, []), ("messages", &from), threading).await?;
+    run.answer(Format::AgUi)
 }

@@ -29,7 +29,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use super::event_connection::try_write_chunk;
+use super::chunked;
 use super::sse::{BUSY, GATHER, Relay};
 use crate::hub::Stream;
 use crate::sync::lock;
@@ -203,7 +203,7 @@ impl Slot {
             match relay.try_batch(now) {
                 None => return true,
                 Some(Some(batch)) => {
-                    if let Err(rest) = try_write_chunk(&self.tcp, batch.pieces()) {
+                    if let Err(rest) = chunked::try_write(&self.tcp, batch.pieces()) {
                         *unsent = rest;
                         break;
                     }

@@ -20,23 +20,56 @@
 //! With keys, a chat's thread belongs to the key that started it: another key's turn on it is 404, and its
 //! resume `204`.
 
-use std::sync::Arc;
-
-use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::chat::{Threading, answer, launch, model_or_default};
-use super::extract::{Client, KeyName};
-use super::sse::OnDisconnect;
-use super::{App, HttpError, body};
-use crate::conversation::{ChatRequest, UiMessage, to_chat};
-use crate::hub::Stream;
+use super::endpoint::Content::{EventStream, Foreign};
+use super::endpoint::{Endpoint, endpoint, op};
+use super::front_door::{FrontDoor, RUN, Run, Threading, chat_request};
+use crate::conversation::{UiMessage, to_chat};
+use crate::http::app::App;
+use crate::http::edge::error::HttpError;
+use crate::http::edge::extract::KeyName;
+use crate::http::edge::trace::record_stream;
 use crate::render::Format;
 use crate::thread::check_id;
+
+/// `POST /v1/ui/chat` and its resume, and what the OpenAPI document says of them.
+pub(crate) fn endpoints() -> Vec<Endpoint> {
+    vec![
+        endpoint(
+            Method::POST,
+            "/v1/ui/chat",
+            post(chat),
+            op(
+                "The AI SDK's useChat turn",
+                "front doors",
+                Some((
+                    Foreign(
+                        "useChat's request: {id, messages: UIMessage[], trigger, messageId} and the body option's fields",
+                    ),
+                    true,
+                )),
+                vec![(200, RUN, vec![EventStream])],
+            ),
+        ),
+        endpoint(
+            Method::GET,
+            "/v1/ui/chat/{chat_id}/stream",
+            get(resume),
+            op(
+                "Resume a useChat turn",
+                "front doors",
+                None,
+                vec![(200, RUN, vec![EventStream]), (204, "No turn running", vec![])],
+            ),
+        ),
+    ]
+}
 
 /// What `useChat`'s default transport posts.
 #[derive(Debug, Deserialize)]
@@ -59,28 +92,16 @@ struct UiChatRequest {
 }
 
 /// `POST /v1/ui/chat`.
-pub(crate) async fn chat(
-    State(app): State<App>,
-    Client(client): Client,
-    KeyName(owner): KeyName,
-    headers: HeaderMap,
-    request: Body,
-) -> Result<Response, HttpError> {
-    app.refuse_new_work()?;
-    let bytes = body::read(request, &app.settings).await?;
-    let UiChatRequest { id, messages, model, extra, .. } = body::json(&bytes)?;
+pub(crate) async fn chat(mut door: FrontDoor) -> Result<Response, HttpError> {
+    let UiChatRequest { id, messages, model, extra, .. } = door.json().await?;
     check_id(&id).map_err(|_| {
         let message = "id (the chat's) must be 1 to 256 letters, digits, '_', '-', '.' or ':'";
         HttpError::bad_request(message, Some("id".into()), "invalid_value")
     })?;
-    let model = model_or_default(&app, model)?;
+    let model = door.model(model)?;
     let (messages, from) = to_chat(&messages)?;
-    let request = ChatRequest { model, messages, stream: true, stream_options: None, extra };
-    let threading = Threading::Resent(id);
-    let items = ("messages", &from[..]);
-    let (stream, on_disconnect) =
-        launch(&app, (client.as_deref(), owner), &headers, request, items, &threading).await?;
-    respond(&app, (&stream, threading.id()), on_disconnect)
+    let run = door.launch(chat_request(model, messages, true, extra, []), ("messages", &from), Threading::Resent(id));
+    respond(run.await?)
 }
 
 /// `GET /v1/ui/chat/{chat_id}/stream`.
@@ -92,15 +113,15 @@ pub(crate) async fn resume(
     match app.threads.running(&chat, owner.as_deref()).await? {
         None => Ok(StatusCode::NO_CONTENT.into_response()),
         Some(stream) => {
-            super::record_stream(stream.id());
-            respond(&app, (&stream, Some(&chat)), OnDisconnect::none())
+            record_stream(stream.id());
+            respond(Run::watched(app, stream, chat))
         }
     }
 }
 
 /// The stream from its start as a UI message stream, with its id, read token and thread.
-fn respond(app: &App, run: (&Arc<Stream>, Option<&str>), on_disconnect: OnDisconnect) -> Result<Response, HttpError> {
-    let mut response = answer(app, run, Format::UiMessage, on_disconnect)?;
+fn respond(run: Run) -> Result<Response, HttpError> {
+    let mut response = run.answer(Format::UiMessage)?;
     response.headers_mut().insert("x-vercel-ai-ui-message-stream", HeaderValue::from_static("v1"));
     Ok(response)
 }

@@ -1,0 +1,141 @@
+//! [`App`], what every handler shares, and [`Settings`], what the service is told: a leaf of their own, which
+//! the three wings (`transport/`, `api/`, `edge/`) and the router read, and which reads none of them but for
+//! the types of its fields.
+//!
+//! The fields the rest of `crate::http` needs and an embedding application must not touch (the store, the
+//! cluster, where the shutdown is, the feeds) are visible to `crate::http` only.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::edge::{Credentials, HttpError, KeySpec, Metrics, Origins};
+use super::transport::feed;
+use super::transport::lifetime::Lifetime;
+use crate::agent::Agents;
+use crate::hub::Hub;
+use crate::store::Store;
+use crate::thread::{MemoryThreadStorage, ThreadConfig, ThreadStorage, Threads};
+
+/// Transport settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A `: ping` after this long without an event (15 s).
+    pub keep_alive: Duration,
+    /// The largest request body (8 MiB); a declared `Content-Length` over it is refused at once.
+    pub body_limit: usize,
+    /// How long a request body may take to arrive (30 s).
+    pub body_timeout: Duration,
+    /// The most connections served at once (4,096 here; the binary sizes it from its open-file limit). One
+    /// past it is answered 503 `capacity` and closed, while the others keep being served.
+    pub max_connections: usize,
+    /// The largest WebSocket message or frame from a client (1 MiB).
+    pub ws_max_message: usize,
+    /// On shutdown, how long open streams get to finish before they are ended with an error (10 s).
+    pub shutdown_grace: Duration,
+    /// On shutdown, after the grace, how long connections get to send what they still owe before they are
+    /// dropped (5 s).
+    pub shutdown_drain: Duration,
+    /// The model a chat request without one gets (`demo`).
+    pub default_model: String,
+    /// The limits of server-side threads.
+    pub threads: ThreadConfig,
+    /// The API keys (none: no credential is needed; see `edge/auth.rs`).
+    pub api_keys: Vec<KeySpec>,
+    /// The origins whose pages may use the service from a browser (see `edge/browser.rs`).
+    pub cors_origins: Origins,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            keep_alive: Duration::from_secs(15),
+            body_limit: 8 << 20,
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            ws_max_message: 1 << 20,
+            shutdown_grace: Duration::from_secs(10),
+            shutdown_drain: Duration::from_secs(5),
+            default_model: "demo".into(),
+            threads: ThreadConfig::default(),
+            api_keys: Vec::new(),
+            cors_origins: Origins::default(),
+        }
+    }
+}
+
+/// What every handler shares; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// The streams.
+    pub hub: Hub,
+    /// The agents, by model name.
+    pub agents: Arc<Agents>,
+    /// The server-side threads.
+    pub threads: Threads,
+    /// Transport settings.
+    pub settings: Settings,
+    /// The keys and the secret stream tokens are signed with.
+    pub credentials: Arc<Credentials>,
+    /// What `GET /metrics` shows.
+    pub metrics: Metrics,
+    /// The store, if streams and threads are kept in one.
+    pub(super) store: Option<Arc<Store>>,
+    /// The other nodes, through Redis (`--engine redis`): streams this hub does not hold are followed.
+    pub(super) cluster: Option<crate::cluster::Cluster>,
+    /// Where the service is in its shutdown.
+    pub(super) lifetime: Lifetime,
+    /// The writers of waiting event connections (`transport/feed.rs`).
+    pub(super) feeds: feed::Feeds,
+}
+
+impl App {
+    /// An app over `hub` and `agents`, with `settings`, keeping threads in memory only.
+    pub fn new(hub: Hub, agents: Arc<Agents>, settings: Settings) -> Self {
+        App::with_store(hub, agents, settings, None)
+    }
+
+    /// An app whose threads `store` keeps (the hub should keep its streams there too: see
+    /// [`crate::store::Store`]). The threads it kept from before a restart come back with
+    /// [`Store::restore_threads`], as its streams do with [`Store::restore`].
+    pub fn with_store(hub: Hub, agents: Arc<Agents>, settings: Settings, store: Option<Arc<Store>>) -> Self {
+        // Tokens outlive a restart with the store's secret; without a store, they last as long as the process.
+        let secret = store.as_ref().map_or_else(crate::hub::random_secret, |s| s.secret());
+        let credentials = Arc::new(Credentials::new(&settings.api_keys, secret, Arc::clone(&hub.config().clock)));
+        let storage: Arc<dyn ThreadStorage> = match &store {
+            Some(store) => Arc::clone(store) as Arc<dyn ThreadStorage>,
+            None => Arc::new(MemoryThreadStorage),
+        };
+        let threads = Threads::with_storage(hub.clone(), Arc::clone(&agents), settings.threads.clone(), storage);
+        let metrics = Metrics::new();
+        App {
+            hub,
+            agents,
+            threads,
+            settings,
+            credentials,
+            metrics,
+            store,
+            cluster: None,
+            lifetime: Lifetime::default(),
+            feeds: feed::Feeds::default(),
+        }
+    }
+
+    /// The same app, serving the streams of the other nodes of `cluster` too (`--engine redis`).
+    pub fn with_cluster(mut self, cluster: crate::cluster::Cluster) -> Self {
+        // A token one node gave is good on every node.
+        let clock = Arc::clone(&self.hub.config().clock);
+        self.credentials = Arc::new(Credentials::new(&self.settings.api_keys, cluster.secret(), clock));
+        // A conversation goes on whichever node its next turn reaches.
+        let storage = Arc::new(cluster.threads(self.settings.threads.ttl));
+        self.threads =
+            Threads::with_storage(self.hub.clone(), Arc::clone(&self.agents), self.settings.threads.clone(), storage);
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// 503 `shutting_down` once the service is stopping: for what would start new work.
+    pub(crate) fn refuse_new_work(&self) -> Result<(), HttpError> {
+        if self.lifetime.draining.is_cancelled() { Err(HttpError::shutting_down()) } else { Ok(()) }
+    }
+}

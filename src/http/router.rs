@@ -1,0 +1,43 @@
+//! [`router`]: every endpoint `api/` gathers, each behind the layers of `edge/` that every request meets.
+//!
+//! From the outside in: the access log and the request counted (`edge/trace.rs`), CORS for the listed
+//! origins, the head limits and the envelope on every error (`edge/limits.rs`), what a page from another
+//! origin may not do (`edge/browser.rs`), the credential (`edge/auth.rs`); on a node of a cluster, a write to
+//! a stream another node writes goes there (`edge/forward.rs`) before any handler sees it.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::middleware;
+
+use super::api::endpoints;
+use super::app::App;
+use super::edge::{HttpError, auth, browser, forward, limits, trace};
+
+/// Every route.
+pub fn router(app: App) -> Router {
+    let mut router = Router::new();
+    for endpoint in endpoints() {
+        let mut handler = endpoint.handler;
+        if app.cluster.is_some() && forward::WRITES.contains(&endpoint.path) {
+            handler = handler.route_layer(middleware::from_fn_with_state(app.clone(), forward::to_writer));
+        }
+        router = router.route(endpoint.path, handler);
+    }
+    router
+        .fallback(|| async {
+            HttpError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                "no such endpoint",
+                None,
+                "not_found",
+            )
+        })
+        .route_layer(middleware::from_fn_with_state(Arc::clone(&app.credentials), auth::guard))
+        .layer(middleware::from_fn_with_state(app.settings.cors_origins.clone(), browser::guard))
+        .layer(middleware::from_fn_with_state(app.settings.body_limit, limits::guard))
+        .layer(middleware::from_fn_with_state(app.metrics.clone(), trace::trace))
+        .layer(tower::util::option_layer(app.settings.cors_origins.cors()))
+        .with_state(app)
+}

@@ -1,0 +1,28 @@
+//! The transport: how events leave the service, below the endpoints that decide what they are. Nothing here
+//! knows a route; `api/` makes the responses and the connections these files carry, and `server.rs` hands
+//! them the sockets it accepts.
+//!
+//! Imports run one way, from the top of this list down (each file uses only files below it):
+//!
+//! - `event_connection.rs`: a connection whose first request is a GET of an event stream, served without
+//!   hyper (so a waiting subscriber holds none of hyper's buffers); every other connection goes to hyper;
+//! - `feed.rs`: the writers that send a stream's new batches to its waiting event connections;
+//! - `sse.rs`: an SSE response from a subscription: its relay, its pings, its gathering;
+//! - `chunked.rs`: the chunked framing, and the writes of a relayed response to its socket;
+//! - `socket.rs`: an accepted connection's socket: its options, its place under the connection cap, the
+//!   bytes read ahead put back for hyper;
+//! - `watched.rs`: a future watched by another, polled only when its own waker was woken;
+//! - `repoll.rs`: a hyper connection that wakes itself is polled again at once;
+//! - `ws.rs`: the loop of a WebSocket connection, which relays its subscriptions and hands the client's
+//!   frames to the endpoint;
+//! - `lifetime.rs`: where the service is in its shutdown, which every connection watches.
+
+pub(crate) mod chunked;
+pub(crate) mod event_connection;
+pub(crate) mod feed;
+pub(crate) mod lifetime;
+pub(crate) mod repoll;
+pub(crate) mod socket;
+pub(crate) mod sse;
+pub(crate) mod watched;
+pub(crate) mod ws;

@@ -1,0 +1,209 @@
+//! [`WebSocketConnection`]: the loop of a WebSocket connection, which relays its subscriptions' batches and
+//! hands each text frame the client sends to the endpoint (`api/ws.rs`), whose ops it knows nothing of.
+//!
+//! A connection's subscriptions ([`Subscriptions`]) are cursors into their streams' shared renditions,
+//! polled together by the connection's one task: it takes a batch only when the socket has taken the last
+//! one, so a connection has at most one batch (up to the hub's batch limit) in flight, however many streams
+//! it watches and however slowly it reads, and a reader that is behind costs the server no more than an SSE
+//! one. The bytes it writes were encoded once per stream for every WebSocket subscriber of that format;
+//! nothing is parsed or re-wrapped here.
+//!
+//! What cannot be read closes the connection with the code that fits: 1003 for a binary frame, 1009 for a
+//! message over the limit, 1007 for text that is not UTF-8, 1002 for a broken frame; the reason is written
+//! for the client. A connection opened on one stream closes with 1000 when its stream ends, or with the
+//! reason `lagged` when its history is gone. On shutdown a connection stops reading, sends what its streams
+//! still owe (their `done` included) and closes with 1001; once the drain is over it is dropped.
+
+use std::pin::Pin;
+
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
+use futures::stream::{SplitSink, SplitStream};
+use futures::{SinkExt, StreamExt};
+use tokio_stream::StreamMap;
+
+use super::lifetime::Lifetime;
+use crate::http::edge::metrics::SubscriberMeter;
+use crate::hub::{Batch, Subscription};
+
+/// A subscription's batches, then `None` once when it ends.
+pub(crate) type Batches = Pin<Box<dyn futures::Stream<Item = Option<Batch>> + Send>>;
+
+/// A connection's subscriptions, by stream id.
+pub(crate) type Subscriptions = StreamMap<String, Batches>;
+
+/// A subscription as the connection polls it, counted in the metrics while it is polled.
+pub(crate) fn batches(subscription: Subscription, mut meter: SubscriberMeter) -> Batches {
+    let batches = subscription.into_stream().map(move |batch| {
+        meter.delivered(&batch);
+        Some(batch)
+    });
+    Box::pin(batches.chain(futures::stream::once(async { None })))
+}
+
+/// How a connection's loop ended.
+enum End {
+    /// The drain is over: dropped, with nothing more sent.
+    Gone,
+    /// Closed, with this close frame first (none: the client closed, or the socket failed).
+    Close(Option<CloseFrame>),
+}
+
+/// A WebSocket connection's loop: see the module doc.
+pub(crate) struct WebSocketConnection {
+    sink: SplitSink<WebSocket, Message>,
+    source: SplitStream<WebSocket>,
+    subscriptions: Subscriptions,
+    lifetime: Lifetime,
+    /// The stream a connection opened on one stream watches: it closes when that one ends.
+    single: Option<String>,
+    /// A batch said its subscriber lagged.
+    lagged: bool,
+    /// The service closes: client frames are no longer read, and what the streams still owe goes out.
+    closing: bool,
+    /// Set once the loop ended.
+    end: Option<End>,
+}
+
+impl WebSocketConnection {
+    /// A connection on `socket`, watching `lifetime`; `single` when it was opened on one stream, which it
+    /// watches from the start.
+    pub(crate) fn new(socket: WebSocket, lifetime: Lifetime, single: Option<(String, Batches)>) -> Self {
+        let (sink, source) = socket.split();
+        let mut subscriptions = Subscriptions::new();
+        let single = single.map(|(id, batches)| {
+            subscriptions.insert(id.clone(), batches);
+            id
+        });
+        WebSocketConnection { sink, source, subscriptions, lifetime, single, lagged: false, closing: false, end: None }
+    }
+
+    /// The connection's subscriptions, for an op to change.
+    pub(crate) fn subscriptions(&mut self) -> &mut Subscriptions {
+        &mut self.subscriptions
+    }
+
+    /// The client's next text frame, its subscriptions' batches sent meanwhile; `None` once the connection
+    /// is to close ([`WebSocketConnection::close`] then closes it).
+    pub(crate) async fn next_text(&mut self) -> Option<Utf8Bytes> {
+        if self.end.is_some() {
+            return None;
+        }
+        let end = loop {
+            if self.closing && self.subscriptions.is_empty() {
+                break End::Close(Some(close_frame(close_code::AWAY, "the server is shutting down")));
+            }
+            tokio::select! {
+                () = self.lifetime.gone.cancelled() => break End::Gone,
+                () = self.lifetime.closing.cancelled(), if !self.closing => self.closing = true,
+                incoming = self.source.next(), if !self.closing => match incoming {
+                    None => break End::Close(None),
+                    Some(Err(error)) => break End::Close(read_failed(&error)),
+                    Some(Ok(Message::Close(_))) => break End::Close(None),
+                    Some(Ok(Message::Text(text))) => return Some(text),
+                    Some(Ok(Message::Binary(_))) => {
+                        let reason = "binary frames are not supported; send JSON text";
+                        break End::Close(Some(close_frame(close_code::UNSUPPORTED, reason)));
+                    }
+                    Some(Ok(_)) => {}
+                },
+                Some((stream, item)) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
+                    if let Some(end) = self.relayed(&stream, item).await {
+                        break end;
+                    }
+                }
+            }
+        };
+        self.end = Some(end);
+        None
+    }
+
+    /// Sends a subscription's batch, or notes its end: how the connection ends, if it does.
+    async fn relayed(&mut self, stream: &str, item: Option<Batch>) -> Option<End> {
+        match item {
+            Some(batch) => {
+                self.lagged |= batch.lagged;
+                send(&mut self.sink, messages(&batch)).await.err().map(|_| End::Close(None))
+            }
+            None => {
+                self.subscriptions.remove(stream);
+                (self.single.as_deref() == Some(stream)).then(|| {
+                    End::Close(Some(if self.lagged {
+                        close_frame(close_code::NORMAL, "lagged")
+                    } else if self.lifetime.draining.is_cancelled() {
+                        close_frame(close_code::AWAY, "the server is shutting down")
+                    } else {
+                        close_frame(close_code::NORMAL, "stream ended")
+                    }))
+                })
+            }
+        }
+    }
+
+    /// Sends the reply to a text frame; a socket that fails ends the connection.
+    pub(crate) async fn reply(&mut self, reply: Message) {
+        if send(&mut self.sink, vec![reply]).await.is_err() {
+            self.end = Some(End::Close(None));
+        }
+    }
+
+    /// Closes the connection as its loop ended: the close frame, if any, then the socket (unless the drain
+    /// ends first).
+    pub(crate) async fn close(self) {
+        let WebSocketConnection { mut sink, lifetime, end, .. } = self;
+        let close = match end {
+            Some(End::Gone) => return,
+            Some(End::Close(frame)) => frame,
+            None => None,
+        };
+        let goodbye = async {
+            if let Some(frame) = close {
+                let _ = sink.send(Message::Close(Some(frame))).await;
+            }
+            let _ = sink.close().await;
+        };
+        tokio::select! {
+            () = goodbye => {}
+            () = lifetime.gone.cancelled() => {}
+        }
+    }
+}
+
+/// The close frame for a client frame that could not be read, by its cause; `None` when the connection
+/// itself failed (nothing can be sent on it).
+fn read_failed(error: &axum::Error) -> Option<CloseFrame> {
+    use tungstenite::error::{CapacityError, Error as WsError};
+    tracing::debug!(%error, "websocket read failed");
+    let cause = std::error::Error::source(error).and_then(|e| e.downcast_ref::<WsError>());
+    match cause {
+        Some(WsError::Capacity(CapacityError::MessageTooLong { max_size, .. })) => {
+            Some(close_frame(close_code::SIZE, &format!("a message is over the limit of {max_size} bytes")))
+        }
+        Some(WsError::Capacity(_)) => Some(close_frame(close_code::SIZE, "a frame is over the size limit")),
+        Some(WsError::Utf8(_)) => Some(close_frame(close_code::INVALID, "a text frame is not valid UTF-8")),
+        Some(WsError::Protocol(_)) => {
+            Some(close_frame(close_code::PROTOCOL, "the frame breaks the WebSocket protocol"))
+        }
+        _ => None,
+    }
+}
+
+/// A batch's frames as text messages: each frame is one JSON object (see `crate::render`).
+fn messages(batch: &Batch) -> Vec<Message> {
+    batch.frames().into_iter().filter_map(|frame| Utf8Bytes::try_from(frame).ok().map(Message::Text)).collect()
+}
+
+fn close_frame(code: u16, reason: &str) -> CloseFrame {
+    // A close reason is at most 123 bytes.
+    let mut end = reason.len().min(120);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    CloseFrame { code, reason: Utf8Bytes::from(&reason[..end]) }
+}
+
+async fn send(sink: &mut SplitSink<WebSocket, Message>, messages: Vec<Message>) -> Result<(), axum::Error> {
+    for message in messages {
+        sink.feed(message).await?;
+    }
+    sink.flush().await
+}
