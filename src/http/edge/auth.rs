@@ -402,7 +402,7 @@ pub(crate) async fn guard(State(credentials): State<Arc<Credentials>>, mut reque
             request.extensions_mut().insert(grant);
             let response = next.run(request).await;
             match slot {
-                Some(slot) => response.map(|body| axum::body::Body::new(Held { body, _slot: slot })),
+                Some(slot) => response.map(|body| axum::body::Body::new(SlotHoldingBody { body, _slot: slot })),
                 None => response,
             }
         }
@@ -436,12 +436,12 @@ impl Drop for Slot {
 }
 
 /// A response body that holds its key's slot until it is done (a stream's events, for as long as they flow).
-struct Held {
+struct SlotHoldingBody {
     body: axum::body::Body,
     _slot: Slot,
 }
 
-impl http_body::Body for Held {
+impl http_body::Body for SlotHoldingBody {
     type Data = axum::body::Bytes;
     type Error = axum::Error;
 
