@@ -159,11 +159,8 @@ fn src_has_no_long_file_no_long_function_and_no_import_circle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
-    let modules: BTreeMap<Vec<String>, PathBuf> = files
-        .iter()
-        .filter(|f| !f.ends_with("main.rs"))
-        .map(|f| (module_of(&src, f), f.clone()))
-        .collect();
+    let modules: BTreeMap<Vec<String>, PathBuf> =
+        files.iter().filter(|f| !f.ends_with("main.rs")).map(|f| (module_of(&src, f), f.clone())).collect();
     let mut problems = Vec::new();
     let mut edges: BTreeMap<PathBuf, BTreeSet<PathBuf>> = BTreeMap::new();
     for file in &files {
