@@ -9,7 +9,7 @@
 //! - [`UpstreamAgent`] (`upstream/`): any OpenAI-compatible model server, streamed into typed messages,
 //!   with the tool loop.
 //! - [`Tool`] and [`Tools`] (`tools.rs`): tools with JSON Schemas, run by the agent or handed to the client.
-//! - The text-mode reply parser (`reply.rs`): for models without native tool calling, whether a reply is
+//! - The text-mode reply parser (`reply/`): for models without native tool calling, whether a reply is
 //!   text, tool calls, the model's error, or a malformed attempt; whole or as it streams.
 
 mod builtin;
