@@ -34,6 +34,7 @@ use crate::sync::lock;
 
 impl Stream {
     /// Counts `bytes` against the hub's limit; `false` (and nothing counted) when they do not fit.
+    #[inline]
     pub(super) fn reserve(&self, bytes: u64) -> bool {
         let fits = self.hub.reserve(bytes);
         if fits {
@@ -43,12 +44,14 @@ impl Stream {
     }
 
     /// Counts bytes that must be held regardless.
+    #[inline]
     pub(super) fn force(&self, bytes: u64) {
         self.hub.force_reserve(bytes);
         self.held.fetch_add(bytes, Ordering::AcqRel);
     }
 
     /// Gives back `bytes` counted against the hub, no more than the stream holds.
+    #[inline]
     pub(super) fn release(&self, bytes: u64) {
         let released =
             self.held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| Some(held.saturating_sub(bytes)));
@@ -59,6 +62,7 @@ impl Stream {
     /// A closing event of `bytes` took the place of the `room` reserved for it: the stream's count and the
     /// hub's (once per copy) give back the difference. (A closing event is never larger than its room; if it
     /// were, the difference would be counted regardless.)
+    #[inline]
     pub(super) fn settle(&self, producer: &mut Producer, room: u64, bytes: u64) {
         let copies = producer.copies();
         producer.bytes = (producer.bytes + bytes).saturating_sub(room);
@@ -74,6 +78,7 @@ impl Stream {
     /// The hub-wide count is one atomic that every stream's producer and readers share, so a catch-up's
     /// change is gathered per stream and applied in steps of [`COUNT_STEP`] bytes (and when a rendition
     /// finishes): the hub's count trails what renditions hold by less than a step per stream.
+    #[inline]
     pub(crate) fn count(&self, counted: CountChange) {
         if counted == CountChange::default() || self.forgotten.load(Ordering::Acquire) {
             return;

@@ -114,6 +114,7 @@ struct Producer {
 impl Producer {
     /// How many times an entry is counted: the log, the producer's own reduction (`reducer`, at most the
     /// entries it came from), and each reader.
+    #[inline]
     fn copies(&self) -> u64 {
         2 + self.readers
     }
@@ -355,16 +356,19 @@ impl Stream {
         format!("{prefix}{}-{short}", self.next_id.fetch_add(1, Ordering::Relaxed))
     }
 
+    #[inline]
     fn lock(&self) -> MutexGuard<'_, Producer> {
         lock(&self.producer)
     }
 
     /// When a sample of its messages were published.
+    #[inline]
     pub(crate) fn probes(&self) -> &Probes {
         &self.probes
     }
 
     /// What it shares with the hub: the config, the byte count.
+    #[inline]
     pub(crate) fn hub_state(&self) -> &HubState {
         &self.hub
     }
@@ -499,6 +503,7 @@ struct StateView {
 const CHUNK: usize = 1024;
 
 /// Stamps `message` with its sequence, the time, and the trace id its producer gave (if any).
+#[inline]
 pub(crate) fn stamp(message: &mut OutputMessage, sequence: u64, now_ms: u64, trace_id: Option<String>) {
     message.metadata = Some(Metadata { sequence: Some(sequence), timestamp: Some(now_ms), trace_id });
 }

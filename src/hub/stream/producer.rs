@@ -241,6 +241,7 @@ impl Stream {
     }
 
     /// Stamps one of the stream's own events with `id` and the next sequence, and reduces it.
+    #[inline]
     pub(super) fn stamp_event(
         &self,
         producer: &mut Producer,
