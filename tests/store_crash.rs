@@ -362,6 +362,36 @@ fn refused(dir: &std::path::Path) -> (bool, String) {
     (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
+/// SIGTERM with a stream open: the shutdown ends it with the error `shutdown`, and that end is on disk before
+/// the process exits, so after a restart the stream reads `shutdown`, not `interrupted` (an end the writer had
+/// not committed when the process went). The race is a moment wide, so the round is run several times.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_end_a_shutdown_writes_is_kept_when_the_process_exits() {
+    let client = patient_client();
+    for round in 0..6 {
+        let dir = data_dir(&format!("shutdown-end-{round}"));
+        let path = dir.to_str().expect("a UTF-8 path");
+        let mut server = ServerProcess::spawn(&["--data-dir", path, "--shutdown-grace", "200ms"]);
+        let id = create(&client, &server).await;
+        let mut acked = Acked::new();
+        append(&client, &server, &mut acked, &id, vec!["left open".into()]).await.expect("appended");
+        server.terminate();
+        let (_, clean) = server.wait_exit(Duration::from_secs(10));
+        assert!(clean, "round {round}: the shutdown exits cleanly");
+        let restarted = spawn(&dir);
+        let opened = common::wait::eventually_blocking("the store's opening line", Duration::from_secs(10), || {
+            let log = restarted.log.lock().expect("log").clone();
+            log.contains("store opened").then_some(log)
+        });
+        assert!(opened.contains("interrupted=0"), "round {round}: nothing was left open on disk:\n{opened}");
+        let (events, _) = events_and_notice(&client, &restarted, &id, 0).await;
+        let end = events.values().last().cloned().unwrap_or_default();
+        assert!(end.contains(r#""code":"shutdown""#), "round {round}: the stream ends as the shutdown ended it: {end}");
+        drop(restarted);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn a_data_directory_it_cannot_use_is_a_clear_error_at_start() {
     // A file where the directory should be.

@@ -69,6 +69,9 @@ pub enum NodeError {
 pub struct Node {
     app: App,
     restart: Restart,
+    /// The embedded store, if the node keeps one: flushed once serving is over, so what the shutdown wrote
+    /// (the ends of the streams it ended) is on disk before the process goes.
+    store: Option<Arc<Store>>,
     _maintenance: Maintenance,
 }
 
@@ -124,7 +127,7 @@ impl Node {
             store.restore_threads(&app.threads);
         }
         maintenance.sweep(app.hub.clone(), app.threads.clone());
-        Ok(Node { app, restart, _maintenance: maintenance })
+        Ok(Node { app, restart, store, _maintenance: maintenance })
     }
 
     /// The app every handler shares: the hub, the agents, the threads, the settings.
@@ -150,13 +153,19 @@ impl Node {
     }
 
     /// Serves on `listener` until `shutdown` completes, then shuts down in phases (no new work; open streams
-    /// get the grace to end; connections get the drain to send what they owe), and returns.
+    /// get the grace to end; connections get the drain to send what they owe), and returns once what the
+    /// shutdown wrote is kept: a stream it ended reads `shutdown` after a restart, not `interrupted`.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        crate::http::serve(listener, self.app.clone(), shutdown).await
+        let served = crate::http::serve(listener, self.app.clone(), shutdown).await;
+        if let Some(store) = self.store.clone() {
+            // The writer's flush waits on its thread: off the runtime's workers.
+            tokio::task::spawn_blocking(move || store.flush()).await.map_err(std::io::Error::other)?;
+        }
+        served
     }
 }
 
