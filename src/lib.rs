@@ -27,9 +27,10 @@
 //!   restarts (the hub's storage and the threads').
 //! - `redis`: [`cluster`], several nodes serving the same streams and threads through Redis.
 //! - `upstream`: [`agent::UpstreamAgent`], any OpenAI-compatible model server behind the chat endpoints.
-//! - `server` (with the three above): [`node`], one service assembled from a [`node::NodeConfig`] and run with
-//!   its maintenance; [`http`], the service on the network (its transport, its endpoints, its edge); [`logs`],
-//!   where its log lines go; and the `agentmux` binary.
+//! - `server`: [`node`], one service assembled from a [`node::NodeConfig`] and run with its maintenance, over
+//!   whichever of the engines and the upstream are built; [`http`], the service on the network (its transport,
+//!   its endpoints, its edge).
+//! - `cli` (with all of the above): the `agentmux` binary, and [`logs`], where its log lines go.
 //!
 //! ```
 //! use agentmux::adapter::{Adapter, CuiAdapter, OpenAiAdapter, OpenAiOptions};
@@ -54,7 +55,7 @@
 // A build without every feature (the core alone, say) leaves some crate-internal items unused: they serve the
 // store, Redis, the server or the upstream agent, which that build leaves out.
 #![cfg_attr(
-    not(all(feature = "server", feature = "store", feature = "redis", feature = "upstream")),
+    not(all(feature = "cli", feature = "server", feature = "store", feature = "redis", feature = "upstream")),
     allow(dead_code, unused_imports)
 )]
 
@@ -66,7 +67,7 @@ pub mod conversation;
 #[cfg(feature = "server")]
 pub mod http;
 pub mod hub;
-#[cfg(feature = "server")]
+#[cfg(feature = "cli")]
 pub mod logs;
 #[cfg(feature = "server")]
 pub mod node;

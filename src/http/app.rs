@@ -13,6 +13,7 @@ use super::transport::feed;
 use super::transport::lifetime::Lifetime;
 use crate::agent::Agents;
 use crate::hub::Hub;
+#[cfg(feature = "store")]
 use crate::store::Store;
 use crate::thread::{MemoryThreadStorage, ThreadConfig, ThreadStorage, Threads};
 
@@ -79,8 +80,10 @@ pub struct App {
     /// What `GET /metrics` shows.
     pub metrics: Metrics,
     /// The store, if streams and threads are kept in one.
+    #[cfg(feature = "store")]
     pub(super) store: Option<Arc<Store>>,
     /// The other nodes, through Redis (`--engine redis`): streams this hub does not hold are followed.
+    #[cfg(feature = "redis")]
     pub(super) cluster: Option<crate::cluster::Cluster>,
     /// Where the service is in its shutdown.
     pub(super) lifetime: Lifetime,
@@ -89,32 +92,45 @@ pub struct App {
 }
 
 impl App {
-    /// An app over `hub` and `agents`, with `settings`, keeping threads in memory only.
+    /// An app over `hub` and `agents`, with `settings`, keeping threads in memory only; its stream tokens
+    /// last as long as the process (their secret is made now).
     pub fn new(hub: Hub, agents: Arc<Agents>, settings: Settings) -> Self {
-        App::with_store(hub, agents, settings, None)
+        App::over(hub, agents, settings, crate::hub::random_secret(), Arc::new(MemoryThreadStorage))
     }
 
     /// An app whose threads `store` keeps (the hub should keep its streams there too: see
-    /// [`crate::store::Store`]). The threads it kept from before a restart come back with
-    /// [`Store::restore_threads`], as its streams do with [`Store::restore`].
+    /// [`crate::store::Store`]), and whose tokens outlive a restart (signed with the store's secret). The
+    /// threads it kept from before a restart come back with [`Store::restore_threads`], as its streams do
+    /// with [`Store::restore`].
+    #[cfg(feature = "store")]
     pub fn with_store(hub: Hub, agents: Arc<Agents>, settings: Settings, store: Option<Arc<Store>>) -> Self {
-        // Tokens outlive a restart with the store's secret; without a store, they last as long as the process.
-        let secret = store.as_ref().map_or_else(crate::hub::random_secret, |s| s.secret());
+        let Some(store) = store else { return App::new(hub, agents, settings) };
+        let storage = Arc::clone(&store) as Arc<dyn ThreadStorage>;
+        let mut app = App::over(hub, agents, settings, store.secret(), storage);
+        app.store = Some(store);
+        app
+    }
+
+    /// The app: its credentials signed with `secret`, its threads kept by `storage`.
+    fn over(
+        hub: Hub,
+        agents: Arc<Agents>,
+        settings: Settings,
+        secret: [u8; 32],
+        storage: Arc<dyn ThreadStorage>,
+    ) -> Self {
         let credentials = Arc::new(Credentials::new(&settings.api_keys, secret, Arc::clone(&hub.config().clock)));
-        let storage: Arc<dyn ThreadStorage> = match &store {
-            Some(store) => Arc::clone(store) as Arc<dyn ThreadStorage>,
-            None => Arc::new(MemoryThreadStorage),
-        };
         let threads = Threads::with_storage(hub.clone(), Arc::clone(&agents), settings.threads.clone(), storage);
-        let metrics = Metrics::new();
         App {
             hub,
             agents,
             threads,
             settings,
             credentials,
-            metrics,
-            store,
+            metrics: Metrics::new(),
+            #[cfg(feature = "store")]
+            store: None,
+            #[cfg(feature = "redis")]
             cluster: None,
             lifetime: Lifetime::default(),
             feeds: feed::Feeds::default(),
@@ -122,6 +138,7 @@ impl App {
     }
 
     /// The same app, serving the streams of the other nodes of `cluster` too (`--engine redis`).
+    #[cfg(feature = "redis")]
     pub fn with_cluster(mut self, cluster: crate::cluster::Cluster) -> Self {
         // A token one node gave is good on every node.
         let clock = Arc::clone(&self.hub.config().clock);

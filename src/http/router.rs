@@ -12,13 +12,18 @@ use axum::middleware;
 
 use super::api::endpoints;
 use super::app::App;
-use super::edge::{HttpError, auth, browser, forward, limits, trace};
+#[cfg(feature = "redis")]
+use super::edge::forward;
+use super::edge::{HttpError, auth, browser, limits, trace};
 
 /// Every route.
 pub fn router(app: App) -> Router {
     let mut router = Router::new();
     for endpoint in endpoints() {
+        #[cfg_attr(not(feature = "redis"), expect(unused_mut))]
         let mut handler = endpoint.handler;
+        // With several nodes, a write to a stream another node writes goes to that node.
+        #[cfg(feature = "redis")]
         if app.cluster.is_some() && forward::WRITES.contains(&endpoint.path) {
             handler = handler.route_layer(middleware::from_fn_with_state(app.clone(), forward::to_writer));
         }

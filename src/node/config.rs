@@ -7,7 +7,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::agent::{Agents, Tools, UpstreamConfig};
+#[cfg(feature = "upstream")]
+use crate::agent::UpstreamConfig;
+use crate::agent::{Agents, Tools};
+#[cfg(feature = "redis")]
 use crate::cluster::ClusterConfig;
 use crate::http::Settings;
 use crate::hub::HubConfig;
@@ -20,8 +23,10 @@ pub enum Engine {
     Memory,
     /// The embedded SQLite store in this directory (created on first open): streams, threads and the audit
     /// log survive a restart.
+    #[cfg(feature = "store")]
     Store(PathBuf),
     /// Redis, shared by every node of a cluster: any node serves any stream and any thread.
+    #[cfg(feature = "redis")]
     Redis(ClusterConfig),
 }
 
@@ -31,7 +36,10 @@ impl Engine {
     pub fn default_retention(&self) -> Duration {
         match self {
             Engine::Memory => Duration::from_secs(600),
-            Engine::Store(_) | Engine::Redis(_) => Duration::from_secs(24 * 3600),
+            #[cfg(feature = "store")]
+            Engine::Store(_) => Duration::from_secs(24 * 3600),
+            #[cfg(feature = "redis")]
+            Engine::Redis(_) => Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -58,6 +66,7 @@ pub struct NodeConfig {
     /// The agents, by model name ([`Agents::builtin`] by default).
     pub agents: Agents,
     /// An OpenAI-compatible model server for every model no agent of `agents` has, if any.
+    #[cfg(feature = "upstream")]
     pub upstream: Option<UpstreamConfig>,
     /// The tools the upstream agent runs itself.
     pub tools: Tools,
@@ -73,6 +82,7 @@ impl NodeConfig {
             hub,
             settings: Settings::default(),
             agents: Agents::builtin(),
+            #[cfg(feature = "upstream")]
             upstream: None,
             tools: Tools::new(),
         }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+#[cfg(feature = "upstream")]
 use crate::agent::UpstreamAgent;
 use crate::hub::Hub;
 use crate::thread::Threads;
@@ -17,6 +18,7 @@ use crate::thread::Threads;
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How often an upstream's model list is read again.
+#[cfg(feature = "upstream")]
 const LIST_MODELS_EVERY: Duration = Duration::from_secs(300);
 
 /// The node's background tasks; aborted when dropped.
@@ -46,6 +48,7 @@ impl Maintenance {
 
     /// Lists `upstream`'s models now (a failure is logged, and retried with the next listing), then every
     /// five minutes, so `GET /v1/models` follows the upstream.
+    #[cfg(feature = "upstream")]
     pub(super) async fn list_models(&mut self, upstream: UpstreamAgent, url: String) {
         match upstream.refresh_models().await {
             Ok(count) => tracing::info!(upstream = url, models = count, "upstream ready"),

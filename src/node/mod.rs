@@ -36,10 +36,13 @@ use std::sync::Arc;
 pub use config::{Engine, NodeConfig};
 pub use listen::listen;
 
+#[cfg(feature = "upstream")]
 use crate::agent::UpstreamAgent;
+#[cfg(feature = "redis")]
 use crate::cluster::Cluster;
 use crate::http::App;
-use crate::hub::{Hub, Storage};
+use crate::hub::Hub;
+#[cfg(feature = "store")]
 use crate::store::{Restart, Store, StoreError};
 use maintenance::Maintenance;
 
@@ -48,9 +51,11 @@ use maintenance::Maintenance;
 #[non_exhaustive]
 pub enum NodeError {
     /// The embedded store could not be opened or read back.
+    #[cfg(feature = "store")]
     #[error("{0}")]
     Store(#[from] StoreError),
     /// Redis could not be reached (the URL is given without its credentials).
+    #[cfg(feature = "redis")]
     #[error("connecting to Redis at {at}: {error}")]
     Redis {
         /// Where, without user or password.
@@ -59,6 +64,7 @@ pub enum NodeError {
         error: String,
     },
     /// The upstream model server's settings are unusable (a malformed URL, say).
+    #[cfg(feature = "upstream")]
     #[error("the upstream: {0}")]
     Upstream(String),
 }
@@ -68,9 +74,12 @@ pub enum NodeError {
 #[derive(Debug)]
 pub struct Node {
     app: App,
+    /// What the store gave back at start.
+    #[cfg(feature = "store")]
     restart: Restart,
     /// The embedded store, if the node keeps one: flushed once serving is over, so what the shutdown wrote
     /// (the ends of the streams it ended) is on disk before the process goes.
+    #[cfg(feature = "store")]
     store: Option<Arc<Store>>,
     _maintenance: Maintenance,
 }
@@ -79,55 +88,27 @@ impl Node {
     /// Opens, restores and assembles everything `config` names, in the order the module doc gives, and starts
     /// the maintenance. Must be called inside a tokio runtime.
     pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
-        let NodeConfig { engine, mut hub, settings, mut agents, upstream, tools } = config;
-        let (store, cluster) = match engine {
-            Engine::Memory => (None, None),
-            Engine::Store(dir) => (Some(Store::open(&dir)?), None),
-            Engine::Redis(mut cluster) => {
-                // A stream's keys in Redis live as long as the hub keeps the stream.
-                (cluster.idle_timeout, cluster.retention) = (hub.idle_timeout, hub.retention);
-                let at = without_credentials(&cluster.redis_url);
-                tracing::info!(redis = %at, "connecting to Redis");
-                let cluster =
-                    Cluster::connect(cluster).await.map_err(|e| NodeError::Redis { at, error: e.to_string() })?;
-                (None, Some(cluster))
-            }
-        };
-        if let Some(store) = &store {
-            hub.storage = Arc::clone(store) as Arc<dyn Storage>;
-        }
-        if let Some(cluster) = &cluster {
-            hub.storage = cluster.storage();
-        }
+        #[cfg(feature = "upstream")]
+        let NodeConfig { engine, mut hub, settings, agents, upstream, tools } = config;
+        #[cfg(not(feature = "upstream"))]
+        let NodeConfig { engine, mut hub, settings, agents, tools: _ } = config;
+        let engine = Kept::open(engine, &mut hub).await?;
         let hub = Hub::new(hub);
-        let mut restart = Restart::default();
-        if let Some(store) = &store {
-            restart = store.restore(&hub)?;
-            tracing::info!(
-                store = %store.path().display(),
-                streams = restart.streams,
-                interrupted = restart.interrupted,
-                expired = restart.expired,
-                threads = restart.threads,
-                "store opened"
-            );
-        }
+        #[cfg(feature = "store")]
+        let restart = engine.restore_streams(&hub)?;
         let mut maintenance = Maintenance::default();
-        if let Some(upstream) = upstream {
-            let url = upstream.base_url.clone();
-            let upstream = UpstreamAgent::new(upstream, tools).map_err(NodeError::Upstream)?;
-            maintenance.list_models(upstream.clone(), url).await;
-            agents.set_upstream(upstream);
-        }
-        let mut app = App::with_store(hub, Arc::new(agents), settings, store.clone());
-        if let Some(cluster) = cluster {
-            app = app.with_cluster(cluster);
-        }
-        if let Some(store) = &store {
-            store.restore_threads(&app.threads);
-        }
+        #[cfg(feature = "upstream")]
+        let agents = with_upstream(agents, upstream, tools, &mut maintenance).await?;
+        let app = engine.app(hub, agents, settings);
         maintenance.sweep(app.hub.clone(), app.threads.clone());
-        Ok(Node { app, restart, store, _maintenance: maintenance })
+        Ok(Node {
+            app,
+            #[cfg(feature = "store")]
+            restart,
+            #[cfg(feature = "store")]
+            store: engine.store(),
+            _maintenance: maintenance,
+        })
     }
 
     /// The app every handler shares: the hub, the agents, the threads, the settings.
@@ -141,6 +122,7 @@ impl Node {
     }
 
     /// What the engine gave back when the node opened (all zero without a store).
+    #[cfg(feature = "store")]
     pub fn restart(&self) -> Restart {
         self.restart
     }
@@ -161,12 +143,112 @@ impl Node {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let served = crate::http::serve(listener, self.app.clone(), shutdown).await;
+        #[cfg(feature = "store")]
         if let Some(store) = self.store.clone() {
             // The writer's flush waits on its thread: off the runtime's workers.
             tokio::task::spawn_blocking(move || store.flush()).await.map_err(std::io::Error::other)?;
         }
         served
     }
+}
+
+/// The engine once opened: where the hub's storage and the threads' come from.
+enum Kept {
+    Memory,
+    #[cfg(feature = "store")]
+    Store(Arc<Store>),
+    #[cfg(feature = "redis")]
+    Redis(Cluster),
+}
+
+impl Kept {
+    /// Opens `engine` and makes it the storage of the hub `hub` configures.
+    async fn open(
+        engine: Engine,
+        #[cfg_attr(not(any(feature = "store", feature = "redis")), expect(unused_variables))]
+        hub: &mut crate::hub::HubConfig,
+    ) -> Result<Kept, NodeError> {
+        Ok(match engine {
+            Engine::Memory => Kept::Memory,
+            #[cfg(feature = "store")]
+            Engine::Store(dir) => {
+                let store = Store::open(&dir)?;
+                hub.storage = Arc::clone(&store) as Arc<dyn crate::hub::Storage>;
+                Kept::Store(store)
+            }
+            #[cfg(feature = "redis")]
+            Engine::Redis(mut cluster) => {
+                // A stream's keys in Redis live as long as the hub keeps the stream.
+                (cluster.idle_timeout, cluster.retention) = (hub.idle_timeout, hub.retention);
+                let at = without_credentials(&cluster.redis_url);
+                tracing::info!(redis = %at, "connecting to Redis");
+                let cluster =
+                    Cluster::connect(cluster).await.map_err(|e| NodeError::Redis { at, error: e.to_string() })?;
+                hub.storage = cluster.storage();
+                Kept::Redis(cluster)
+            }
+        })
+    }
+
+    /// The streams the store kept, back in `hub` (ended ones readable again, open ones ended `interrupted`).
+    #[cfg(feature = "store")]
+    fn restore_streams(&self, hub: &Hub) -> Result<Restart, NodeError> {
+        let Kept::Store(store) = self else { return Ok(Restart::default()) };
+        let restart = store.restore(hub)?;
+        tracing::info!(
+            store = %store.path().display(),
+            streams = restart.streams,
+            interrupted = restart.interrupted,
+            expired = restart.expired,
+            threads = restart.threads,
+            "store opened"
+        );
+        Ok(restart)
+    }
+
+    /// The app over `hub` and `agents`: its threads kept where the engine keeps them (and the store's back in
+    /// them), its tokens signed with the engine's secret.
+    fn app(&self, hub: Hub, agents: crate::agent::Agents, settings: crate::http::Settings) -> App {
+        let agents = Arc::new(agents);
+        match self {
+            Kept::Memory => App::new(hub, agents, settings),
+            #[cfg(feature = "store")]
+            Kept::Store(store) => {
+                let app = App::with_store(hub, agents, settings, Some(Arc::clone(store)));
+                store.restore_threads(&app.threads);
+                app
+            }
+            #[cfg(feature = "redis")]
+            Kept::Redis(cluster) => App::new(hub, agents, settings).with_cluster(cluster.clone()),
+        }
+    }
+
+    /// The store, if the engine is one.
+    #[cfg(feature = "store")]
+    fn store(&self) -> Option<Arc<Store>> {
+        match self {
+            Kept::Store(store) => Some(Arc::clone(store)),
+            _ => None,
+        }
+    }
+}
+
+/// `agents`, with the upstream model server `upstream` answering every model they have not (its models
+/// listed now, then by the maintenance), if there is one.
+#[cfg(feature = "upstream")]
+async fn with_upstream(
+    mut agents: crate::agent::Agents,
+    upstream: Option<crate::agent::UpstreamConfig>,
+    tools: crate::agent::Tools,
+    maintenance: &mut Maintenance,
+) -> Result<crate::agent::Agents, NodeError> {
+    if let Some(upstream) = upstream {
+        let url = upstream.base_url.clone();
+        let upstream = UpstreamAgent::new(upstream, tools).map_err(NodeError::Upstream)?;
+        maintenance.list_models(upstream.clone(), url).await;
+        agents.set_upstream(upstream);
+    }
+    Ok(agents)
 }
 
 /// A URL as it may be logged: without the user and password it may carry (`redis://:secret@host`), nor its

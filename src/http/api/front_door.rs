@@ -134,6 +134,7 @@ impl FrontDoor {
         };
         // With several nodes, the stream's id goes out (its header) once Redis has the stream, so any node
         // finds it at once (one node finds it in its hub from the start).
+        #[cfg(feature = "redis")]
         if app.cluster.is_some() {
             stream.readable(1).await;
         }

@@ -55,6 +55,7 @@ pub(crate) fn version_endpoint() -> Vec<Endpoint> {
 /// `cluster_unavailable` while this node cannot reach Redis.
 async fn ready(State(app): State<App>) -> Result<&'static str, HttpError> {
     app.refuse_new_work()?;
+    #[cfg(feature = "redis")]
     if app.cluster.as_ref().is_some_and(|cluster| !cluster.reaches_redis()) {
         return Err(HttpError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -64,6 +65,7 @@ async fn ready(State(app): State<App>) -> Result<&'static str, HttpError> {
             "cluster_unavailable",
         ));
     }
+    #[cfg(feature = "store")]
     if app.store.as_ref().is_some_and(|store| store.failing()) {
         return Err(HttpError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,

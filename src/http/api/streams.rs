@@ -135,12 +135,16 @@ pub(crate) async fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> 
     if let Some(stream) = app.hub.get(id) {
         return Ok(stream);
     }
-    let Some(cluster) = &app.cluster else { return Err(HttpError::unknown_stream(id)) };
-    match cluster.follow(&app.hub, id).await {
-        Ok(Some(stream)) => Ok(stream),
-        Ok(None) => Err(HttpError::unknown_stream(id)),
-        Err(error) => Err(HttpError::cluster_unavailable(&error)),
+    // With several nodes, a stream another node writes is followed here.
+    #[cfg(feature = "redis")]
+    if let Some(cluster) = &app.cluster {
+        return match cluster.follow(&app.hub, id).await {
+            Ok(Some(stream)) => Ok(stream),
+            Ok(None) => Err(HttpError::unknown_stream(id)),
+            Err(error) => Err(HttpError::cluster_unavailable(&error)),
+        };
     }
+    Err(HttpError::unknown_stream(id))
 }
 
 #[derive(Debug, Deserialize, Default, schemars::JsonSchema)]

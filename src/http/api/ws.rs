@@ -34,6 +34,7 @@ use crate::http::app::App;
 use crate::http::edge::auth::{Access, Grant};
 use crate::http::edge::error::HttpError;
 use crate::http::edge::extract::{Params, StreamId, Upgrade};
+#[cfg(feature = "redis")]
 use crate::http::edge::forward;
 use crate::http::transport::ws::{Batches, Subscriptions, WebSocketConnection, batches};
 use crate::output::OutputMessage;
@@ -188,11 +189,13 @@ async fn handle(app: &App, grant: &Grant, text: &str, subscriptions: &mut Subscr
             subscriptions.insert(stream.clone(), batches(subscription, meter));
             Ok(json!({ "stream": stream, "subscribed": true }))
         })(),
+        #[cfg(feature = "redis")]
         (Op::Cancel { stream }, Some(Ok(found))) if found.is_followed() && !found.log().is_ended() => {
             forward::post_to_writer(app, &stream, "cancel", Vec::new())
                 .await
                 .map(|_| json!({ "stream": stream, "cancelled": true }))
         }
+        #[cfg(feature = "redis")]
         (Op::Publish { stream, message }, Some(Ok(found))) if found.is_followed() && !found.log().is_ended() => {
             // Checked here first, so a message refused for its shape is refused as it would be on the writer.
             let checked = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"));

@@ -18,6 +18,7 @@ pub(crate) mod body;
 pub(crate) mod browser;
 pub(crate) mod error;
 pub(crate) mod extract;
+#[cfg(feature = "redis")]
 pub(crate) mod forward;
 pub(crate) mod limits;
 pub(crate) mod metrics;
