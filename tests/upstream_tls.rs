@@ -3,14 +3,19 @@
 //!
 //! With `--upstream-ca-file` naming that CA, streamed text and a tool call come through; without it, the run
 //! fails `502 upstream_tls` naming the certificate's reason, and the log names the host, never the key; a
-//! plain-HTTP upstream still works; a refused connection is `upstream_connect`; a CA file that cannot be read
-//! or holds no certificate stops the start with exit 2 and the reason.
+//! plain-HTTP upstream still works; a refused connection is `upstream_connect`; `HTTPS_PROXY` sends the
+//! connection through a CONNECT proxy, unless `NO_PROXY` names the host; a CA file that cannot be read or holds
+//! no certificate stops the start with exit 2 and the reason.
 
 mod common;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 use common::http::{assert_envelope, read_events};
 use common::process::ServerProcess;
@@ -117,6 +122,62 @@ async fn a_plain_http_upstream_still_works_and_a_refused_connection_is_upstream_
     assert_eq!(response.status(), 502);
     let body: Value = response.json().await.expect("an envelope");
     assert_envelope(&body, None, "upstream_connect");
+}
+
+/// An HTTP CONNECT proxy on loopback: the address, and the targets it was asked for.
+async fn connect_proxy() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+    let address = listener.local_addr().expect("its address");
+    let targets = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&targets);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if client.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let mut words = head.split_whitespace();
+                let (Some("CONNECT"), Some(target)) = (words.next(), words.next()) else { return };
+                seen.lock().expect("targets").push(target.to_owned());
+                let Ok(mut upstream) = TcpStream::connect(target).await else { return };
+                if client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                }
+            });
+        }
+    });
+    (address, targets)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_proxy_is_honoured_and_no_proxy_bypasses_it() {
+    let ca = TestCa::new("agentmux test upstream CA");
+    let dir = temp_dir("upstream-proxy");
+    let (ca_file, _, _) = ca.write(&dir);
+    let ca_file = ca_file.to_str().expect("a path").to_owned();
+    let upstream = FakeUpstream::start(vec![Reply::text(&["proxied"])]).await;
+    let front = tls_front(&ca, backend(&upstream)).await;
+    let url = format!("https://127.0.0.1:{}/v1", front.port());
+    let (proxy, targets) = connect_proxy().await;
+    let proxy_url = format!("http://{proxy}");
+    let args = ["--upstream-url", &url, "--upstream-models", "m", "--upstream-ca-file", &ca_file];
+    let hi = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+
+    let proxied = ServerProcess::spawn_with_env(&[("HTTPS_PROXY", &proxy_url), ("NO_PROXY", "")], &args);
+    assert_eq!(streamed_text(chat(&proxied, hi.clone()).await).await, "proxied");
+    assert_eq!(*targets.lock().expect("targets"), [format!("127.0.0.1:{}", front.port())]);
+
+    let direct = ServerProcess::spawn_with_env(&[("HTTPS_PROXY", &proxy_url), ("NO_PROXY", "127.0.0.1")], &args);
+    assert_eq!(streamed_text(chat(&direct, hi).await).await, "proxied");
+    assert_eq!(targets.lock().expect("targets").len(), 1, "NO_PROXY: the proxy was not asked");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Runs `agentmux serve` with `args` until it exits (within 30 s): its exit code and stderr.
