@@ -6,13 +6,14 @@
 //! a private CA (`--upstream-ca-file`) is trusted beside them, not instead of them. reqwest reads `HTTPS_PROXY`,
 //! `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` (and their lower-case forms) itself; nothing here changes that.
 
-use super::UpstreamConfig;
+use std::time::Duration;
 
-/// The client for `config`'s upstream; a CA that is not PEM certificates is an error naming why.
-pub(crate) fn http_client(config: &UpstreamConfig) -> Result<reqwest::Client, String> {
+/// The client for an upstream, connecting within `connect_timeout` and trusting `ca_pem` (PEM) beside the
+/// usual roots; a CA that is not PEM certificates is an error naming why.
+pub(crate) fn http_client(connect_timeout: Duration, ca_pem: Option<&[u8]>) -> Result<reqwest::Client, String> {
     reqwest::Client::builder()
-        .connect_timeout(config.connect_timeout)
-        .tls_certs_merge(roots(config.ca_pem.as_deref())?)
+        .connect_timeout(connect_timeout)
+        .tls_certs_merge(roots(ca_pem)?)
         .build()
         .map_err(|e| format!("cannot make an HTTP client: {e}"))
 }

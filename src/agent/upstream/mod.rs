@@ -118,7 +118,7 @@ pub struct UpstreamAgent {
 impl UpstreamAgent {
     /// An agent for `config`'s upstream, running `tools` itself; a CA that is not PEM certificates is an error.
     pub fn new(config: UpstreamConfig, tools: Tools) -> Result<Self, String> {
-        let client = client::http_client(&config)?;
+        let client = client::http_client(config.connect_timeout, config.ca_pem.as_deref())?;
         let models = config.models.clone().unwrap_or_default();
         Ok(UpstreamAgent {
             config: Arc::new(config),
