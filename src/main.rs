@@ -142,6 +142,10 @@ struct Serve {
     /// The Redis server of `--engine redis`.
     #[arg(long, env = "AGENTMUX_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
     redis_url: String,
+    /// With `--engine redis` and a `rediss://` URL: the CA (PEM) the Redis server's certificate chains to
+    /// [default: the system's roots].
+    #[arg(long, env = "AGENTMUX_REDIS_CA_FILE")]
+    redis_ca_file: Option<std::path::PathBuf>,
     /// The URL other nodes reach this one at, with `--engine redis` [default: http:// and the address
     /// listened on].
     #[arg(long, env = "AGENTMUX_ADVERTISE_URL")]
@@ -221,6 +225,10 @@ struct Serve {
     /// Models without native tool calling, comma-separated: they get text-mode tool instructions.
     #[arg(long, env = "AGENTMUX_UPSTREAM_TEXT_MODE", value_delimiter = ',')]
     upstream_text_mode: Vec<String>,
+    /// A private CA (PEM) the upstream's certificate may chain to, trusted beside the bundled web PKI roots
+    /// and the system's. The proxy is the environment's (HTTPS_PROXY, HTTP_PROXY, NO_PROXY).
+    #[arg(long, env = "AGENTMUX_UPSTREAM_CA_FILE")]
+    upstream_ca_file: Option<std::path::PathBuf>,
     /// How long connecting to the upstream may take.
     #[arg(long, env = "AGENTMUX_UPSTREAM_CONNECT_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     upstream_connect_timeout: Duration,
@@ -434,6 +442,7 @@ fn node_config(
             // Its idle timeout and retention are the hub's: the node sets them when it opens.
             node::Engine::Redis(ClusterConfig {
                 redis_url: serve.redis_url.clone(),
+                ca_pem: read_ca("--redis-ca-file", serve.redis_ca_file.as_deref())?,
                 advertise_url: serve.advertise_url.clone().unwrap_or_else(|| format!("http://{bound}")),
                 idle_timeout: serve.idle_timeout,
                 retention: Duration::ZERO,
@@ -473,6 +482,7 @@ fn node_config(
         api_keys,
         cors_origins,
     };
+    let upstream_ca = read_ca("--upstream-ca-file", serve.upstream_ca_file.as_deref())?;
     config.upstream = serve.upstream_url.as_ref().map(|url| UpstreamConfig {
         key: serve.upstream_key.clone().filter(|k| !k.is_empty()),
         models: serve.upstream_models.clone(),
@@ -480,11 +490,19 @@ fn node_config(
         connect_timeout: serve.upstream_connect_timeout,
         first_byte_timeout: serve.upstream_first_byte_timeout,
         idle_timeout: serve.upstream_idle_timeout,
+        ca_pem: upstream_ca,
         max_rounds: serve.max_tool_rounds,
         tool_timeout: serve.tool_timeout,
         ..UpstreamConfig::new(url.clone())
     });
     Ok(config)
+}
+
+/// The bytes of the CA file `flag` names, if it names one; a file that cannot be read is an error naming it.
+/// (What the file holds is checked where it is used: the upstream's client and the Redis client refuse a file
+/// without a PEM certificate.)
+fn read_ca(flag: &str, path: Option<&std::path::Path>) -> Result<Option<Vec<u8>>, String> {
+    path.map(|path| std::fs::read(path).map_err(|e| format!("{flag} {}: {e}", path.display()))).transpose()
 }
 
 /// Raises the soft limit on open files to the hard one (1,024 by default on Linux, a few hundred stalled

@@ -145,14 +145,14 @@ async fn before_the_first_byte_the_client_gets_the_right_status_and_never_the_ke
             }
         }
     }
-    // Nothing listening: 502 upstream_unavailable.
+    // Nothing listening: 502 upstream_connect.
     let mut nowhere = UpstreamConfig::new("http://127.0.0.1:9/v1");
     nowhere.key = Some(KEY.into());
     let server = server_with(UpstreamAgent::new(nowhere, Tools::new()).expect("agent")).await;
     let response = chat(&server, json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_eq!(response.status(), 502);
     let body: Value = response.json().await.expect("JSON");
-    assert_envelope(&body, None, "upstream_unavailable");
+    assert_envelope(&body, None, "upstream_connect");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -49,6 +49,11 @@
 //! `keys.rs`: per stream a Redis Stream of entries (entry id `<sequence>-0`), a hash of its facts, owner and
 //! outcome, and a notice channel. The keys expire with the stream: its idle timeout and retention after each
 //! append, its retention once it has ended.
+//!
+//! # TLS
+//!
+//! A `rediss://` URL is dialled with rustls (`tls.rs`), trusting the system's roots or the CA of
+//! `--redis-ca-file`.
 
 mod connection;
 mod follow;
@@ -56,6 +61,7 @@ mod keys;
 mod lease;
 mod script;
 mod thread_storage;
+mod tls;
 mod writer;
 
 use std::collections::HashMap;
@@ -103,8 +109,11 @@ struct Inner {
 /// How a node joins: where Redis is, where the other nodes reach this one, and its streams' lifetimes.
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
-    /// `redis://host:port/db`.
+    /// `redis://host:port/db`, or `rediss://` for TLS.
     pub redis_url: String,
+    /// The CA a `rediss://` server's certificate chains to (PEM); `None`: the system's roots
+    /// (`--redis-ca-file`).
+    pub ca_pem: Option<Vec<u8>>,
     /// The URL other nodes reach this one at (its writes are forwarded there).
     pub advertise_url: String,
     /// The hub's idle timeout: an open stream's keys live this long plus the retention past its last append.
@@ -122,7 +131,7 @@ impl Cluster {
         let info = config.redis_url.as_str().into_connection_info()?;
         let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
         let info = info.set_redis_settings(settings);
-        let client = redis::Client::open(info)?;
+        let client = tls::redis_client(info, config.ca_pem.as_deref())?;
         let settings = || {
             ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(2)))

@@ -12,6 +12,7 @@ pub(crate) mod proxy;
 pub(crate) mod python;
 pub(crate) mod redis;
 pub(crate) mod server;
+pub(crate) mod tls;
 pub(crate) mod upstream;
 pub(crate) mod wait;
 

@@ -21,8 +21,13 @@ impl ServerProcess {
     /// Starts `agentmux serve --addr 127.0.0.1:0` with `args`, and waits until it listens. Without a
     /// `--data-dir` in `args` it runs `--ephemeral`, so no test writes a store in the working directory.
     pub(crate) fn spawn(args: &[&str]) -> ServerProcess {
+        ServerProcess::spawn_with_env(&[], args)
+    }
+
+    /// As [`ServerProcess::spawn`], with the variables of `env` set in its environment.
+    pub(crate) fn spawn_with_env(env: &[(&str, &str)], args: &[&str]) -> ServerProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_agentmux"));
-        command.args(["serve", "--addr", "127.0.0.1:0"]).args(args);
+        command.args(["serve", "--addr", "127.0.0.1:0"]).args(args).envs(env.iter().copied());
         if !args.contains(&"--data-dir") {
             command.arg("--ephemeral");
         }

@@ -1,5 +1,6 @@
 //! A real `redis-server` (Debian's package, installed here when missing) on a free loopback port, with its
-//! append-only file on and fsynced on every write, in a directory of its own; killed when dropped.
+//! append-only file on and fsynced on every write, in a directory of its own; killed when dropped. With
+//! [`RedisServer::start_tls`] it also listens for TLS (`tls-port`, a certificate a test CA signed).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -20,6 +21,8 @@ pub(crate) struct RedisServer {
     child: Option<Child>,
     pub(crate) port: u16,
     dir: PathBuf,
+    /// With TLS: its port, and the `tls-*` arguments.
+    tls: Option<(u16, Vec<String>)>,
 }
 
 impl RedisServer {
@@ -28,9 +31,40 @@ impl RedisServer {
         ensure_redis();
         let dir = std::env::temp_dir().join(format!("agentmux-redis-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&dir).expect("a directory for Redis");
-        let mut server = RedisServer { child: None, port: free_port(), dir };
+        let mut server = RedisServer { child: None, port: free_port(), dir, tls: None };
         server.run();
         server
+    }
+
+    /// Starts one that also serves TLS on another port with `ca`'s server certificate (clients need not
+    /// present one); the plain port stays, for the readiness check and the tests' own looks.
+    pub(crate) fn start_tls(ca: &super::tls::TestCa) -> RedisServer {
+        ensure_redis();
+        let dir = std::env::temp_dir().join(format!("agentmux-redis-{}-{}", std::process::id(), free_port()));
+        let (ca_file, cert, key) = ca.write(&dir.join("tls"));
+        let path = |p: PathBuf| p.to_string_lossy().into_owned();
+        let tls_port = free_port();
+        let args = vec![
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            path(cert),
+            "--tls-key-file".to_owned(),
+            path(key),
+            "--tls-ca-cert-file".to_owned(),
+            path(ca_file),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        let mut server = RedisServer { child: None, port: free_port(), dir, tls: Some((tls_port, args)) };
+        server.run();
+        server
+    }
+
+    /// `rediss://127.0.0.1:<tls port>`, for a server started with [`RedisServer::start_tls`].
+    pub(crate) fn tls_url(&self) -> String {
+        let (port, _) = self.tls.as_ref().expect("a server started with TLS");
+        format!("rediss://127.0.0.1:{port}")
     }
 
     /// `redis://127.0.0.1:<port>`.
@@ -64,6 +98,7 @@ impl RedisServer {
         let child = Command::new("/usr/bin/redis-server")
             .args(["--port", &port, "--bind", "127.0.0.1", "--dir", &dir, "--save", ""])
             .args(["--appendonly", "yes", "--appendfsync", "always", "--daemonize", "no"])
+            .args(self.tls.iter().flat_map(|(_, args)| args))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

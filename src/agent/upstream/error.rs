@@ -3,7 +3,9 @@
 //! Before the upstream has sent a byte of its answer, a failure becomes the HTTP status the client gets
 //! (through [`AgentError::status`]): a 429 stays a 429 with its `retry-after`; a 400 stays a 400 with the
 //! upstream's message; a 404 is `model_not_found`; a 401 or 403 (the upstream refused agentmux's
-//! credentials, which are not the client's) is a 502; a 5xx is a 502; a timeout a 504. After the first byte,
+//! credentials, which are not the client's) is a 502; a 5xx is a 502; a timeout a 504. A request that never
+//! reached the upstream is a 502 naming the step that failed (`upstream_dns`, `upstream_connect`,
+//! `upstream_tls` with the certificate's reason; see `dial.rs`), or a 504 `upstream_timeout`. After the first byte,
 //! the same errors end the stream with an `error`. The upstream's key never appears in a message: every text
 //! that comes from the upstream is scrubbed of it.
 
@@ -16,7 +18,9 @@ use crate::agent::AgentError;
 /// A failure of one upstream request.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum UpstreamError {
-    /// No connection, or it broke.
+    /// The request never reached the upstream: `step` failed, for the reason `why`.
+    Dial { step: DialStep, why: String },
+    /// The connection broke, or failed in a way no step names.
     Connect(String),
     /// Nothing within the first-byte or the idle timeout.
     Timeout { what: &'static str, after: Duration },
@@ -28,6 +32,36 @@ pub(crate) enum UpstreamError {
     Protocol(String),
 }
 
+/// The step of reaching the upstream that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DialStep {
+    /// Its host name did not resolve.
+    Dns,
+    /// No TCP connection (refused, reset, unreachable).
+    Connect,
+    /// The TLS handshake failed (a certificate not trusted or not for the host, a server that speaks no TLS).
+    Tls,
+}
+
+impl DialStep {
+    /// The code a client gets.
+    pub(crate) fn code(self) -> &'static str {
+        match self {
+            DialStep::Dns => "upstream_dns",
+            DialStep::Connect => "upstream_connect",
+            DialStep::Tls => "upstream_tls",
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            DialStep::Dns => "its host name did not resolve",
+            DialStep::Connect => "no connection",
+            DialStep::Tls => "the TLS handshake failed",
+        }
+    }
+}
+
 impl UpstreamError {
     /// The error the run ends with; `key` is scrubbed from every message.
     pub(crate) fn into_agent_error(self, key: Option<&str>) -> AgentError {
@@ -36,6 +70,11 @@ impl UpstreamError {
             None => text,
         };
         match self {
+            UpstreamError::Dial { step, why } => {
+                AgentError::new(scrub(format!("the upstream could not be reached: {}: {why}", step.what())))
+                    .with_code(step.code())
+                    .with_status(502)
+            }
             UpstreamError::Connect(why) => AgentError::new(scrub(format!("the upstream could not be reached: {why}")))
                 .with_code("upstream_unavailable")
                 .with_status(502),
@@ -130,5 +169,17 @@ mod tests {
             ("m".into(), Some("overloaded".into()))
         );
         assert_eq!(describe(b"plain").0, "plain");
+    }
+
+    #[test]
+    fn dial_steps() {
+        let tls = UpstreamError::Dial { step: DialStep::Tls, why: "invalid peer certificate: UnknownIssuer".into() }
+            .into_agent_error(Some("sk-secret"));
+        assert_eq!((tls.status, tls.code.as_deref()), (Some(502), Some("upstream_tls")));
+        assert!(tls.message.contains("UnknownIssuer"), "{}", tls.message);
+        let dns = UpstreamError::Dial { step: DialStep::Dns, why: "x".into() }.into_agent_error(None);
+        assert_eq!(dns.code.as_deref(), Some("upstream_dns"));
+        let timeout = UpstreamError::Timeout { what: "connect", after: Duration::from_secs(1) }.into_agent_error(None);
+        assert_eq!((timeout.status, timeout.code.as_deref()), (Some(504), Some("upstream_timeout")));
     }
 }

@@ -5,6 +5,9 @@
 //! - `chunks.rs`: the SSE answer as chunks, within the first-byte and idle timeouts;
 //! - `model_call.rs`: one model call as typed messages (text, thinking, tool calls; text mode through the reply
 //!   scanner);
+//! - `client.rs`: the HTTP client: rustls with the bundled, the system's and a private CA's roots, the proxy
+//!   environment;
+//! - `dial.rs`: which step of reaching the upstream failed (DNS, connect, TLS, timeout);
 //! - `error.rs`: upstream failures as the status and error a client gets, the key scrubbed.
 //!
 //! The loop: each round is a block. The model answers; a call to a tool nobody has, or with arguments its
@@ -18,6 +21,8 @@
 //! is an `error` message, and the run ends with it.
 
 mod chunks;
+mod client;
+mod dial;
 mod error;
 mod model_call;
 mod request;
@@ -47,6 +52,9 @@ pub struct UpstreamConfig {
     pub models: Option<Vec<String>>,
     /// The models that have no native tool calling: they get text-mode instructions instead (`docs/design.md`, "Text-mode tools").
     pub text_mode: Vec<String>,
+    /// A private CA the upstream's certificate may chain to (PEM, one or more certificates), trusted beside
+    /// the bundled web PKI roots and the system's (`--upstream-ca-file`).
+    pub ca_pem: Option<Vec<u8>>,
     /// How long connecting may take (10 s).
     pub connect_timeout: Duration,
     /// How long the first byte of an answer may take, from the request (60 s).
@@ -65,6 +73,7 @@ impl std::fmt::Debug for UpstreamConfig {
             .field("base_url", &self.base_url)
             .field("key", &self.key.as_ref().map(|_| "***"))
             .field("models", &self.models)
+            .field("ca_pem", &self.ca_pem.as_ref().map(Vec::len))
             .finish_non_exhaustive()
     }
 }
@@ -77,6 +86,7 @@ impl UpstreamConfig {
             key: None,
             models: None,
             text_mode: Vec::new(),
+            ca_pem: None,
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
@@ -106,12 +116,9 @@ pub struct UpstreamAgent {
 }
 
 impl UpstreamAgent {
-    /// An agent for `config`'s upstream, running `tools` itself.
+    /// An agent for `config`'s upstream, running `tools` itself; a CA that is not PEM certificates is an error.
     pub fn new(config: UpstreamConfig, tools: Tools) -> Result<Self, String> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| format!("cannot make an HTTP client: {e}"))?;
+        let client = client::http_client(config.connect_timeout, config.ca_pem.as_deref())?;
         let models = config.models.clone().unwrap_or_default();
         Ok(UpstreamAgent {
             config: Arc::new(config),
@@ -137,7 +144,7 @@ impl UpstreamAgent {
         if let Some(key) = key {
             request = request.bearer_auth(key);
         }
-        let response = request.send().await.map_err(|e| fail(UpstreamError::Connect(e.to_string())))?;
+        let response = request.send().await.map_err(|e| fail(self.dial_error(&e)))?;
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(|e| fail(UpstreamError::Connect(e.to_string())))?;
         if !(200..300).contains(&status) {
@@ -156,6 +163,24 @@ impl UpstreamAgent {
         Ok(count)
     }
 
+    /// What a request that got no answer ends with; logged with the upstream's host (never its URL's query
+    /// nor the key).
+    fn dial_error(&self, error: &reqwest::Error) -> UpstreamError {
+        let failure = dial::dial_error(error, self.config.connect_timeout);
+        let host = url::Url::parse(&self.config.base_url).ok().and_then(|u| u.host_str().map(str::to_owned));
+        let (code, reason) = match &failure {
+            UpstreamError::Dial { step, why } => (step.code(), why.clone()),
+            UpstreamError::Timeout { .. } => ("upstream_timeout", "the connect timeout".to_owned()),
+            _ => ("upstream_unavailable", dial::without_url(error)),
+        };
+        let reason = match self.config.key.as_deref().filter(|k| !k.is_empty()) {
+            Some(key) => reason.replace(key, "***"),
+            None => reason,
+        };
+        tracing::warn!(host = host.as_deref().unwrap_or("?"), code, reason, "the upstream could not be reached");
+        failure
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}/{path}", self.config.base_url.trim_end_matches('/'))
     }
@@ -169,7 +194,7 @@ impl UpstreamAgent {
         let after = self.config.first_byte_timeout;
         let response = match tokio::time::timeout(after, request.send()).await {
             Err(_) => return Err(UpstreamError::Timeout { what: "first-byte", after }),
-            Ok(Err(error)) => return Err(UpstreamError::Connect(without_url(&error))),
+            Ok(Err(error)) => return Err(self.dial_error(&error)),
             Ok(Ok(response)) => response,
         };
         let status = response.status().as_u16();
@@ -235,14 +260,6 @@ impl UpstreamAgent {
 }
 
 /// A reqwest error without the URL it carries (which could hold credentials in its userinfo).
-fn without_url(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    if let Some(url) = error.url() {
-        text = text.replace(url.as_str(), "the upstream");
-    }
-    text
-}
-
 fn finish_reason(reason: Option<&str>) -> Option<FinishReason> {
     match reason? {
         "length" => Some(FinishReason::Length),
