@@ -1,7 +1,8 @@
 //! [`Adapter`]: the trait every format's state machine implements, from a stream's messages to frames.
 //!
-//! It sits in a file of its own, apart from `mod.rs`, so that each adapter imports the trait without
-//! importing the module that declares the adapter (see the module doc of `adapter` for the contract).
+//! It sits in a file of its own rather than in `mod.rs`, which declares every adapter, so that an adapter
+//! imports the trait without importing the file that declares it. The contract (deterministic frames, fed
+//! one message at a time) is in the `adapter` module doc.
 
 use bytes::Bytes;
 
