@@ -21,8 +21,10 @@
 
 use serde_json::{Map, Value, json};
 
+use super::frame::Frame;
+use super::machine::Adapter;
+use super::openai::AgentTools;
 use super::openai::progress::{Piece, Progress};
-use super::{Adapter, AgentTools, Frame};
 use crate::output::{EndStatus, ErrorProps, FinishReason, Outcome, OutputMessage};
 
 /// What the adapter needs beyond the messages: fixed per stream, so output is deterministic.

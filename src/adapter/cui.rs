@@ -9,7 +9,8 @@
 
 use bytes::Bytes;
 
-use super::{Adapter, Frame, Payload};
+use super::frame::{Frame, Payload};
+use super::machine::Adapter;
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
 /// Renders messages as CUI SSE events.

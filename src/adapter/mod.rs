@@ -15,52 +15,28 @@
 //! - [`AnthropicAdapter`] (`anthropic.rs`) and [`ResponsesAdapter`] (`responses.rs`): an Anthropic Messages
 //!   stream and an OpenAI Responses stream, both on the OpenAI adapters' state machine.
 //!
-//! `sent.rs` holds the rule the adapters that only ever add share: what of a message's text is new.
+//! [`Adapter`] itself is in `machine.rs`; `sent.rs` holds the rule the adapters that only ever add share:
+//! what of a message's text is new.
+//!
+//! This file only declares the modules and re-exports; each file imports its siblings directly
+//! (`super::machine::Adapter`), never through here, so no file imports a circle back to itself.
 
 mod ag_ui;
 mod anthropic;
 mod cui;
 mod frame;
+mod machine;
 mod openai;
 mod responses;
 mod sent;
 mod ui;
 
-use bytes::Bytes;
-
-use crate::output::{ErrorProps, Outcome, OutputMessage};
-
 pub use ag_ui::{AgUiAdapter, AgUiOptions};
 pub use anthropic::{AnthropicAdapter, AnthropicOptions};
 pub use cui::CuiAdapter;
 pub use frame::{Frame, Payload};
+pub use machine::Adapter;
 pub(crate) use openai::Envelope;
 pub use openai::{AgentTools, ApiError, OpenAiAdapter, OpenAiCompletion, OpenAiOptions, ReasoningField};
 pub use responses::{ResponsesAdapter, ResponsesOptions};
 pub use ui::{UiMessageAdapter, UiMessageOptions};
-
-/// A renderer from messages to frames; see the module doc.
-pub trait Adapter {
-    /// Renders one message of the stream, appending its frames to `frames`.
-    fn push(&mut self, message: &OutputMessage, frames: &mut Vec<Frame>);
-
-    /// The same, for a message whose compact JSON is at hand (a logged message carries it, see
-    /// [`crate::hub::Entry`]): a format that sends the message as it is sends these bytes rather than
-    /// serialising it again. Any other format renders it as [`Adapter::push`] does.
-    fn push_logged(&mut self, message: &OutputMessage, _json: &Bytes, frames: &mut Vec<Frame>) {
-        self.push(message, frames);
-    }
-
-    /// Renders the end of the stream, appending the last frames to `frames`.
-    fn finish(&mut self, outcome: &Outcome, frames: &mut Vec<Frame>);
-
-    /// True once it will render nothing more, whatever comes (the OpenAI adapter after an error): a reader
-    /// that took every frame so far has its whole view of the stream.
-    fn ended(&self) -> bool {
-        false
-    }
-
-    /// Renders an error that is not part of the stream but ends one subscriber's view of it (a subscriber
-    /// whose next message is no longer kept): the last frames that subscriber receives. Changes no state.
-    fn interrupt(&self, error: &ErrorProps, frames: &mut Vec<Frame>);
-}

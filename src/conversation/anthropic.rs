@@ -9,7 +9,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ChatMessage, Content, ConversationError, Role, ToolCall};
+use super::request::{ChatMessage, Content, Role, ToolCall};
+use super::validate::ConversationError;
 
 /// One message of a Messages request.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

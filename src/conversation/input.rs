@@ -10,7 +10,9 @@
 
 use serde_json::{Map, Value};
 
-use super::{ChatMessage, ChatRequest, ConversationError, Messages, Role, validate};
+use super::messages::Messages;
+use super::request::{ChatMessage, ChatRequest, Role};
+use super::validate::{ConversationError, validate};
 
 /// A validated conversation for one model.
 ///

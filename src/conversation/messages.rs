@@ -6,7 +6,7 @@
 
 use std::fmt;
 
-use super::{ChatMessage, Content, Role, ToolCall};
+use super::request::{ChatMessage, Content, Role, ToolCall};
 
 impl ChatMessage {
     /// A user message.

@@ -13,6 +13,9 @@
 //!   [`AgUiMessage`] and [`ag_ui_to_chat`] (`ag_ui.rs`): AG-UI's messages, as chat messages;
 //!   [`AnthropicMessage`] and [`anthropic_to_chat`] (`anthropic.rs`): an Anthropic Messages request's;
 //!   [`responses_to_chat`] (`responses.rs`): an OpenAI Responses request's input.
+//!
+//! This file only declares the modules and re-exports; each file imports its siblings directly
+//! (`super::request::ChatMessage`), never through here, so no file imports a circle back to itself.
 
 mod ag_ui;
 mod anthropic;

@@ -9,7 +9,8 @@
 
 use serde_json::{Value, json};
 
-use super::{ChatMessage, Content, ConversationError, Role, ToolCall};
+use super::request::{ChatMessage, Content, Role, ToolCall};
+use super::validate::ConversationError;
 
 /// The chat messages `instructions` and `input` amount to, and for each the index of the input item it came
 /// from (instructions count as the first item's).

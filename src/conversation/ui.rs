@@ -17,7 +17,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ChatMessage, Content, ConversationError, Role, ToolCall};
+use super::request::{ChatMessage, Content, Role, ToolCall};
+use super::validate::ConversationError;
 
 /// One `UIMessage`: its parts are kept as JSON, since a page may send part types this version does not know
 /// (they are left out).

@@ -12,7 +12,8 @@
 
 use std::collections::HashMap;
 
-use super::{ChatMessage, Content, Messages, Role, ToolCall};
+use super::messages::Messages;
+use super::request::{ChatMessage, Content, Role, ToolCall};
 
 /// Why a conversation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -16,7 +16,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{EndStatus, ErrorProps, EventProps, FinishReason, OutputMessage, Usage};
+use super::message::OutputMessage;
+use super::outcome::{EndStatus, FinishReason, Usage};
+use super::props::{ErrorProps, EventProps};
 
 /// One lifecycle event's data: its name, and the `event` message that carries it.
 pub trait LifecycleEvent: Serialize + JsonSchema {

@@ -5,6 +5,10 @@
 //! round-trip untouched, a delta carries only the part of the props it changes, and the CUI adapter passes the
 //! message through as it is. Typed access goes through [`OutputMessage::props_as`] and the constructors.
 //! Optional fields are omitted from JSON when absent, and `delta` / `type_change` when false.
+//!
+//! Parsing a producer's message ([`OutputMessage::from_json`], [`OutputMessage::from_value`]) and
+//! [`OutputMessage::validate`] are defined in `validate.rs`, which reads this type: this file needs nothing
+//! of validation, so the two do not import each other.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -13,7 +17,6 @@ use super::props::{
     ActionProps, AudioProps, BuiltinProps, ErrorProps, EventProps, FileProps, ImageProps, LoadingProps, TextProps,
     ThinkingProps, ToolCallProps, ToolError, ToolResultProps, VideoProps,
 };
-use super::validate::{self, ValidationError};
 
 /// One typed output message.
 ///
@@ -277,47 +280,6 @@ impl OutputMessage {
         self.metadata.as_ref().and_then(|m| m.sequence)
     }
 
-    /// Parses and validates a message a producer sent.
-    ///
-    /// A wrong-typed top-level field or an unknown `delta_action` names that field; a missing or wrong
-    /// prop names it as `props.<name>`.
-    pub fn from_json(text: &str) -> Result<Self, ValidationError> {
-        if !text.trim_start().starts_with('{') {
-            return Err(ValidationError::Syntax("a message must be a JSON object".into()));
-        }
-        // The common case parses once; only a failure parses again to learn the path of the bad field.
-        let message: OutputMessage = match serde_json::from_str(text) {
-            Ok(message) => message,
-            Err(_) => {
-                let mut de = serde_json::Deserializer::from_str(text);
-                let message = serde_path_to_error::deserialize(&mut de).map_err(ValidationError::from_serde)?;
-                de.end().map_err(|e| ValidationError::Syntax(e.to_string()))?;
-                message
-            }
-        };
-        message.validate()?;
-        Ok(message)
-    }
-
-    /// Parses and validates a message already decoded as JSON.
-    pub fn from_value(value: Value) -> Result<Self, ValidationError> {
-        if !value.is_object() {
-            return Err(ValidationError::Syntax("a message must be a JSON object".into()));
-        }
-        let message = match OutputMessage::deserialize(&value) {
-            Ok(message) => message,
-            Err(_) => serde_path_to_error::deserialize(&value).map_err(ValidationError::from_serde)?,
-        };
-        message.validate()?;
-        Ok(message)
-    }
-
-    /// Checks a message a producer sends: a type, built-in props of the right types (all required ones
-    /// unless the message is a delta), media URLs that are http(s) or `data:`.
-    pub fn validate(&self) -> Result<(), ValidationError> {
-        validate::validate(self)
-    }
-
     /// This message as the start of a message's state: the delta fields cleared.
     pub(crate) fn to_state(&self) -> OutputMessage {
         OutputMessage {
@@ -333,6 +295,12 @@ impl OutputMessage {
             type_change: false,
             metadata: self.metadata.clone(),
         }
+    }
+}
+
+impl<P: BuiltinProps> From<P> for OutputMessage {
+    fn from(props: P) -> Self {
+        OutputMessage::builtin(props)
     }
 }
 

@@ -9,12 +9,16 @@
 //!   `type` is a custom type whose props round-trip untouched.
 //! - Validation of what a producer sends (`validate.rs`): a [`ValidationError`] names the offending field
 //!   (`props.url`, `delta_action`), so the HTTP layer can put it in the error envelope's `param`. Names and
-//!   ids (not content) are at most [`NAME_BYTES`] long.
+//!   ids (not content) are at most [`NAME_BYTES`] long. It defines the methods that parse a message, so
+//!   `message.rs` needs nothing of it.
 //! - The delta reducer (`reducer.rs`): [`Reducer`] applies `append | replace | merge | set` deltas in order
 //!   and keeps the current state of every message.
 //! - How a stream ends (`outcome.rs`): [`Outcome`], with the finish reason and token [`Usage`].
 //! - The lifecycle events a stream adds by itself (`lifecycle.rs`): [`StreamStart`], [`StreamEnd`] and the
 //!   others, the `data` of their `event` messages.
+//!
+//! This file only declares the modules and re-exports; each file imports its siblings directly
+//! (`super::message::OutputMessage`), never through here, so no file imports a circle back to itself.
 
 mod lifecycle;
 mod message;

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ErrorProps;
+use super::props::ErrorProps;
 use super::validate::{ValidationError, check_name};
 
 /// The end of a stream.

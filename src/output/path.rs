@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::DeltaAction;
+use super::message::DeltaAction;
 
 /// Why an action could not apply; the reducer adds the message and the full path.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -263,9 +263,3 @@ builtin! {
     ActionProps => "action",
     EventProps => "event",
 }
-
-impl<P: BuiltinProps> From<P> for super::OutputMessage {
-    fn from(props: P) -> Self {
-        super::OutputMessage::builtin(props)
-    }
-}

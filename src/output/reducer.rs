@@ -14,8 +14,9 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::message::{DeltaAction, OutputMessage};
 use super::path::{self, PathError};
-use super::{DeltaAction, OutputMessage, main_field};
+use super::props::main_field;
 
 /// Why a delta could not apply. [`DeltaError::field`] names the field as `props.<path>`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

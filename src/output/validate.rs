@@ -6,6 +6,10 @@
 //! checked. Unknown props are allowed (a producer may add its own); custom types are not checked beyond
 //! having a type.
 //!
+//! The methods that parse and check a message ([`OutputMessage::from_json`], [`OutputMessage::from_value`],
+//! [`OutputMessage::validate`]) are defined here rather than in `message.rs`, so that the message type
+//! depends on nothing of its validation.
+//!
 //! # Names
 //!
 //! Every string a producer gives that is a name or an id rather than content is at most [`NAME_BYTES`]
@@ -19,9 +23,10 @@
 //! every key and value of free-form objects such as `data`, `details`, `payload` or a custom type's props)
 //! is bounded only by the message size limit.
 
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::OutputMessage;
+use super::message::OutputMessage;
 
 /// The most bytes (as UTF-8) of a name or an id a producer gives: see the module doc. A stream's model name
 /// is bounded by it too.
@@ -287,6 +292,51 @@ pub(crate) fn is_media_url(text: &str) -> bool {
             _ => false,
         },
         Err(_) => false,
+    }
+}
+
+/// Parsing and validation are methods of the message, defined here so that the message's own file needs
+/// nothing of validation.
+impl OutputMessage {
+    /// Parses and validates a message a producer sent.
+    ///
+    /// A wrong-typed top-level field or an unknown `delta_action` names that field; a missing or wrong
+    /// prop names it as `props.<name>`.
+    pub fn from_json(text: &str) -> Result<Self, ValidationError> {
+        if !text.trim_start().starts_with('{') {
+            return Err(ValidationError::Syntax("a message must be a JSON object".into()));
+        }
+        // The common case parses once; only a failure parses again to learn the path of the bad field.
+        let message: OutputMessage = match serde_json::from_str(text) {
+            Ok(message) => message,
+            Err(_) => {
+                let mut de = serde_json::Deserializer::from_str(text);
+                let message = serde_path_to_error::deserialize(&mut de).map_err(ValidationError::from_serde)?;
+                de.end().map_err(|e| ValidationError::Syntax(e.to_string()))?;
+                message
+            }
+        };
+        message.validate()?;
+        Ok(message)
+    }
+
+    /// Parses and validates a message already decoded as JSON.
+    pub fn from_value(value: Value) -> Result<Self, ValidationError> {
+        if !value.is_object() {
+            return Err(ValidationError::Syntax("a message must be a JSON object".into()));
+        }
+        let message = match OutputMessage::deserialize(&value) {
+            Ok(message) => message,
+            Err(_) => serde_path_to_error::deserialize(&value).map_err(ValidationError::from_serde)?,
+        };
+        message.validate()?;
+        Ok(message)
+    }
+
+    /// Checks a message a producer sends: a type, built-in props of the right types (all required ones
+    /// unless the message is a delta), media URLs that are http(s) or `data:`.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate(self)
     }
 }
 

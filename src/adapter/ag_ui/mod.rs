@@ -29,8 +29,9 @@ mod event;
 
 use serde_json::Value;
 
+use super::frame::Frame;
+use super::machine::Adapter;
 use super::sent::{Before, SentText};
-use super::{Adapter, Frame};
 use crate::output::{EndStatus, ErrorProps, Outcome, OutputMessage, Reducer};
 use event::{Event, RunOutcome};
 

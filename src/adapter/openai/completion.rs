@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use super::OpenAiOptions;
+use super::options::OpenAiOptions;
 use super::progress::{Progress, Separator};
 use super::projection::{Projection, project};
 use super::wire::{ApiError, Completion, CompletionChoice, Function, ResponseMessage, ToolCall};

@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use crate::output::{DeltaAction, FinishReason, Outcome, OutputMessage, Reducer, main_field};
 
-use super::AgentTools;
+use super::options::AgentTools;
 use super::projection::{Projection, project};
 
 /// Something to send.

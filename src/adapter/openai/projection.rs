@@ -18,7 +18,7 @@
 
 use std::borrow::Cow;
 
-use super::AgentTools;
+use super::options::AgentTools;
 use crate::output::OutputMessage;
 
 /// A message as an OpenAI client sees it.

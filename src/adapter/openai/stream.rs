@@ -8,10 +8,11 @@
 
 use std::borrow::Cow;
 
-use super::OpenAiOptions;
+use super::options::OpenAiOptions;
 use super::progress::{Piece, Progress};
 use super::wire::{ApiError, Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta};
-use crate::adapter::{Adapter, Frame};
+use crate::adapter::frame::Frame;
+use crate::adapter::machine::Adapter;
 use crate::output::{ErrorProps, Outcome, OutputMessage, Usage};
 
 /// The marker that ends an OpenAI chunk stream.

@@ -35,8 +35,9 @@ mod part;
 
 use serde_json::Value;
 
+use super::frame::Frame;
+use super::machine::Adapter;
 use super::sent::{Before, SentText};
-use super::{Adapter, Frame};
 use crate::output::{EndStatus, ErrorProps, FinishReason, Outcome, OutputMessage, Reducer};
 use part::{DataPart, Part};
 
