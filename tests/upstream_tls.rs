@@ -205,28 +205,18 @@ fn exit_of(args: &[&str]) -> (Option<i32>, String) {
 fn a_ca_file_that_cannot_be_used_stops_the_start() {
     let dir = temp_dir("upstream-ca");
     std::fs::create_dir_all(&dir).expect("a directory");
+    let start_with_ca = |ca: &std::path::Path| {
+        let ca = ca.to_str().expect("a path");
+        exit_of(&["--upstream-url", "https://127.0.0.1:9/v1", "--upstream-models", "m", "--upstream-ca-file", ca])
+    };
     let missing = dir.join("missing.pem");
-    let (code, stderr) = exit_of(&[
-        "--upstream-url",
-        "https://127.0.0.1:9/v1",
-        "--upstream-models",
-        "m",
-        "--upstream-ca-file",
-        missing.to_str().expect("a path"),
-    ]);
+    let (code, stderr) = start_with_ca(&missing);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--upstream-ca-file") && stderr.contains("missing.pem"), "{stderr}");
 
     let garbage = dir.join("garbage.pem");
     std::fs::write(&garbage, "not a certificate\n").expect("write");
-    let (code, stderr) = exit_of(&[
-        "--upstream-url",
-        "https://127.0.0.1:9/v1",
-        "--upstream-models",
-        "m",
-        "--upstream-ca-file",
-        garbage.to_str().expect("a path"),
-    ]);
+    let (code, stderr) = start_with_ca(&garbage);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("CA"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
