@@ -225,3 +225,35 @@ fn json_logs_parse_and_the_access_line_holds_no_token() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Methods a client makes up, without a key against a keyed service: each is counted, under `other`, and
+/// none becomes a series of its own, so the exposition does not grow with what callers invent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_methods_add_no_series() {
+    let settings = Settings { api_keys: vec![agentmux::http::KeySpec::from("sk-operator")], ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), settings, Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let scrape_keyed = async || {
+        let response = client.get(server.url("/metrics")).bearer_auth("sk-operator").send().await.expect("scrape");
+        assert_eq!(response.status(), 200);
+        response.text().await.expect("text")
+    };
+    let before = scrape_keyed().await;
+    for round in 0..40 {
+        let made_up = format!("X{round}{}", "M".repeat(2000));
+        let method = reqwest::Method::from_bytes(made_up.as_bytes()).expect("a token is a method");
+        let answer = client.request(method, server.url("/v1/streams")).send().await.expect("an answer");
+        assert!(answer.status().is_client_error(), "a made-up method is refused: {}", answer.status());
+    }
+    let after = scrape_keyed().await;
+    assert!(!after.contains("MMMMMMMM"), "a made-up method became a label");
+    let series = |text: &str| text.lines().filter(|l| l.starts_with("agentmux_http_requests_total{")).count();
+    // At most one new series (`other` with the refusal's route and status), not forty.
+    assert!(series(&after) <= series(&before) + 2, "before:\n{before}\nafter:\n{after}");
+    let others: f64 = after
+        .lines()
+        .filter(|l| l.starts_with("agentmux_http_requests_total{") && l.contains(r#"method="other""#))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    assert_eq!(others, 40.0, "every made-up request is still counted:\n{after}");
+}
