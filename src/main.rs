@@ -480,7 +480,8 @@ fn node_config(
         default_model: serve.default_model.clone(),
         threads: ThreadConfig { ttl: serve.thread_ttl, max_threads: serve.max_threads, ..ThreadConfig::default() },
         api_keys,
-        cors_origins,
+        // Opened beyond loopback without keys on purpose: every name it is reached by is its own.
+        cors_origins: if serve.insecure_no_auth { cors_origins.any_host() } else { cors_origins },
     };
     let upstream_ca = read_ca("--upstream-ca-file", serve.upstream_ca_file.as_deref())?;
     config.upstream = serve.upstream_url.as_ref().map(|url| UpstreamConfig {

@@ -171,3 +171,49 @@ fn origins_that_are_not_origins_are_refused() {
         assert!(Origins::new(&[bad.to_owned()]).is_err(), "{bad}");
     }
 }
+
+/// DNS rebinding: a page whose own name resolves to 127.0.0.1 is, to its browser, the service's own origin.
+/// Without keys the service answers a browser's requests for loopback names only, so that page's requests
+/// (its `Host` is its name; a same-origin `GET` carries `Sec-Fetch-Site` rather than `Origin`) are refused
+/// 421 before anything happens, reads included; a client that is no browser is served whatever its `Host`;
+/// with a key, any name is served to the key.
+#[tokio::test]
+async fn a_rebound_name_reaches_nothing_without_keys() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let port = server.addr.port();
+    let rebound = format!("rebind.attacker.example:{port}");
+    let origin = format!("http://{rebound}");
+    let writes = client.post(server.url("/v1/streams")).header("origin", &origin);
+    let reads = client.get(server.url("/v1/streams")).header("sec-fetch-site", "same-origin");
+    for (what, request) in [("a POST with Origin", writes), ("a same-origin GET", reads)] {
+        let answer = request.header("host", &rebound).send().await.expect("an answer");
+        assert_eq!(answer.status(), 421, "{what}");
+        let body: serde_json::Value = answer.json().await.expect("the envelope");
+        assert_eq!(body["error"]["code"], "misdirected_host", "{body}");
+    }
+    assert!(server.hub.open_streams().is_empty(), "nothing was created");
+    // The same page on a loopback name is the service's own, and may write.
+    let own = client
+        .post(server.url("/v1/streams"))
+        .header("host", format!("localhost:{port}"))
+        .header("origin", format!("http://localhost:{port}"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(own.status(), 201);
+    // A client that is no browser (a proxy on this machine, an SDK) names whatever host it likes.
+    let proxied = client.get(server.url("/v1/streams")).header("host", "agentmux.internal").send().await;
+    assert_eq!(proxied.expect("an answer").status(), 200);
+
+    let keyed = Settings { api_keys: vec![agentmux::http::KeySpec::from("sk-browser")], ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), keyed, Agents::builtin()).await;
+    let answer = client
+        .post(server.url("/v1/streams"))
+        .header("host", format!("agentmux.example.com:{}", server.addr.port()))
+        .bearer_auth("sk-browser")
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(answer.status(), 201, "with keys, a key is what counts, not the name");
+}

@@ -40,7 +40,10 @@ pub fn router(app: App) -> Router {
             )
         })
         .route_layer(middleware::from_fn_with_state(Arc::clone(&app.credentials), auth::guard))
-        .layer(middleware::from_fn_with_state(app.settings.cors_origins.clone(), browser::guard))
+        .layer(middleware::from_fn_with_state(
+            (app.settings.cors_origins.clone(), app.credentials.keyed()),
+            browser::guard,
+        ))
         .layer(middleware::from_fn_with_state(app.settings.body_limit, limits::guard))
         .layer(middleware::from_fn_with_state(app.metrics.clone(), trace::trace))
         .layer(tower::util::option_layer(app.settings.cors_origins.cors()))

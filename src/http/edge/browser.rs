@@ -18,6 +18,16 @@
 //! refuses what a page sends without one. Clients that are not browsers send no `Origin` and meet only the
 //! media-type rule. A read from a page on an unlisted origin is served (its browser hides the answer), and
 //! the log names each such origin once, so an operator whose page stays empty learns what to list.
+//!
+//! Without keys the service is open to whoever reaches it, which by default is this machine alone: it
+//! listens on loopback. A page elsewhere can still reach it through DNS rebinding (its own name made to
+//! resolve to 127.0.0.1): to the browser that page is then the service's own origin, so the rules above let
+//! it write and read. What gives it away is the `Host` its browser sends, the page's own name. So without
+//! keys a request from a browser (it carries `Origin` or `Sec-Fetch-Site`, which no page can forge or leave
+//! out) whose `Host` is not a loopback name (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`) is refused
+//! with 421 `misdirected_host`, unless the operator opened the service on purpose (`--insecure-no-auth`,
+//! [`Origins::any_host`]). Other clients (SDKs, curl, a proxy of this machine's) are not browsers and are
+//! served whatever their `Host`. With keys, a request needs a key or a token whatever its `Host`.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -37,6 +47,8 @@ use super::HttpError;
 pub struct Origins {
     exact: Vec<HeaderValue>,
     any_reads: bool,
+    /// Serve any `Host` without keys (see the module doc); loopback names only otherwise.
+    any_host: bool,
     /// Unlisted origins already named in the log (at most [`LOGGED_ORIGINS`]).
     logged: Arc<Mutex<HashSet<HeaderValue>>>,
 }
@@ -46,6 +58,13 @@ pub struct Origins {
 const LOGGED_ORIGINS: usize = 64;
 
 impl Origins {
+    /// The same, serving requests for any `Host` even without keys: for a service opened on purpose beyond
+    /// loopback (`--insecure-no-auth`). Without it, a keyless service answers only loopback names.
+    pub fn any_host(mut self) -> Origins {
+        self.any_host = true;
+        self
+    }
+
     /// From the flag's values: each an exact origin (scheme, host and port, no path), or `*`.
     pub fn new(origins: &[String]) -> Result<Origins, String> {
         let mut parsed = Origins::default();
@@ -111,12 +130,42 @@ fn reads(parts: &Parts) -> bool {
     matches!(method, Some(Method::GET | Method::HEAD))
 }
 
-/// The middleware: refuses what a page from another origin may not do, and bodies that are not JSON.
-pub(crate) async fn guard(State(origins): State<Origins>, request: Request, next: Next) -> Response {
+/// The middleware: refuses a keyless page's request for a name that is not loopback, what a page from another
+/// origin may not do, and bodies that are not JSON. `keyed`: the service has API keys.
+pub(crate) async fn guard(State((origins, keyed)): State<(Origins, bool)>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let from_a_page = headers.contains_key(ORIGIN) || headers.contains_key("sec-fetch-site");
+    if !keyed && !origins.any_host && from_a_page && !loopback_host(headers.get(HOST)) {
+        return HttpError::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            "invalid_request_error",
+            "this service has no API key and answers loopback names only (localhost, 127.0.0.1, [::1])",
+            None,
+            "misdirected_host",
+        )
+        .into_response();
+    }
     if let Err(error) = check(&origins, &request) {
         return error.into_response();
     }
     next.run(request).await
+}
+
+/// Whether `Host` names this machine's loopback: `localhost` or a name under it, an address in
+/// `127.0.0.0/8`, or `[::1]`, with any port. A request without `Host` (HTTP/1.0) came from no browser page.
+fn loopback_host(host: Option<&HeaderValue>) -> bool {
+    let Some(host) = host else { return true };
+    let Ok(host) = host.to_str() else { return false };
+    let name = match host.strip_prefix('[') {
+        Some(bracketed) => bracketed.split_once(']').map_or("", |(address, _)| address),
+        None => host
+            .rsplit_once(':')
+            .map_or(host, |(name, port)| if port.bytes().all(|b| b.is_ascii_digit()) { name } else { host }),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name.parse::<std::net::IpAddr>().is_ok_and(|address| address.is_loopback())
 }
 
 fn check(origins: &Origins, request: &Request) -> Result<(), HttpError> {
@@ -215,6 +264,12 @@ mod tests {
 
     #[test]
     fn the_service_s_own_pages_are_same_origin() {
+        for loopback in ["127.0.0.1:8080", "localhost:1", "LOCALHOST", "app.localhost:3000", "[::1]:80", "127.9.9.9"] {
+            assert!(super::loopback_host(Some(&HeaderValue::from_static(loopback))), "{loopback}");
+        }
+        for elsewhere in ["rebind.attacker.example:8080", "10.0.0.1:8080", "[2001:db8::1]:80", "localhost.evil.com"] {
+            assert!(!super::loopback_host(Some(&HeaderValue::from_static(elsewhere))), "{elsewhere}");
+        }
         let host = HeaderValue::from_static("127.0.0.1:8080");
         assert!(same_origin(&HeaderValue::from_static("http://127.0.0.1:8080"), Some(&host)));
         assert!(!same_origin(&HeaderValue::from_static("http://127.0.0.1:9999"), Some(&host)));
