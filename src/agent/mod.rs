@@ -34,7 +34,7 @@ pub use run::run;
 pub(crate) use tools::{Runner, ToolSet};
 pub use tools::{SchemaError, Tool, Tools};
 #[cfg(feature = "upstream")]
-pub use upstream::{UpstreamAgent, UpstreamConfig};
+pub use upstream::{UpstreamAgent, UpstreamConfig, UpstreamKind};
 
 /// Something that answers a conversation by emitting messages.
 ///

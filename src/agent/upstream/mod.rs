@@ -41,13 +41,29 @@ use crate::conversation::{ChatMessage, Conversation, ToolCall};
 use crate::hub::Limits;
 use crate::output::{FinishReason, Outcome, ToolError, Usage};
 
+/// Which API an upstream speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamKind {
+    /// OpenAI's chat completions (`POST {base}/chat/completions`, `GET {base}/models`, a bearer key): OpenAI
+    /// and every server compatible with it.
+    #[default]
+    OpenAiChat,
+    /// Anthropic's Messages API (`POST {base}/messages`, `x-api-key` and `anthropic-version` headers).
+    Anthropic,
+}
+
 /// Where the upstream is and how long to wait for it.
 #[derive(Clone)]
 pub struct UpstreamConfig {
+    /// Which API it speaks.
+    pub kind: UpstreamKind,
     /// The base URL, ending in `/v1` (`http://127.0.0.1:8081/v1`).
     pub base_url: String,
     /// The API key sent as `Authorization: Bearer`; never logged, never in an error.
     pub key: Option<String>,
+    /// Headers sent with every request to it (an organization, a project, a gateway's routing header).
+    pub headers: Vec<(String, String)>,
     /// The models it serves; `None`: read from its `GET /models` (see [`UpstreamAgent::refresh_models`]).
     pub models: Option<Vec<String>>,
     /// The models that have no native tool calling: they get text-mode instructions instead (`docs/design.md`, "Text-mode tools").
@@ -70,6 +86,7 @@ pub struct UpstreamConfig {
 impl std::fmt::Debug for UpstreamConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamConfig")
+            .field("kind", &self.kind)
             .field("base_url", &self.base_url)
             .field("key", &self.key.as_ref().map(|_| "***"))
             .field("models", &self.models)
@@ -82,8 +99,10 @@ impl UpstreamConfig {
     /// An upstream at `base_url` with the default timeouts and limits.
     pub fn new(base_url: impl Into<String>) -> Self {
         UpstreamConfig {
+            kind: UpstreamKind::default(),
             base_url: base_url.into(),
             key: None,
+            headers: Vec::new(),
             models: None,
             text_mode: Vec::new(),
             ca_pem: None,
@@ -118,6 +137,9 @@ pub struct UpstreamAgent {
 impl UpstreamAgent {
     /// An agent for `config`'s upstream, running `tools` itself; a CA that is not PEM certificates is an error.
     pub fn new(config: UpstreamConfig, tools: Tools) -> Result<Self, String> {
+        if config.kind == UpstreamKind::Anthropic {
+            return Err("the anthropic upstream kind is not built yet".into());
+        }
         let client = client::http_client(config.connect_timeout, config.ca_pem.as_deref())?;
         let models = config.models.clone().unwrap_or_default();
         Ok(UpstreamAgent {
@@ -143,6 +165,9 @@ impl UpstreamAgent {
         let mut request = self.client.get(self.url("models")).timeout(self.config.first_byte_timeout);
         if let Some(key) = key {
             request = request.bearer_auth(key);
+        }
+        for (name, value) in &self.config.headers {
+            request = request.header(name, value);
         }
         let response = request.send().await.map_err(|e| fail(self.dial_error(&e)))?;
         let status = response.status().as_u16();
@@ -190,6 +215,9 @@ impl UpstreamAgent {
         let mut request = self.client.post(self.url("chat/completions")).json(body);
         if let Some(key) = &self.config.key {
             request = request.bearer_auth(key);
+        }
+        for (name, value) in &self.config.headers {
+            request = request.header(name, value);
         }
         let after = self.config.first_byte_timeout;
         let response = match tokio::time::timeout(after, request.send()).await {
