@@ -1,7 +1,8 @@
 //! What goes wrong talking to an upstream, and what the client is told.
 //!
 //! Before the upstream has sent a byte of its answer, a failure becomes the HTTP status the client gets
-//! (through [`AgentError::status`]): a 429 stays a 429 with its `retry-after`; a 400 stays a 400 with the
+//! (through [`AgentError::status`]): a 429 stays a 429 with its `retry-after`, and so does Anthropic's 529
+//! (overloaded, or an `overloaded_error` event before any content); a 400 stays a 400 with the
 //! upstream's message; a 404 is `model_not_found`; a 401 or 403 (the upstream refused agentmux's
 //! credentials, which are not the client's) is a 502; a 5xx is a 502; a timeout a 504. A request that never
 //! reached the upstream is a 502 naming the step that failed (`upstream_dns`, `upstream_connect`,
@@ -92,7 +93,8 @@ impl UpstreamError {
                         format!("the upstream refused agentmux's credentials (HTTP {status})"),
                     ),
                     404 => (404, "model_not_found".to_owned(), format!("the upstream: {message}")),
-                    429 => (
+                    // 529 is Anthropic's "overloaded": a refusal to retry later, as a 429 is.
+                    429 | 529 => (
                         429,
                         code.unwrap_or_else(|| "rate_limit_exceeded".into()),
                         format!("the upstream is rate limiting: {message}"),
