@@ -93,11 +93,16 @@ impl UpstreamError {
                         format!("the upstream refused agentmux's credentials (HTTP {status})"),
                     ),
                     404 => (404, "model_not_found".to_owned(), format!("the upstream: {message}")),
-                    // 529 is Anthropic's "overloaded": a refusal to retry later, as a 429 is.
-                    429 | 529 => (
+                    429 => (
                         429,
                         code.unwrap_or_else(|| "rate_limit_exceeded".into()),
                         format!("the upstream is rate limiting: {message}"),
+                    ),
+                    // Anthropic's "overloaded": a refusal to retry later, as a 429 is.
+                    529 => (
+                        429,
+                        code.unwrap_or_else(|| "overloaded_error".into()),
+                        format!("the upstream is overloaded: {message}"),
                     ),
                     400..=499 => (
                         status,
