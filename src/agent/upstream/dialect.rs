@@ -9,11 +9,8 @@
 //! `openai.rs` (chat completions: OpenAI and every server compatible with it) and `anthropic/` (the Messages
 //! API).
 
-use std::sync::Arc;
-
 use serde_json::Value;
 
-use super::UpstreamKind;
 use super::error::UpstreamError;
 use crate::agent::ToolSet;
 use crate::conversation::{ChatMessage, Conversation};
@@ -73,12 +70,4 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
 
     /// A decoder for one answer.
     fn decoder(&self) -> Box<dyn Decoder>;
-}
-
-/// The dialect of `kind`.
-pub(crate) fn of(kind: UpstreamKind) -> Arc<dyn Dialect> {
-    match kind {
-        UpstreamKind::OpenAiChat => Arc::new(super::openai::OpenAiChat),
-        UpstreamKind::Anthropic => Arc::new(super::anthropic::Anthropic),
-    }
 }

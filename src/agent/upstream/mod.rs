@@ -150,7 +150,10 @@ impl UpstreamAgent {
         let client = client::http_client(config.connect_timeout, config.ca_pem.as_deref())?;
         let models = config.models.clone().unwrap_or_default();
         Ok(UpstreamAgent {
-            dialect: dialect::of(config.kind),
+            dialect: match config.kind {
+                UpstreamKind::OpenAiChat => Arc::new(openai::OpenAiChat),
+                UpstreamKind::Anthropic => Arc::new(anthropic::Anthropic),
+            },
             config: Arc::new(config),
             client,
             tools: Arc::new(tools),

@@ -54,9 +54,9 @@ pub(crate) fn body(conversation: &Conversation, messages: &[ChatMessage], tools:
 /// OpenAI-compatible server takes: its text parts become its text again.
 fn without_thinking(mut message: ChatMessage) -> ChatMessage {
     if let Some(Content::Parts(parts)) = &message.content
-        && parts.iter().any(super::anthropic::is_thinking)
+        && parts.iter().any(is_thinking)
     {
-        let kept: Vec<Value> = parts.iter().filter(|p| !super::anthropic::is_thinking(p)).cloned().collect();
+        let kept: Vec<Value> = parts.iter().filter(|p| !is_thinking(p)).cloned().collect();
         message.content = if kept.iter().all(|p| p.get("type").and_then(Value::as_str) == Some("text")) {
             let text = Content::Parts(kept).text();
             (!text.is_empty()).then_some(Content::Text(text))
@@ -65,6 +65,12 @@ fn without_thinking(mut message: ChatMessage) -> ChatMessage {
         };
     }
     message
+}
+
+/// A thinking block an assistant message keeps for the provider (Anthropic's `thinking` with its signature, or
+/// `redacted_thinking`; see `model_call.rs`).
+pub(crate) fn is_thinking(part: &Value) -> bool {
+    matches!(part.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking"))
 }
 
 /// The messages with every call that has no result, and every result that has no call, left out.

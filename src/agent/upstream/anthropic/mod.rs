@@ -18,8 +18,6 @@ use super::dialect::{Decoder, Dialect};
 use crate::agent::ToolSet;
 use crate::conversation::{ChatMessage, Conversation};
 
-pub(crate) use self::request::is_thinking;
-
 /// The API version agentmux speaks (Anthropic's stable one).
 const VERSION: &str = "2023-06-01";
 

@@ -21,7 +21,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::agent::ToolSet;
-use crate::agent::upstream::request::{complete_pairs, text_mode_messages};
+use crate::agent::upstream::request::{complete_pairs, is_thinking, text_mode_messages};
 use crate::conversation::{ChatMessage, Content, Conversation, Role};
 
 /// `max_tokens` when the client sets none (Anthropic requires one).
@@ -180,11 +180,6 @@ fn assistant_blocks(message: &ChatMessage) -> Vec<Value> {
         blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name(), "input": input}));
     }
     blocks
-}
-
-/// A thinking block kept on an assistant message (see `model_call.rs`).
-pub(crate) fn is_thinking(part: &Value) -> bool {
-    matches!(part.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking"))
 }
 
 fn tool_result(message: &ChatMessage) -> Value {
