@@ -29,7 +29,7 @@ pub(crate) enum UpstreamError {
     Status { status: u16, message: String, code: Option<String>, retry_after: Option<Duration> },
     /// An `error` event inside the stream.
     InStream { message: String, code: Option<String> },
-    /// Something that is not the protocol (a chunk that is not JSON).
+    /// Something that is not the protocol (an event that is not JSON).
     Protocol(String),
 }
 
@@ -121,7 +121,7 @@ impl UpstreamError {
                     .with_status(502)
             }
             UpstreamError::Protocol(why) => {
-                AgentError::new(scrub(format!("the upstream's answer is not an OpenAI chunk stream: {why}")))
+                AgentError::new(scrub(format!("the upstream's answer is not the stream its API sends: {why}")))
                     .with_code("upstream_protocol")
                     .with_status(502)
             }
