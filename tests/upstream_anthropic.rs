@@ -181,6 +181,11 @@ async fn every_case_through_every_front_door() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_request_has_anthropics_shape() {
     let upstream = FakeUpstream::start(vec![Reply::fixture("anthropic-text")]).await;
+    // The model list is Anthropic's `GET /v1/models`, read as OpenAI's is (`data[].id`).
+    let listing =
+        UpstreamAgent::new(UpstreamConfig { models: None, ..config(&upstream) }, Tools::new()).expect("agent");
+    assert_eq!(listing.refresh_models().await, Ok(1));
+    assert_eq!(listing.models(), ["fake-model"]);
     let server = server_with(UpstreamAgent::new(config(&upstream), Tools::new()).expect("agent")).await;
     let body = json!({"model": "claude-fake", "stream": true, "temperature": 0.3, "stop": "END", "seed": 7,
         "max_completion_tokens": 900, "tools": client_tools(), "tool_choice": "required",

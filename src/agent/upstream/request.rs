@@ -175,6 +175,21 @@ mod tests {
     }
 
     #[test]
+    fn thinking_kept_for_anthropic_is_not_sent_to_an_openai_server() {
+        let mut said = ChatMessage::ai("It is 18 °C.", Vec::new());
+        said.push_part(json!({"type": "thinking", "thinking": "hmm", "signature": "sig"}));
+        let mut redacted = ChatMessage::ai("", Vec::new());
+        redacted.push_part(json!({"type": "redacted_thinking", "data": "x"}));
+        redacted.push_part(json!({"type": "text", "text": "Sure."}));
+        let chain = Messages::new().human("q").add([said]).human("and?").add([redacted]);
+        let conversation = Conversation::user("qwen", "hi");
+        let tools = ToolSet::new(Arc::new(Tools::new()), None).unwrap();
+        let body = body(&conversation, chain.as_slice(), &tools, false);
+        assert_eq!(body["messages"][1], json!({"role": "assistant", "content": "It is 18 °C."}));
+        assert_eq!(body["messages"][3], json!({"role": "assistant", "content": "Sure."}));
+    }
+
+    #[test]
     fn options_pass_through_except_what_agentmux_owns() {
         let mut options = Map::new();
         for (k, v) in [
