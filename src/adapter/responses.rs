@@ -151,7 +151,8 @@ impl Items {
         let output: Vec<Value> = self.items.iter().map(|item| item.json("completed")).collect();
         let usage = self.usage.as_ref().map(|u| {
             json!({
-                "input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens": u.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": u.prompt_tokens_details.map_or(0, |d| d.cached_tokens)},
                 "output_tokens": u.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": u.total_tokens,
             })
