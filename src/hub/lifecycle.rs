@@ -295,8 +295,8 @@ impl Lifecycle {
 
 /// `stream_end` for a stream that ended with `outcome` after `duration_ms`.
 pub(crate) fn stream_end(outcome: &Outcome, duration_ms: u64) -> OutputMessage {
-    let Outcome { status, finish_reason, usage, error } = outcome.clone();
-    StreamEnd { status, duration_ms, finish_reason, usage, error }.event()
+    let Outcome { status, finish_reason, usage, error, served_by } = outcome.clone();
+    StreamEnd { status, duration_ms, finish_reason, usage, error, served_by }.event()
 }
 
 /// The widest outcome an end that cannot be refused keeps whole: the longest status, finish reason and
