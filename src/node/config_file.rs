@@ -126,7 +126,7 @@ impl ConfigFile {
         let file: File = toml::from_str(text).map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
         let mut config = ConfigFile::default();
         for (name, entry) in file.upstreams {
-            let line = text[..entry.span().start.min(text.len())].lines().count().max(1);
+            let line = text[..entry.span().start.min(text.len())].matches('\n').count() + 1;
             let at = |what: String| format!("{}, line {line}: upstreams.{name}: {what}", path.display());
             let upstream = entry.into_inner().upstream(&name, path, defaults, env).map_err(at)?;
             config.upstreams.insert(name, upstream);

@@ -1,7 +1,8 @@
 //! A fake OpenAI-compatible upstream on `127.0.0.1:0`: it answers `POST /v1/chat/completions` with the
 //! replies it is given, in order (the last one again once they run out), byte for byte, and serves
-//! `GET /v1/models`. It records every request (body and `authorization`) and when each answer's body was
-//! dropped, which is when the client (agentmux) closed the connection.
+//! `GET /v1/models` (the list can be changed while it runs, and it counts how often it was read). It records
+//! every request (body and `authorization`) and when each answer's body was dropped, which is when the client
+//! (agentmux) closed the connection.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -118,6 +119,7 @@ struct Shared {
     requests: Vec<(Value, Option<String>)>,
     closed: Vec<Option<Instant>>,
     models: Vec<String>,
+    listings: usize,
 }
 
 /// The running fake; stopped when dropped.
@@ -171,6 +173,16 @@ impl FakeUpstream {
         self.shared.lock().expect("lock").requests.iter().map(|(_, auth)| auth.clone()).collect()
     }
 
+    /// Makes `GET /v1/models` list `models` from now on.
+    pub(crate) fn set_models(&self, models: &[&str]) {
+        self.shared.lock().expect("lock").models = models.iter().map(|m| (*m).to_owned()).collect();
+    }
+
+    /// How many times `GET /v1/models` was read.
+    pub(crate) fn listings(&self) -> usize {
+        self.shared.lock().expect("lock").listings
+    }
+
     /// When the body of answer `n` was dropped (the client closed), if it was.
     pub(crate) fn closed(&self, n: usize) -> Option<Instant> {
         self.shared.lock().expect("lock").closed.get(n).copied().flatten()
@@ -178,7 +190,13 @@ impl FakeUpstream {
 }
 
 async fn models(State(shared): State<Arc<Mutex<Shared>>>) -> Response {
-    let names = shared.lock().map(|s| s.models.clone()).unwrap_or_default();
+    let names = shared
+        .lock()
+        .map(|mut s| {
+            s.listings += 1;
+            s.models.clone()
+        })
+        .unwrap_or_default();
     let data: Vec<Value> = names.iter().map(|n| json!({"id": n, "object": "model"})).collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
