@@ -171,13 +171,8 @@ async fn run_ends(node: &ServerProcess, id: &str, count: usize) -> Vec<Value> {
     let client = reqwest::Client::new();
     eventually("the runs in the audit log", Duration::from_secs(10), async || {
         let (status, audit) = get_json(&client, &node.url(&format!("/v1/threads/{id}/audit"))).await;
-        let ends: Vec<Value> = audit["entries"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|e| e["decision"] == "run_end")
-            .cloned()
-            .collect();
+        let ends: Vec<Value> =
+            audit["entries"].as_array().into_iter().flatten().filter(|e| e["decision"] == "run_end").cloned().collect();
         (status == 200 && ends.len() >= count).then_some(ends)
     })
     .await
@@ -269,7 +264,8 @@ async fn nothing_is_retried_once_a_byte_has_reached_the_client() {
     body["stream"] = json!(true);
     let response = chat(&node, &body, None).await;
     assert_eq!(response.status(), 200);
-    let events: Vec<Value> = read_events(response).await.iter().filter(|e| e.data != "[DONE]").map(|e| e.json()).collect();
+    let events: Vec<Value> =
+        read_events(response).await.iter().filter(|e| e.data != "[DONE]").map(|e| e.json()).collect();
     let text: String =
         events.iter().filter_map(|e| e["choices"][0]["delta"]["content"].as_str()).collect::<Vec<_>>().concat();
     assert_eq!(text, "partial");
@@ -331,13 +327,17 @@ fn a_bad_config_file_stops_the_start_naming_the_file_the_line_and_what_is_wrong(
     let unknown = dir.config("[upstreams.a]\nurl = \"http://127.0.0.1:9/v1\"\nmodel = [\"m\"]\n");
     let (code, stderr) = failed_start(&["--config", &unknown]);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains(&unknown) && stderr.contains("line 3") && stderr.contains("unknown field `model`"), "{stderr}");
+    assert!(
+        stderr.contains(&unknown) && stderr.contains("line 3") && stderr.contains("unknown field `model`"),
+        "{stderr}"
+    );
 
     let twice = dir.config("[upstreams.a]\nurl = \"http://127.0.0.1:9/v1\"\n");
     let (code, stderr) = failed_start(&["--upstream", "a=http://127.0.0.1:9/v1", "--config", &twice]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("\"a\" is defined twice"), "{stderr}");
-    let (code, stderr) = failed_start(&["--upstream", "a=http://127.0.0.1:9/v1", "--upstream", "a=http://127.0.0.1:8/v1"]);
+    let (code, stderr) =
+        failed_start(&["--upstream", "a=http://127.0.0.1:9/v1", "--upstream", "a=http://127.0.0.1:8/v1"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("\"a\" is defined twice"), "{stderr}");
 

@@ -123,7 +123,8 @@ impl ConfigFile {
         defaults: &UpstreamConfig,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<ConfigFile, String> {
-        let file: File = toml::from_str(text).map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
+        let file: File =
+            toml::from_str(text).map_err(|e| format!("{}: {}", path.display(), e.to_string().trim_end()))?;
         let mut config = ConfigFile::default();
         for (name, entry) in file.upstreams {
             let line = text[..entry.span().start.min(text.len())].matches('\n').count() + 1;
@@ -199,7 +200,8 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<ConfigFile, String> {
-        let env = |name: &str| (name == "OPENAI_API_KEY" || name == "AGENTMUX_UPSTREAM_LOCAL_KEY").then(|| "sk-x".into());
+        let env =
+            |name: &str| (name == "OPENAI_API_KEY" || name == "AGENTMUX_UPSTREAM_LOCAL_KEY").then(|| "sk-x".into());
         ConfigFile::parse(text, Path::new("agentmux.toml"), &UpstreamConfig::new(""), &env)
     }
 
@@ -223,7 +225,10 @@ mod tests {
     #[test]
     fn errors_name_the_file_the_line_and_the_key() {
         let unknown = parse("[upstreams.a]\nurl = \"http://h/v1\"\nmodel = [\"m\"]\n").unwrap_err();
-        assert!(unknown.contains("agentmux.toml") && unknown.contains("line 3") && unknown.contains("model"), "{unknown}");
+        assert!(
+            unknown.contains("agentmux.toml") && unknown.contains("line 3") && unknown.contains("model"),
+            "{unknown}"
+        );
         let unset = parse("\n[upstreams.a]\nurl = \"http://h/v1\"\nkey_env = \"NOPE\"\n").unwrap_err();
         assert!(unset.contains("line 2") && unset.contains("upstreams.a") && unset.contains("NOPE"), "{unset}");
         let timeout = parse("[upstreams.a]\nurl = \"http://h/v1\"\nidle_timeout = \"soon\"\n").unwrap_err();

@@ -55,7 +55,9 @@ impl Maintenance {
             let (name, url) = (name.as_deref().unwrap_or(""), upstream.base_url());
             match upstream.refresh_models().await {
                 Ok(count) => tracing::info!(upstream = url, name, models = count, "upstream ready"),
-                Err(e) => tracing::warn!(upstream = url, name, "could not list the upstream's models (will retry): {e}"),
+                Err(e) => {
+                    tracing::warn!(upstream = url, name, "could not list the upstream's models (will retry): {e}")
+                }
             }
         });
         futures::future::join_all(first).await;

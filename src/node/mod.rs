@@ -103,7 +103,7 @@ impl Node {
         let restart = engine.restore_streams(&hub)?;
         let mut maintenance = Maintenance::default();
         #[cfg(feature = "upstream")]
-        let agents = with_upstreams(agents, (upstream, upstreams, aliases), tools, &mut maintenance).await?;
+        let agents = with_upstreams(agents, upstream, upstreams, aliases, tools, &mut maintenance).await?;
         let app = engine.app(hub, agents, settings);
         maintenance.sweep(app.hub.clone(), app.threads.clone());
         Ok(Node {
@@ -243,11 +243,9 @@ impl Kept {
 #[cfg(feature = "upstream")]
 async fn with_upstreams(
     mut agents: crate::agent::Agents,
-    (unnamed, named, aliases): (
-        Option<crate::agent::UpstreamConfig>,
-        std::collections::BTreeMap<String, crate::agent::UpstreamConfig>,
-        std::collections::BTreeMap<String, Vec<String>>,
-    ),
+    unnamed: Option<crate::agent::UpstreamConfig>,
+    named: std::collections::BTreeMap<String, crate::agent::UpstreamConfig>,
+    aliases: std::collections::BTreeMap<String, Vec<String>>,
     tools: crate::agent::Tools,
     maintenance: &mut Maintenance,
 ) -> Result<crate::agent::Agents, NodeError> {

@@ -77,7 +77,12 @@ impl Catalogue {
     }
 
     /// Adds the alias `name` for `targets`, in order (the later ones are fallbacks); each must name something.
-    pub(crate) fn add_alias(&mut self, name: &str, targets: Vec<String>, registered: &Registered) -> Result<(), String> {
+    pub(crate) fn add_alias(
+        &mut self,
+        name: &str,
+        targets: Vec<String>,
+        registered: &Registered,
+    ) -> Result<(), String> {
         if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(format!("the alias {name:?} is not a name (empty, or with spaces)"));
         }

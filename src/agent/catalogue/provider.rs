@@ -30,7 +30,9 @@ impl Provider {
     pub(crate) fn new(name: Option<String>, agent: UpstreamAgent) -> Provider {
         let host = url::Url::parse(agent.base_url())
             .ok()
-            .and_then(|url| url.host_str().map(|host| format!("{host}{}", url.port().map_or(String::new(), |p| format!(":{p}")))))
+            .and_then(|url| {
+                url.host_str().map(|host| format!("{host}{}", url.port().map_or(String::new(), |p| format!(":{p}"))))
+            })
             .unwrap_or_else(|| "?".to_owned());
         Provider { name, agent, host, looked_up: Arc::default() }
     }
@@ -66,7 +68,11 @@ impl Provider {
             if looked_up.is_none_or(|at| at.elapsed() >= LOOKUP_EVERY) {
                 *looked_up = Some(Instant::now());
                 if let Err(error) = self.agent.refresh_models().await {
-                    tracing::warn!(upstream = self.name.as_deref().unwrap_or(""), host = self.host, "could not list the upstream's models: {error}");
+                    tracing::warn!(
+                        upstream = self.name.as_deref().unwrap_or(""),
+                        host = self.host,
+                        "could not list the upstream's models: {error}"
+                    );
                 }
             }
         }
