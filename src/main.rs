@@ -520,6 +520,9 @@ fn add_upstreams(config: &mut NodeConfig, serve: &Serve) -> Result<(), String> {
         let Some((name, url)) = flag.split_once('=').filter(|(name, url)| !name.is_empty() && !url.is_empty()) else {
             return Err(format!("--upstream {flag:?}: expected NAME=URL"));
         };
+        if !url.starts_with("http://") && !url.starts_with("https://") {
+            return Err(format!("--upstream {name}={url}: the URL is not http:// or https://"));
+        }
         let key = std::env::var(node::key_variable(name)).ok().filter(|k| !k.is_empty());
         let upstream = UpstreamConfig { base_url: url.to_owned(), key, ..defaults.clone() };
         if config.upstreams.insert(name.to_owned(), upstream).is_some() {

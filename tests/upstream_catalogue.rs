@@ -264,6 +264,7 @@ async fn nothing_is_retried_once_a_byte_has_reached_the_client() {
     body["stream"] = json!(true);
     let response = chat(&node, &body, None).await;
     assert_eq!(response.status(), 200);
+    let id = response.headers()["x-agentmux-stream-id"].to_str().expect("an id").to_owned();
     let events: Vec<Value> =
         read_events(response).await.iter().filter(|e| e.data != "[DONE]").map(|e| e.json()).collect();
     let text: String =
@@ -272,6 +273,8 @@ async fn nothing_is_retried_once_a_byte_has_reached_the_client() {
     let failed = events.iter().any(|e| e["error"]["message"].as_str().is_some_and(|m| m.contains("the model crashed")));
     assert!(failed, "the client sees the error: {events:?}");
     assert_eq!((a.requests().len(), b.requests().len()), (1, 0), "b was never asked");
+    // The run failed where a answered: its outcome names a.
+    assert_eq!(served_by(&node, &id).await, json!({"upstream": "a", "model": "ma"}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,7 +26,8 @@ pub struct Outcome {
     /// What went wrong, for status `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorProps>,
-    /// Which upstream and model answered, when the catalogue chose (a `NAME/model` or an alias).
+    /// Which upstream and model answered (for a failed run, whose failure ended it), when the catalogue chose
+    /// (a `NAME/model` or an alias).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_by: Option<ServedBy>,
 }

@@ -8,7 +8,9 @@
 //! witness, since every emit goes through it. A refusal with a `retry-after` cools its target down
 //! ([`super::cooldown`]) for the routes of aliases. When every target refused, the client gets the last
 //! refusal, with its status and `retry-after`. The target that answered is named in the outcome
-//! ([`ServedBy`]), so the stream's end and a thread's audit log say which upstream and model it was.
+//! ([`ServedBy`]), so the stream's end and a thread's audit log say which upstream and model it was; for a
+//! run that failed, the target whose failure ended it (so a route ends with an outcome, not an error: the
+//! same outcome the run's task would make of the error, with `served_by`).
 
 use std::sync::Arc;
 
@@ -51,6 +53,11 @@ impl Target {
             Some(upstream) => format!("{upstream}/{}", self.model),
             None => self.model.clone(),
         }
+    }
+
+    /// It, as an outcome names it.
+    fn served_by(&self) -> ServedBy {
+        ServedBy { upstream: self.upstream().map(str::to_owned), model: self.model.clone() }
     }
 
     fn host(&self) -> &str {
@@ -106,6 +113,12 @@ pub(crate) fn is_refusal(error: &AgentError) -> bool {
     }
 }
 
+/// The outcome of a run that failed with `error`, naming the target whose failure it was (none when no
+/// target was asked: every one was cooling down). The same outcome an agent's error gives, with `served_by`.
+fn failed(error: AgentError, target: Option<&Target>) -> Outcome {
+    Outcome { served_by: target.map(Target::served_by), ..Outcome::failed(error.into_props()) }
+}
+
 /// The agent for a routed name.
 pub(crate) struct Route {
     /// The alias, when the name is one (its targets cool down after a `retry-after`).
@@ -133,7 +146,7 @@ impl Agent for Route {
 
     async fn run(&self, conversation: Conversation, output: Output) -> Result<Outcome, AgentError> {
         let alias = self.alias.as_deref().unwrap_or("");
-        let mut refused: Option<AgentError> = None;
+        let mut refused: Option<(AgentError, &Target)> = None;
         let mut cooling: Option<AgentError> = None;
         for (index, target) in self.targets.iter().enumerate() {
             if let Some(refusal) = self.cooling(target) {
@@ -148,11 +161,7 @@ impl Agent for Route {
             }
             let before = output.stream().log().last_sequence();
             match target.run(&conversation, &output).await {
-                Ok(mut outcome) => {
-                    let upstream = target.upstream().map(str::to_owned);
-                    outcome.served_by = Some(ServedBy { upstream, model: target.model.clone() });
-                    return Ok(outcome);
-                }
+                Ok(outcome) => return Ok(Outcome { served_by: Some(target.served_by()), ..outcome }),
                 Err(Attempt { error, refused: true }) if output.stream().log().last_sequence() == before => {
                     if self.alias.is_some() {
                         self.cooldowns.refused(&target.key(), &error);
@@ -168,12 +177,16 @@ impl Agent for Route {
                         "the target refused before answering: {}",
                         error.message
                     );
-                    refused = Some(error);
+                    refused = Some((error, target));
                 }
-                Err(Attempt { error, .. }) => return Err(error),
+                Err(Attempt { error, .. }) => return Ok(failed(error, Some(target))),
             }
         }
-        Err(refused.or(cooling).unwrap_or_else(|| AgentError::new("the route has no target").with_status(502)))
+        Ok(match (refused, cooling) {
+            (Some((error, target)), _) => failed(error, Some(target)),
+            (None, Some(error)) => failed(error, None),
+            (None, None) => failed(AgentError::new("the route has no target").with_status(502), None),
+        })
     }
 }
 
