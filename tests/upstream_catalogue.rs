@@ -140,6 +140,7 @@ async fn two_upstreams_and_the_built_in_agents_make_one_catalogue_routed_by_pref
     assert_eq!(text, "from b");
     assert_eq!(b.requests()[0]["model"], "mb");
     assert_eq!(b.authorizations()[0], None, "b has no key");
+    assert_eq!(b.header(0, "x-team").as_deref(), Some("blue"), "the file's headers go with every request");
     assert_eq!(served_by(&node, &id).await, json!({"upstream": "b", "model": "mb"}));
     let (text, id) = answered(chat(&node, &ask("tiny"), None).await).await;
     assert_eq!(text, "hi");

@@ -120,6 +120,8 @@ struct Shared {
     closed: Vec<Option<Instant>>,
     models: Vec<String>,
     listings: usize,
+    /// Every request's headers, in order.
+    headers: Vec<HeaderMap>,
 }
 
 /// The running fake; stopped when dropped.
@@ -173,6 +175,12 @@ impl FakeUpstream {
         self.shared.lock().expect("lock").requests.iter().map(|(_, auth)| auth.clone()).collect()
     }
 
+    /// The header `name` of request `n`, if it had one.
+    pub(crate) fn header(&self, n: usize, name: &str) -> Option<String> {
+        let shared = self.shared.lock().expect("lock");
+        shared.headers.get(n)?.get(name)?.to_str().ok().map(str::to_owned)
+    }
+
     /// Makes `GET /v1/models` list `models` from now on.
     pub(crate) fn set_models(&self, models: &[&str]) {
         self.shared.lock().expect("lock").models = models.iter().map(|m| (*m).to_owned()).collect();
@@ -207,6 +215,7 @@ async fn answer(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMap, bo
     let (reply, n) = {
         let mut s = shared.lock().expect("lock");
         s.requests.push((request, auth));
+        s.headers.push(headers.clone());
         let index = s.next.min(s.replies.len().saturating_sub(1));
         s.next += 1;
         s.closed.push(None);
