@@ -216,6 +216,15 @@ struct Serve {
     /// there.
     #[arg(long, env = "AGENTMUX_UPSTREAM_URL")]
     upstream_url: Option<String>,
+    /// A named upstream, NAME=URL (repeatable; the variable takes several, comma-separated): a request for
+    /// NAME/model goes to it, asking for model. Its key is read from AGENTMUX_UPSTREAM_<NAME>_KEY (NAME
+    /// upper-cased, other characters as _); the --upstream-* timeouts and CA apply to it.
+    #[arg(long = "upstream", env = "AGENTMUX_UPSTREAMS", value_delimiter = ',', value_name = "NAME=URL")]
+    upstreams: Vec<String>,
+    /// A TOML file of upstreams (kind, url, key_env, ca_file, timeouts, headers, models, text_mode) and
+    /// aliases (a model, or several tried in order); see docs/providers.md.
+    #[arg(long, env = "AGENTMUX_CONFIG")]
+    config: Option<std::path::PathBuf>,
     /// The upstream's API key (sent as a bearer token; never logged). Prefer the environment variable.
     #[arg(long, env = "AGENTMUX_UPSTREAM_KEY", hide_env_values = true)]
     upstream_key: Option<String>,
@@ -483,20 +492,53 @@ fn node_config(
         // Opened beyond loopback without keys on purpose: every name it is reached by is its own.
         cors_origins: if serve.insecure_no_auth { cors_origins.any_host() } else { cors_origins },
     };
-    let upstream_ca = read_ca("--upstream-ca-file", serve.upstream_ca_file.as_deref())?;
-    config.upstream = serve.upstream_url.as_ref().map(|url| UpstreamConfig {
-        key: serve.upstream_key.clone().filter(|k| !k.is_empty()),
-        models: serve.upstream_models.clone(),
-        text_mode: serve.upstream_text_mode.clone(),
+    add_upstreams(&mut config, serve)?;
+    Ok(config)
+}
+
+/// The upstreams of the flags (`--upstream-url`, the unnamed one; `--upstream NAME=URL`) and of the config
+/// file into `config`; the `--upstream-*` timeouts, CA and tool limits are every upstream's defaults. A name
+/// defined twice (by two flags, or by a flag and the file) is an error.
+fn add_upstreams(config: &mut NodeConfig, serve: &Serve) -> Result<(), String> {
+    let defaults = UpstreamConfig {
         connect_timeout: serve.upstream_connect_timeout,
         first_byte_timeout: serve.upstream_first_byte_timeout,
         idle_timeout: serve.upstream_idle_timeout,
-        ca_pem: upstream_ca,
+        ca_pem: read_ca("--upstream-ca-file", serve.upstream_ca_file.as_deref())?,
         max_rounds: serve.max_tool_rounds,
         tool_timeout: serve.tool_timeout,
-        ..UpstreamConfig::new(url.clone())
+        ..UpstreamConfig::new("")
+    };
+    config.upstream = serve.upstream_url.as_ref().map(|url| UpstreamConfig {
+        base_url: url.clone(),
+        key: serve.upstream_key.clone().filter(|k| !k.is_empty()),
+        models: serve.upstream_models.clone(),
+        text_mode: serve.upstream_text_mode.clone(),
+        ..defaults.clone()
     });
-    Ok(config)
+    for flag in &serve.upstreams {
+        let Some((name, url)) = flag.split_once('=').filter(|(name, url)| !name.is_empty() && !url.is_empty()) else {
+            return Err(format!("--upstream {flag:?}: expected NAME=URL"));
+        };
+        if !url.starts_with("http://") && !url.starts_with("https://") {
+            return Err(format!("--upstream {name}={url}: the URL is not http:// or https://"));
+        }
+        let key = std::env::var(node::key_variable(name)).ok().filter(|k| !k.is_empty());
+        let upstream = UpstreamConfig { base_url: url.to_owned(), key, ..defaults.clone() };
+        if config.upstreams.insert(name.to_owned(), upstream).is_some() {
+            return Err(format!("--upstream {name}: the upstream {name:?} is defined twice"));
+        }
+    }
+    if let Some(path) = &serve.config {
+        let file = node::ConfigFile::read(path, &defaults)?;
+        for (name, upstream) in file.upstreams {
+            if config.upstreams.insert(name.clone(), upstream).is_some() {
+                return Err(format!("{}: the upstream {name:?} is defined twice (also by --upstream)", path.display()));
+            }
+        }
+        config.aliases = file.aliases;
+    }
+    Ok(())
 }
 
 /// The bytes of the CA file `flag` names, if it names one; a file that cannot be read is an error naming it.

@@ -5,6 +5,8 @@
 //! - [`Output`] (`output.rs`): one method per built-in type, `send` for anything else, handles for messages
 //!   that stream in deltas, blocks, sub-agent threads, and the cancellation signal.
 //! - [`Agents`] (`registry.rs`): model names to agents; [`run`] (`run.rs`) starts an agent on a new stream.
+//! - The catalogue (`catalogue/`): the upstreams (one unnamed, any number named) and the aliases behind the
+//!   names no registered agent has: routing by `NAME/model` and alias, fallbacks, cooldowns.
 //! - Built-in agents (`builtin/`): `demo`, `echo`, and `replay/<fixture>`.
 //! - [`UpstreamAgent`] (`upstream/`): any OpenAI-compatible model server, streamed into typed messages,
 //!   with the tool loop.
@@ -13,6 +15,8 @@
 //!   text, tool calls, the model's error, or a malformed attempt; whole or as it streams.
 
 mod builtin;
+#[cfg(feature = "upstream")]
+mod catalogue;
 mod output;
 mod registry;
 mod reply;

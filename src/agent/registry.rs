@@ -1,4 +1,7 @@
 //! [`Agents`]: model names to agents, what `GET /v1/models` lists and a chat request's `model` selects.
+//!
+//! A name is looked up among the registered agents first, then in the catalogue of upstreams and aliases
+//! (`catalogue/`), which routes `NAME/model`, aliases with their fallbacks, and the unnamed upstream.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -48,9 +51,9 @@ pub enum StartError {
 #[derive(Clone, Default)]
 pub struct Agents {
     agents: BTreeMap<String, Arc<dyn DynAgent>>,
-    /// Answers every model no agent above has.
+    /// The upstreams and aliases: every model no agent above has.
     #[cfg(feature = "upstream")]
-    upstream: Option<(UpstreamAgent, Arc<dyn DynAgent>)>,
+    catalogue: super::catalogue::Catalogue,
 }
 
 impl std::fmt::Debug for Agents {
@@ -82,40 +85,81 @@ impl Agents {
         self
     }
 
-    /// Sends every model no registered agent has to `upstream`.
+    /// Sends every model no registered agent, named upstream or alias has to `upstream`, as it is named (the
+    /// unnamed upstream).
     #[cfg(feature = "upstream")]
     pub fn set_upstream(&mut self, upstream: UpstreamAgent) -> &mut Self {
-        let agent: Arc<dyn DynAgent> = Arc::new(upstream.clone());
-        self.upstream = Some((upstream, agent));
+        self.catalogue.set_unnamed(upstream);
         self
     }
 
-    /// The upstream, when there is one.
+    /// The unnamed upstream, when there is one.
     #[cfg(feature = "upstream")]
     pub fn upstream(&self) -> Option<&UpstreamAgent> {
-        self.upstream.as_ref().map(|(upstream, _)| upstream)
+        self.catalogue.unnamed()
     }
 
-    /// True when a request for `model` would start an agent: a registered one, or the upstream.
+    /// Adds the upstream `name`: a request for `name/model` goes to it, asking for `model`. A name that is
+    /// taken (by another upstream, an alias, or the prefix of registered agents such as `replay`) or that is
+    /// not a word (letters, digits, `-`, `_`, `.`) is an error.
+    ///
+    /// ```
+    /// use agentmux::agent::{Agents, UpstreamAgent, UpstreamConfig};
+    ///
+    /// let mut config = UpstreamConfig::new("http://127.0.0.1:8081/v1");
+    /// config.models = Some(vec!["qwen".into()]);
+    /// let mut agents = Agents::builtin();
+    /// agents.add_upstream("local", UpstreamAgent::new(config, Default::default()).unwrap()).unwrap();
+    /// agents.add_alias("fast", vec!["local/qwen".into(), "echo".into()]).unwrap();
+    /// assert!(agents.names().contains(&"local/qwen".to_owned()) && agents.contains("fast"));
+    /// assert!(agents.add_alias("slow", vec!["nowhere/qwen".into()]).is_err());
+    /// ```
+    #[cfg(feature = "upstream")]
+    pub fn add_upstream(&mut self, name: &str, upstream: UpstreamAgent) -> Result<&mut Self, String> {
+        self.catalogue.add_upstream(name, upstream, &self.agents)?;
+        Ok(self)
+    }
+
+    /// Adds the alias `name` for `targets`, tried in order: a target that refuses before answering (a dial
+    /// failure, a 429, a 5xx) hands the request to the next. Each target is a registered agent, a named
+    /// upstream's `NAME/model`, or (with an unnamed upstream) a model of it; add the upstreams first.
+    #[cfg(feature = "upstream")]
+    pub fn add_alias(&mut self, name: &str, targets: Vec<String>) -> Result<&mut Self, String> {
+        self.catalogue.add_alias(name, targets, &self.agents)?;
+        Ok(self)
+    }
+
+    /// True when a request for `model` would start an agent: a registered one, or one the catalogue routes.
     pub fn contains(&self, model: &str) -> bool {
         self.agent(model).is_some()
     }
 
-    fn agent(&self, model: &str) -> Option<&Arc<dyn DynAgent>> {
-        #[cfg(feature = "upstream")]
-        if let Some((_, upstream)) = &self.upstream {
-            return Some(self.agents.get(model).unwrap_or(upstream));
+    fn agent(&self, model: &str) -> Option<Arc<dyn DynAgent>> {
+        if let Some(agent) = self.agents.get(model) {
+            return Some(Arc::clone(agent));
         }
-        self.agents.get(model)
+        #[cfg(feature = "upstream")]
+        return self.catalogue.agent(model, &self.agents);
+        #[cfg(not(feature = "upstream"))]
+        None
     }
 
-    /// The model names: the registered agents', then the upstream's as last known; sorted, each once.
+    /// `model` as a metric label: itself when it is a name [`Agents::names`] lists, else `other`, so that
+    /// made-up names (which an upstream may still answer) add no series.
+    pub(crate) fn label<'a>(&self, model: &'a str) -> &'a str {
+        #[cfg(feature = "upstream")]
+        let listed = self.agents.contains_key(model) || self.catalogue.knows(model);
+        #[cfg(not(feature = "upstream"))]
+        let listed = self.agents.contains_key(model);
+        if listed { model } else { "other" }
+    }
+
+    /// The model names: the registered agents', then the unnamed upstream's as last known, every named
+    /// upstream's as `NAME/model`, and the aliases; sorted, each once.
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.agents.keys().cloned().collect();
         #[cfg(feature = "upstream")]
-        if let Some((upstream, _)) = &self.upstream {
-            names.extend(upstream.models());
-        }
+        names.extend(self.catalogue.names());
         names.sort();
         names.dedup();
         names
@@ -132,6 +176,6 @@ impl Agents {
         let model = conversation.model();
         let agent = self.agent(model).ok_or_else(|| StartError::UnknownModel(model.to_owned()))?;
         agent.check_dyn(&conversation, &hub.config().limits)?;
-        Ok(start(hub, client, Arc::clone(agent), conversation)?)
+        Ok(start(hub, client, agent, conversation)?)
     }
 }

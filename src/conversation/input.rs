@@ -85,6 +85,13 @@ impl Conversation {
         self
     }
 
+    /// The same conversation for another model: what a route hands the agent it chose (`gpt-4o` for
+    /// `openai/gpt-4o`, an alias's target).
+    pub(crate) fn for_model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+
     /// The agent it is for.
     pub fn model(&self) -> &str {
         &self.model

@@ -295,8 +295,8 @@ impl Lifecycle {
 
 /// `stream_end` for a stream that ended with `outcome` after `duration_ms`.
 pub(crate) fn stream_end(outcome: &Outcome, duration_ms: u64) -> OutputMessage {
-    let Outcome { status, finish_reason, usage, error } = outcome.clone();
-    StreamEnd { status, duration_ms, finish_reason, usage, error }.event()
+    let Outcome { status, finish_reason, usage, error, served_by } = outcome.clone();
+    StreamEnd { status, duration_ms, finish_reason, usage, error, served_by }.event()
 }
 
 /// The widest outcome an end that cannot be refused keeps whole: the longest status, finish reason and
@@ -320,18 +320,21 @@ pub(crate) fn widest_outcome() -> Outcome {
 }
 
 /// Shrinks an outcome until `fits` says it does: its error's details go, then its message and code are cut
-/// (at a character boundary) to [`END_ERROR_BYTES`], then to half as much, and so on. An outcome whose
-/// error is cut to nothing fits whatever [`widest_outcome`] fits.
+/// (at a character boundary) to [`END_ERROR_BYTES`], then to half as much, and so on, then the error goes,
+/// and last who answered (`served_by`). What is then left fits whatever [`widest_outcome`] fits.
 pub(crate) fn shrink(outcome: &mut Outcome, fits: impl Fn(&Outcome) -> bool) {
     let mut keep = END_ERROR_BYTES;
     loop {
         if fits(outcome) {
             return;
         }
-        let Some(error) = outcome.error.as_mut() else { return };
+        let Some(error) = outcome.error.as_mut() else {
+            outcome.served_by = None;
+            return;
+        };
         if keep == 0 {
             outcome.error = None;
-            return;
+            continue;
         }
         error.details = None;
         cut(&mut error.message, keep);
@@ -358,5 +361,29 @@ fn cut(text: &mut String, bytes: usize) {
             end -= 1;
         }
         text.truncate(end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::ServedBy;
+
+    #[test]
+    fn a_shrunk_outcome_fits_what_the_widest_fits_even_with_who_answered() {
+        let size = |o: &Outcome| serde_json::to_vec(o).map_or(0, |v| v.len());
+        let room = size(&widest_outcome());
+        let mut outcome = Outcome {
+            served_by: Some(ServedBy { upstream: Some("u".repeat(64)), model: "m".repeat(NAME_BYTES) }),
+            ..Outcome::failed(ErrorProps { message: "x".repeat(4096), code: Some("c".repeat(64)), details: None })
+        };
+        shrink(&mut outcome, |o| size(o) <= room);
+        assert!(size(&outcome) <= room, "{outcome:?}");
+        let mut small = Outcome {
+            served_by: Some(ServedBy { upstream: Some("openai".into()), model: "gpt-4o".into() }),
+            ..Outcome::completed()
+        };
+        shrink(&mut small, |o| size(o) <= room);
+        assert!(small.served_by.is_some(), "what fits is kept");
     }
 }

@@ -4,6 +4,8 @@
 //! plain data on purpose: nothing here opens a file, dials Redis or spawns a task, so a config can be built,
 //! inspected and changed freely, and [`super::Node::open`] is the one place that acts on it, in order.
 
+#[cfg(feature = "upstream")]
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -65,9 +67,17 @@ pub struct NodeConfig {
     pub settings: Settings,
     /// The agents, by model name ([`Agents::builtin`] by default).
     pub agents: Agents,
-    /// An OpenAI-compatible model server for every model no agent of `agents` has, if any.
+    /// The unnamed upstream: a model server for every model no agent of `agents`, named upstream or alias
+    /// has, if any (`--upstream-url`).
     #[cfg(feature = "upstream")]
     pub upstream: Option<UpstreamConfig>,
+    /// The named upstreams: a request for `NAME/model` goes to the upstream `NAME` (`--upstream NAME=URL`,
+    /// the config file's `[upstreams.NAME]`).
+    #[cfg(feature = "upstream")]
+    pub upstreams: BTreeMap<String, UpstreamConfig>,
+    /// The aliases: a name for one model, or for several tried in order (the fallbacks).
+    #[cfg(feature = "upstream")]
+    pub aliases: BTreeMap<String, Vec<String>>,
     /// The tools the upstream agent runs itself.
     pub tools: Tools,
 }
@@ -84,6 +94,10 @@ impl NodeConfig {
             agents: Agents::builtin(),
             #[cfg(feature = "upstream")]
             upstream: None,
+            #[cfg(feature = "upstream")]
+            upstreams: BTreeMap::new(),
+            #[cfg(feature = "upstream")]
+            aliases: BTreeMap::new(),
             tools: Tools::new(),
         }
     }

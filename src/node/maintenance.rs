@@ -1,7 +1,7 @@
 //! [`Maintenance`]: the node's background work, which lasts exactly as long as the node.
 //!
 //! Nothing a client does triggers it: an idle stream must end though nobody calls, an expired stream or
-//! thread must go and give its memory back, and an upstream's model list must follow the upstream. Each job
+//! thread must go and give its memory back, and every upstream's model list must follow its upstream. Each job
 //! is a task of the node's; dropping the [`Maintenance`] aborts them all, so a node dropped (or a test's
 //! server stopped) leaves nothing running behind it.
 
@@ -46,24 +46,34 @@ impl Maintenance {
         }));
     }
 
-    /// Lists `upstream`'s models now (a failure is logged, and retried with the next listing), then every
-    /// five minutes, so `GET /v1/models` follows the upstream.
+    /// Lists the models of every upstream of `upstreams` (by name; `None` for the unnamed one) now, all at
+    /// once (a failure is logged, and retried with the next listing), then each every five minutes on a job of
+    /// its own, so `GET /v1/models` follows each upstream and a slow one holds up none of the others.
     #[cfg(feature = "upstream")]
-    pub(super) async fn list_models(&mut self, upstream: UpstreamAgent, url: String) {
-        match upstream.refresh_models().await {
-            Ok(count) => tracing::info!(upstream = url, models = count, "upstream ready"),
-            Err(e) => tracing::warn!(upstream = url, "could not list the upstream's models (will retry): {e}"),
-        }
-        self.tasks.push(tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(LIST_MODELS_EVERY);
-            ticks.tick().await;
-            loop {
-                ticks.tick().await;
-                if let Err(e) = upstream.refresh_models().await {
-                    tracing::warn!(upstream = url, "could not list the upstream's models: {e}");
+    pub(super) async fn list_models(&mut self, upstreams: Vec<(Option<String>, UpstreamAgent)>) {
+        let first = upstreams.iter().map(|(name, upstream)| async move {
+            let (name, url) = (name.as_deref().unwrap_or(""), upstream.base_url());
+            match upstream.refresh_models().await {
+                Ok(count) => tracing::info!(upstream = url, name, models = count, "upstream ready"),
+                Err(e) => {
+                    tracing::warn!(upstream = url, name, "could not list the upstream's models (will retry): {e}")
                 }
             }
-        }));
+        });
+        futures::future::join_all(first).await;
+        for (name, upstream) in upstreams {
+            self.tasks.push(tokio::spawn(async move {
+                let (name, url) = (name.unwrap_or_default(), upstream.base_url().to_owned());
+                let mut ticks = tokio::time::interval(LIST_MODELS_EVERY);
+                ticks.tick().await;
+                loop {
+                    ticks.tick().await;
+                    if let Err(e) = upstream.refresh_models().await {
+                        tracing::warn!(upstream = url, name, "could not list the upstream's models: {e}");
+                    }
+                }
+            }));
+        }
     }
 }
 

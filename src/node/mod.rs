@@ -7,8 +7,9 @@
 //! 3. what the engine kept is **restored**: streams into the hub (ended streams readable again, streams
 //!    that were open ended `interrupted`), then threads into the thread registry, once the app (5) holds
 //!    it ([`Store::restore_threads`]);
-//! 4. the **agents**, with the upstream model server if one is configured (its models listed once now, then
-//!    every five minutes);
+//! 4. the **agents**, with the upstreams (the unnamed one and the named ones) and the aliases of the catalogue,
+//!    if any are configured (every upstream's models listed once now, all at once, then each every five
+//!    minutes on its own);
 //! 5. the **app** every handler shares (credentials signed with the engine's secret, so tokens outlive a
 //!    restart or work on every node);
 //! 6. the **maintenance**: the sweeps that end idle streams, evict expired streams and threads, and give
@@ -27,6 +28,8 @@
 //! ```
 
 mod config;
+#[cfg(feature = "upstream")]
+mod config_file;
 mod listen;
 mod maintenance;
 
@@ -34,6 +37,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use config::{Engine, NodeConfig};
+#[cfg(feature = "upstream")]
+pub use config_file::{ConfigFile, key_variable};
 pub use listen::listen;
 
 #[cfg(feature = "upstream")]
@@ -89,7 +94,7 @@ impl Node {
     /// the maintenance. Must be called inside a tokio runtime.
     pub async fn open(config: NodeConfig) -> Result<Node, NodeError> {
         #[cfg(feature = "upstream")]
-        let NodeConfig { engine, mut hub, settings, agents, upstream, tools } = config;
+        let NodeConfig { engine, mut hub, settings, agents, upstream, upstreams, aliases, tools } = config;
         #[cfg(not(feature = "upstream"))]
         let NodeConfig { engine, mut hub, settings, agents, tools: _ } = config;
         let engine = Kept::open(engine, &mut hub).await?;
@@ -98,7 +103,7 @@ impl Node {
         let restart = engine.restore_streams(&hub)?;
         let mut maintenance = Maintenance::default();
         #[cfg(feature = "upstream")]
-        let agents = with_upstream(agents, upstream, tools, &mut maintenance).await?;
+        let agents = with_upstreams(agents, upstream, upstreams, aliases, tools, &mut maintenance).await?;
         let app = engine.app(hub, agents, settings);
         maintenance.sweep(app.hub.clone(), app.threads.clone());
         Ok(Node {
@@ -233,21 +238,33 @@ impl Kept {
     }
 }
 
-/// `agents`, with the upstream model server `upstream` answering every model they have not (its models
-/// listed now, then by the maintenance), if there is one.
+/// `agents`, with the unnamed upstream, the named ones and the aliases (in that order, so an alias finds
+/// the upstreams it names); every upstream's models listed now, concurrently, then by the maintenance.
 #[cfg(feature = "upstream")]
-async fn with_upstream(
+async fn with_upstreams(
     mut agents: crate::agent::Agents,
-    upstream: Option<crate::agent::UpstreamConfig>,
+    unnamed: Option<crate::agent::UpstreamConfig>,
+    named: std::collections::BTreeMap<String, crate::agent::UpstreamConfig>,
+    aliases: std::collections::BTreeMap<String, Vec<String>>,
     tools: crate::agent::Tools,
     maintenance: &mut Maintenance,
 ) -> Result<crate::agent::Agents, NodeError> {
-    if let Some(upstream) = upstream {
-        let url = upstream.base_url.clone();
-        let upstream = UpstreamAgent::new(upstream, tools).map_err(NodeError::Upstream)?;
-        maintenance.list_models(upstream.clone(), url).await;
-        agents.set_upstream(upstream);
+    let mut listed = Vec::new();
+    if let Some(config) = unnamed {
+        let upstream = UpstreamAgent::new(config, tools.clone()).map_err(NodeError::Upstream)?;
+        agents.set_upstream(upstream.clone());
+        listed.push((None, upstream));
     }
+    for (name, config) in named {
+        let upstream =
+            UpstreamAgent::new(config, tools.clone()).map_err(|e| NodeError::Upstream(format!("{name}: {e}")))?;
+        agents.add_upstream(&name, upstream.clone()).map_err(NodeError::Upstream)?;
+        listed.push((Some(name), upstream));
+    }
+    for (name, targets) in aliases {
+        agents.add_alias(&name, targets).map_err(NodeError::Upstream)?;
+    }
+    maintenance.list_models(listed).await;
     Ok(agents)
 }
 

@@ -63,6 +63,9 @@ pub struct StreamEnd {
     /// What went wrong, for status `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorProps>,
+    /// Which upstream and model answered, when the catalogue chose ([`super::Outcome::served_by`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<super::ServedBy>,
 }
 
 /// `message_start`: before the first chunk of a message that arrives in deltas.

@@ -1,9 +1,11 @@
 //! How a stream ended: [`Outcome`], the last input every adapter gets.
 //!
 //! Its JSON form is the body of `POST /v1/streams/{id}/end` and of a fixture's `outcome.json`:
-//! `{"status": "completed" | "cancelled" | "error", "finish_reason"?, "usage"?, "error"?}`. A completed stream
-//! may say why it stopped (`length`, `content_filter`); the OpenAI adapter turns `stop` into `tool_calls` by
-//! itself when the last thing the agent did was call tools.
+//! `{"status": "completed" | "cancelled" | "error", "finish_reason"?, "usage"?, "error"?, "served_by"?}`. A
+//! completed stream may say why it stopped (`length`, `content_filter`); the OpenAI adapter turns `stop` into
+//! `tool_calls` by itself when the last thing the agent did was call tools. `served_by` names the upstream and
+//! model that answered a run the catalogue routed (`NAME/model` or an alias); it is absent otherwise, so the
+//! outcome of a built-in agent reads as it always did.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +26,20 @@ pub struct Outcome {
     /// What went wrong, for status `error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorProps>,
+    /// Which upstream and model answered (for a failed run, whose failure ended it), when the catalogue chose
+    /// (a `NAME/model` or an alias).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<ServedBy>,
+}
+
+/// The upstream and model that answered a run the catalogue routed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ServedBy {
+    /// The upstream's name (`openai` of `openai/gpt-4o`); absent for a registered agent or the unnamed upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
+    /// The model as that upstream (or registered agent) knows it (`gpt-4o`).
+    pub model: String,
 }
 
 impl Outcome {

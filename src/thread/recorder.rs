@@ -1,5 +1,6 @@
 //! The recorder: a task per run that waits for the run's end and records its result in the thread (its
-//! messages, the calls it handed over, and a `run_end` entry with its status, usage and duration).
+//! messages, the calls it handed over, and a `run_end` entry with its status, usage, duration and, for a run the
+//! catalogue routed, the upstream and model that answered).
 //!
 //! With a shared record, the result is recorded in the thread as the record holds it when the run ends,
 //! by whichever node that knows of the run commits first; this node reads the thread again through
@@ -172,6 +173,9 @@ fn entries(run: &Run, stream: &str, messages: Vec<ChatMessage>, outcome: &Outcom
     }
     if let Some(error) = &outcome.error {
         audit.insert("error".into(), json!(error));
+    }
+    if let Some(served_by) = &outcome.served_by {
+        audit.insert("served_by".into(), json!(served_by));
     }
     audit.insert("duration_ms".into(), (run.started.elapsed().as_millis() as u64).into());
     audit.insert("messages".into(), count.into());

@@ -1,6 +1,6 @@
 //! A fake upstream on `127.0.0.1:0`, OpenAI-compatible and Anthropic alike: it answers `POST
 //! /v1/chat/completions` and `POST /v1/messages` with the replies it is given, in order (the last one again
-//! once they run out), byte for byte, and serves `GET /v1/models`. It records every request (path, body and
+//! once they run out), byte for byte, and serves `GET /v1/models` (the list can be changed while it runs, and it counts how often it was read). It records every request (path, body and
 //! headers) and when each answer's body was dropped, which is when the client (agentmux) closed the
 //! connection.
 
@@ -187,6 +187,7 @@ struct Shared {
     requests: Vec<Recorded>,
     closed: Vec<Option<Instant>>,
     models: Vec<String>,
+    listings: usize,
 }
 
 /// The running fake; stopped when dropped.
@@ -252,6 +253,22 @@ impl FakeUpstream {
             .collect()
     }
 
+    /// The header `name` of request `n`, if it had one.
+    pub(crate) fn header(&self, n: usize, name: &str) -> Option<String> {
+        let shared = self.shared.lock().expect("lock");
+        shared.requests.get(n)?.header(name).map(str::to_owned)
+    }
+
+    /// Makes `GET /v1/models` list `models` from now on.
+    pub(crate) fn set_models(&self, models: &[&str]) {
+        self.shared.lock().expect("lock").models = models.iter().map(|m| (*m).to_owned()).collect();
+    }
+
+    /// How many times `GET /v1/models` was read.
+    pub(crate) fn listings(&self) -> usize {
+        self.shared.lock().expect("lock").listings
+    }
+
     /// When the body of answer `n` was dropped (the client closed), if it was.
     pub(crate) fn closed(&self, n: usize) -> Option<Instant> {
         self.shared.lock().expect("lock").closed.get(n).copied().flatten()
@@ -259,7 +276,13 @@ impl FakeUpstream {
 }
 
 async fn models(State(shared): State<Arc<Mutex<Shared>>>) -> Response {
-    let names = shared.lock().map(|s| s.models.clone()).unwrap_or_default();
+    let names = shared
+        .lock()
+        .map(|mut s| {
+            s.listings += 1;
+            s.models.clone()
+        })
+        .unwrap_or_default();
     let data: Vec<Value> = names.iter().map(|n| json!({"id": n, "object": "model"})).collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }

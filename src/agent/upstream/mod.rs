@@ -161,6 +161,11 @@ impl UpstreamAgent {
         })
     }
 
+    /// Its base URL, as configured.
+    pub fn base_url(&self) -> &str {
+        &self.config.base_url
+    }
+
     /// The models it serves, as last known.
     pub fn models(&self) -> Vec<String> {
         self.models.read().map(|m| m.clone()).unwrap_or_default()

@@ -181,7 +181,7 @@ pub(crate) fn invalid_thread(param: &str) -> HttpError {
 async fn started(app: &App, model: &str, stream: &Arc<Stream>, headers: &HeaderMap) -> Result<OnDisconnect, HttpError> {
     record_stream(stream.id());
     app.metrics.stream_created();
-    app.metrics.run(model, Arc::clone(stream));
+    app.metrics.run(app.agents.label(model), Arc::clone(stream));
     let cancel_on_disconnect = headers
         .get("x-agentmux-on-disconnect")
         .and_then(|v| v.to_str().ok())
