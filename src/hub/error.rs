@@ -31,11 +31,18 @@ pub enum HubError {
         /// When room is expected.
         retry_after: Option<Duration>,
     },
-    /// The client has as many streams open as one client may: ending one makes room.
-    #[error("this client has {limit} streams open, the most one client may; end one to start another")]
+    /// The client holds as many streams as one client may, every one of them open (an ended one would have
+    /// made room): ending one makes room.
+    #[error(
+        "this client holds its limit of {limit} streams (open or ended, until evicted) and all are open; end \
+         one to start another"
+    )]
     ClientStreams {
         /// The limit.
         limit: usize,
+        /// When room is expected: by the idle timeout, one of them ends by itself unless its producer keeps
+        /// appending (none without an idle timeout).
+        retry_after: Option<Duration>,
     },
     /// The client created as many streams in the last minute as one client may.
     #[error("this client created {limit} streams in the last minute, the most one client may")]
@@ -69,9 +76,11 @@ impl HubError {
     /// When a retry may succeed; `None` when waiting alone will not help.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            HubError::TooManyStreams { retry_after, .. } | HubError::HubFull { retry_after, .. } => *retry_after,
+            HubError::TooManyStreams { retry_after, .. }
+            | HubError::HubFull { retry_after, .. }
+            | HubError::ClientStreams { retry_after, .. } => *retry_after,
             HubError::ClientRate { retry_after, .. } => Some(*retry_after),
-            HubError::ClientStreams { .. } | HubError::StreamLimitsTooSmall { .. } | HubError::Invalid(_) => None,
+            HubError::StreamLimitsTooSmall { .. } | HubError::Invalid(_) => None,
         }
     }
 }
