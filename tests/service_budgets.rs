@@ -177,3 +177,32 @@ async fn a_client_at_its_thread_share_waits_and_other_clients_still_create_threa
     assert!(message.contains("limit of 20 threads"), "the message names the limit, by its number: {message}");
     assert!(retry_after.is_some_and(|s| s > 0), "a full service says when room is expected");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_kept_across_a_restart_count_against_their_client_again() {
+    let dir = std::env::temp_dir().join(format!("agentmux-budgets-restart-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let data = dir.to_str().expect("utf-8").to_owned();
+    let args = ["--max-streams", "20", "--data-dir", data.as_str()];
+    let client = from_host(1);
+    let mut server = ServerProcess::spawn(&args);
+    let made = [create_and_end(&server, &client, None).await, create_and_end(&server, &client, None).await];
+    server.terminate();
+    let (_, clean) = server.wait_exit(std::time::Duration::from_secs(30));
+    assert!(clean, "a clean stop");
+
+    // Its two ended streams come back, held by it: one more gives up the oldest of them.
+    let server = ServerProcess::spawn(&args);
+    let client = from_host(1);
+    for id in &made {
+        assert_eq!(status_of(&server, &client, None, id).await, 200, "kept across the restart");
+    }
+    let (status, _, created) = create(&server, &client, None).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(status_of(&server, &client, None, &made[0]).await, 404, "its oldest, evicted for the new one");
+    assert_eq!(status_of(&server, &client, None, &made[1]).await, 200, "the other is still its");
+    let (status, _, created) = create(&server, &from_host(2), None).await;
+    assert_eq!(status, 201, "another client is not affected: {created}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

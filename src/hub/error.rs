@@ -9,9 +9,10 @@ use crate::output::ValidationError;
 
 /// Why a stream could not be created.
 ///
-/// Each says whether waiting helps: `retry_after` is when the hub expects room (the oldest ended stream's
-/// eviction, or the eviction of the first open stream that can reach its idle timeout: a retention after
-/// it), and `None` when nothing the hub holds will free room by itself.
+/// Each says whether waiting helps: `retry_after` is when the hub expects room, and `None` when nothing the
+/// hub holds will free room by itself. A place among the streams comes when an open stream reaches its idle
+/// timeout (an ended one is evicted early for a new stream, so one that ends makes room at once); bytes come
+/// back when the oldest ended stream is evicted, or a retention after the first open stream can time out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HubError {

@@ -217,7 +217,7 @@ impl Hub {
             let Some(id) = state.held().take_oldest() else {
                 drop(streams);
                 self.forget_evicted(evicted);
-                return Err(HubError::TooManyStreams { limit, retry_after: state.room_expected_in() });
+                return Err(HubError::TooManyStreams { limit, retry_after: state.room_expected_in(true) });
             };
             evicted.extend(streams.remove(&id));
         }
@@ -243,7 +243,7 @@ impl Hub {
                 self.forget_evicted(evicted);
                 return Err(match error {
                     HubError::HubFull { limit, .. } => {
-                        HubError::HubFull { limit, retry_after: state.room_expected_in() }
+                        HubError::HubFull { limit, retry_after: state.room_expected_in(false) }
                     }
                     other => other,
                 });

@@ -153,12 +153,17 @@ impl HubState {
     }
 
     /// When the hub expects room: the oldest ended stream's eviction, or the earliest idle timeout.
-    pub(super) fn room_expected_in(&self) -> Option<Duration> {
+    ///
+    /// For a place among the streams (`ended_makes_room`), an ended stream makes room at once, since it is
+    /// evicted early for a new one: room comes when an open stream times out. For bytes, room comes back
+    /// when an ended stream is evicted, a retention after its end.
+    pub(super) fn room_expected_in(&self, ended_makes_room: bool) -> Option<Duration> {
         let now_ms = self.config.clock.now_ms();
-        let retention = self.config.retention.as_millis() as u64;
+        let retention = if ended_makes_room { 0 } else { self.config.retention.as_millis() as u64 };
         let eviction = self.held().oldest_end_ms().map(|at| at.saturating_add(retention));
-        // A stream that times out is retained like any ended stream: its room comes back a retention later.
-        // Before the first sweep, the latest an open stream can time out stands for the earliest.
+        // A stream that times out is retained like any ended stream: its room comes back a retention later
+        // (at once for a place). Before the first sweep, the latest an open stream can time out stands for
+        // the earliest.
         let idle_timeout = self.config.idle_timeout.as_millis() as u64;
         let idle = match self.next_idle_ms.load(Ordering::Acquire) {
             _ if idle_timeout == 0 => None,

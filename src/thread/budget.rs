@@ -18,6 +18,10 @@ use super::config::ThreadConfig;
 #[derive(Debug, Default)]
 pub(super) struct ThreadBudgets {
     kept: Mutex<HashMap<String, usize>>,
+    /// When room is next expected, by client (`""`: the whole registry), in ms by the hub's clock: what a
+    /// refusal found by looking through every thread, kept until then so that a client refused again and
+    /// again does not have the registry looked through each time.
+    room_at: Mutex<HashMap<String, u64>>,
 }
 
 impl ThreadBudgets {
@@ -39,6 +43,19 @@ impl ThreadBudgets {
     /// Counts a thread for `client` whatever its share: one kept from before a restart.
     pub(super) fn hold(&self, client: &str) {
         *crate::sync::lock(&self.kept).entry(client.to_owned()).or_default() += 1;
+    }
+
+    /// When room for `client` (none: for anyone) was found to be expected, if that is still ahead of
+    /// `now_ms`.
+    pub(super) fn room_at(&self, client: Option<&str>, now_ms: u64) -> Option<u64> {
+        let mut room_at = crate::sync::lock(&self.room_at);
+        room_at.retain(|_, at| *at > now_ms);
+        room_at.get(client.unwrap_or_default()).copied()
+    }
+
+    /// Keeps `at_ms` as when room for `client` (none: for anyone) is expected.
+    pub(super) fn expect_room(&self, client: Option<&str>, at_ms: u64) {
+        crate::sync::lock(&self.room_at).insert(client.unwrap_or_default().to_owned(), at_ms);
     }
 
     /// One thread of `client`'s less (deleted, expired, or not made after all).

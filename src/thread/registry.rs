@@ -330,16 +330,21 @@ impl Threads {
     pub(super) fn room_in(&self, map: &HashMap<String, Arc<Thread>>, client: Option<&str>) -> Option<Duration> {
         let ttl = self.ttl()?;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let first_used = map
-            .values()
-            .filter(|thread| client.is_none() || thread.client.as_deref() == client)
-            .map(|thread| thread.lock().used)
-            .min();
-        let Some(first_used) = first_used else { return Some(ttl) };
-        let wait_ms = first_used.saturating_add(ttl_ms).saturating_sub(self.now_ms());
+        let now_ms = self.now_ms();
+        let budgets = &self.inner.budgets;
+        let at_ms = budgets.room_at(client, now_ms).unwrap_or_else(|| {
+            let first_used = map
+                .values()
+                .filter(|thread| client.is_none() || thread.client.as_deref() == client)
+                .map(|thread| thread.lock().used)
+                .min();
+            let at_ms = first_used.unwrap_or(now_ms).saturating_add(ttl_ms);
+            budgets.expect_room(client, at_ms);
+            at_ms
+        });
         // At least a second: `Retry-After` counts whole seconds, and the sweep that expires threads runs
         // about once a second.
-        Some(Duration::from_millis(wait_ms.max(1_000)))
+        Some(Duration::from_millis(at_ms.saturating_sub(now_ms).max(1_000)))
     }
 
     /// Counts `bytes` more held, even past the total: a run's result is recorded whatever its size (the
