@@ -211,26 +211,25 @@ impl Hub {
         let limit = self.config().limits.streams;
         let mut streams = self.streams();
         let mut evicted = Vec::new();
+        // The client's budget first: a client at it gives up its own oldest ended stream, which makes room
+        // in the hub too.
+        if let Some(client) = client
+            && let Some(id) = state.admit(client)?
+        {
+            evicted.extend(streams.remove(&id));
+        }
         while streams.len() >= limit {
             // Full: the oldest ended stream, whoever holds it, makes room before its retention is over (one
             // this node only followed may be gone already: then the next).
             let Some(id) = state.held().take_oldest() else {
+                if let Some(client) = client {
+                    state.unadmit(client);
+                }
                 drop(streams);
                 self.forget_evicted(evicted);
                 return Err(HubError::TooManyStreams { limit, retry_after: state.room_expected_in(true) });
             };
             evicted.extend(streams.remove(&id));
-        }
-        if let Some(client) = client {
-            match state.admit(client) {
-                Ok(Some(id)) => evicted.extend(streams.remove(&id)),
-                Ok(None) => {}
-                Err(error) => {
-                    drop(streams);
-                    self.forget_evicted(evicted);
-                    return Err(error);
-                }
-            }
         }
         let made = Stream::new(Arc::clone(state), client, model);
         let stream = match made {
