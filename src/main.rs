@@ -19,7 +19,7 @@ use agentmux::adapter::{
 };
 use agentmux::agent::UpstreamConfig;
 use agentmux::cluster::ClusterConfig;
-use agentmux::http::{KeySpec, Origins, Settings, budgets, check_key};
+use agentmux::http::{KeySpec, Origins, Settings, budgets, check_key, thread_budgets};
 use agentmux::hub::Limits;
 use agentmux::node::{self, Node, NodeConfig, NodeError};
 use agentmux::output::{Metadata, Outcome, OutputMessage, Reducer, check_name};
@@ -195,7 +195,8 @@ struct Serve {
     #[arg(long, env = "AGENTMUX_MAX_HUB_BYTES", default_value_t = Limits::default().hub_bytes,
           value_parser = clap::value_parser!(u64).range(1 << 20..))]
     max_hub_bytes: u64,
-    /// The most streams one client (peer address; an IPv6 /64) may have open at once [default: a tenth of
+    /// The most streams one client (its API key; without keys its peer address, an IPv6 /64) may hold at
+    /// once, open or ended until evicted; past it, its oldest ended stream is evicted [default: a tenth of
     /// --max-streams].
     #[arg(long, env = "AGENTMUX_CLIENT_STREAMS")]
     client_streams: Option<usize>,
@@ -212,6 +213,10 @@ struct Serve {
     /// The most server-side threads kept at once.
     #[arg(long, env = "AGENTMUX_MAX_THREADS", default_value_t = 100_000)]
     max_threads: usize,
+    /// The most server-side threads one client (as for --client-streams) may keep at once [default: a tenth
+    /// of --max-threads].
+    #[arg(long, env = "AGENTMUX_CLIENT_THREADS")]
+    client_threads: Option<usize>,
     /// An OpenAI-compatible model server (its base URL, ending in /v1): every model no built-in agent has goes
     /// there.
     #[arg(long, env = "AGENTMUX_UPSTREAM_URL")]
@@ -257,9 +262,9 @@ struct Serve {
     /// service serves loopback only. The variable takes several, comma-separated.
     #[arg(long = "api-key", env = "AGENTMUX_API_KEYS", value_delimiter = ',', hide_env_values = true)]
     api_keys: Vec<String>,
-    /// A file of API keys, one per line: the key, then optionally `name=`, `streams=` (open at once),
-    /// `streams_per_minute=` (created, runs included) and `connections=` (requests in flight); blank lines
-    /// and lines starting with `#` are skipped.
+    /// A file of API keys, one per line: the key, then optionally `name=`, `streams=` (held at once),
+    /// `streams_per_minute=` (created, runs included), `threads=` (kept at once) and `connections=`
+    /// (requests in flight); blank lines and lines starting with `#` are skipped.
     #[arg(long, env = "AGENTMUX_API_KEYS_FILE")]
     api_keys_file: Option<std::path::PathBuf>,
     /// Serve addresses other than loopback without API keys: anyone who reaches the service may then do
@@ -463,6 +468,7 @@ fn node_config(
     };
     let mut config = NodeConfig::new(engine);
     let streams_per_client = serve.client_streams.unwrap_or((serve.max_streams / 10).max(1));
+    let threads_per_client = serve.client_threads.unwrap_or((serve.max_threads / 10).max(1));
     config.hub.limits = Limits {
         message_bytes: serve.max_message_bytes,
         messages_per_stream: usize::try_from(serve.max_stream_messages).unwrap_or(usize::MAX),
@@ -487,7 +493,13 @@ fn node_config(
         shutdown_grace: serve.shutdown_grace,
         shutdown_drain: serve.shutdown_drain,
         default_model: serve.default_model.clone(),
-        threads: ThreadConfig { ttl: serve.thread_ttl, max_threads: serve.max_threads, ..ThreadConfig::default() },
+        threads: ThreadConfig {
+            ttl: serve.thread_ttl,
+            max_threads: serve.max_threads,
+            threads_per_client,
+            client_budgets: thread_budgets(&api_keys),
+            ..ThreadConfig::default()
+        },
         api_keys,
         // Opened beyond loopback without keys on purpose: every name it is reached by is its own.
         cors_origins: if serve.insecure_no_auth { cors_origins.any_host() } else { cors_origins },

@@ -161,10 +161,13 @@ fn limits_are_typed_errors() {
     assert!(stream.end(Outcome::completed()), "the end always fits");
     assert_eq!(stream.last_sequence(), 4, "and within the limit");
     hub.create("m").expect("second stream");
-    // One of the two has ended: room comes when its retention passes.
+    // One of the two has ended: it is evicted early to make room for a third.
+    hub.create("m").expect("third stream, in the place of the ended one");
+    assert!(hub.get(stream.id()).is_none(), "the ended stream was evicted for it");
+    // Both open: room comes when one reaches its idle timeout.
     assert!(
         matches!(hub.create("m").err(), Some(HubError::TooManyStreams { limit: 2, retry_after: Some(_) })),
-        "the third stream is refused, with when to retry"
+        "the fourth stream is refused, with when to retry"
     );
 
     let small = self::hub(Limits { hub_bytes: 2_000, ..Limits::default() });

@@ -28,6 +28,8 @@ mod transport;
 
 pub use api::openapi_json;
 pub use app::{App, Settings};
-pub use edge::{Access, Credentials, HttpError, KeyError, KeySpec, Metrics, Origins, Room, budgets, check_key};
+pub use edge::{
+    Access, Credentials, HttpError, KeyError, KeySpec, Metrics, Origins, Room, budgets, check_key, thread_budgets,
+};
 pub use router::router;
 pub use server::{runtime, serve};

@@ -26,8 +26,10 @@ pub struct Limits {
     pub streams: usize,
     /// Most bytes of messages in all streams, with every stream's rooms, outcome and renditions (1 GiB).
     pub hub_bytes: u64,
-    /// Most streams one client may have open at once (a tenth of `streams`: 10,000), so that no one client
-    /// can fill the hub. Streams made without a client ([`Hub::create`](super::Hub::create)) are not counted.
+    /// Most streams one client may hold at once, open or ended until evicted (a tenth of `streams`: 10,000),
+    /// so that no one client can fill the hub; past it, the client's own oldest ended stream is evicted
+    /// early, and a client whose held streams are all open is refused. Streams made without a client
+    /// ([`Hub::create`](super::Hub::create)) are not counted.
     pub streams_per_client: usize,
     /// Most streams one client may create in a minute (0: no limit, the default).
     pub streams_per_client_per_minute: u32,
@@ -35,10 +37,11 @@ pub struct Limits {
     pub client_budgets: HashMap<String, Budget>,
 }
 
-/// One client's budget of streams: open at once, and created in a minute (0: no limit).
+/// One client's budget of streams: held at once (open or ended until evicted), and created in a minute (0: no
+/// limit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
-    /// Most streams open at once.
+    /// Most streams held at once, open or ended until evicted.
     pub streams: usize,
     /// Most streams created in a minute (0: no limit).
     pub streams_per_minute: u32,

@@ -9,9 +9,10 @@ use crate::output::ValidationError;
 
 /// Why a stream could not be created.
 ///
-/// Each says whether waiting helps: `retry_after` is when the hub expects room (the oldest ended stream's
-/// eviction, or the eviction of the first open stream that can reach its idle timeout: a retention after
-/// it), and `None` when nothing the hub holds will free room by itself.
+/// Each says whether waiting helps: `retry_after` is when the hub expects room, and `None` when nothing the
+/// hub holds will free room by itself. A place among the streams comes when an open stream reaches its idle
+/// timeout (an ended one is evicted early for a new stream, so one that ends makes room at once); bytes come
+/// back when the oldest ended stream is evicted, or a retention after the first open stream can time out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum HubError {
@@ -31,11 +32,18 @@ pub enum HubError {
         /// When room is expected.
         retry_after: Option<Duration>,
     },
-    /// The client has as many streams open as one client may: ending one makes room.
-    #[error("this client has {limit} streams open, the most one client may; end one to start another")]
+    /// The client holds as many streams as one client may, every one of them open (an ended one would have
+    /// made room): ending one makes room.
+    #[error(
+        "this client holds its limit of {limit} streams (open or ended, until evicted) and all are open; end \
+         one to start another"
+    )]
     ClientStreams {
         /// The limit.
         limit: usize,
+        /// When room is expected: by the idle timeout, one of them ends by itself unless its producer keeps
+        /// appending (none without an idle timeout).
+        retry_after: Option<Duration>,
     },
     /// The client created as many streams in the last minute as one client may.
     #[error("this client created {limit} streams in the last minute, the most one client may")]
@@ -69,9 +77,11 @@ impl HubError {
     /// When a retry may succeed; `None` when waiting alone will not help.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            HubError::TooManyStreams { retry_after, .. } | HubError::HubFull { retry_after, .. } => *retry_after,
+            HubError::TooManyStreams { retry_after, .. }
+            | HubError::HubFull { retry_after, .. }
+            | HubError::ClientStreams { retry_after, .. } => *retry_after,
             HubError::ClientRate { retry_after, .. } => Some(*retry_after),
-            HubError::ClientStreams { .. } | HubError::StreamLimitsTooSmall { .. } | HubError::Invalid(_) => None,
+            HubError::StreamLimitsTooSmall { .. } | HubError::Invalid(_) => None,
         }
     }
 }

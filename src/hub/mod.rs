@@ -4,7 +4,8 @@
 //!   (subscribe, resume, status) for the retention time, by the hub's clock, then is evicted.
 //! - [`HubConfig`] and [`Limits`] (`config.rs`): what it may hold and how it behaves; [`HubError`]
 //!   (`error.rs`): why it refused a stream; `HubState` (`state.rs`): what the hub and its streams share (the
-//!   config, the byte count, the ended streams awaiting eviction, what each client has open).
+//!   config, the byte count, and `Held` (`held.rs`): what each client holds, open or ended, and the ended
+//!   streams in the order of their eviction).
 //! - [`Stream`] (`stream/`): what a stream does for its producer: validate, stamp sequences and ids, add
 //!   the lifecycle events (`lifecycle.rs`), reduce deltas, check limits, record the outcome; what it counts
 //!   against the hub; and what it does for its readers. One file per role (see its module doc).
@@ -45,15 +46,22 @@
 //!
 //! # Clients
 //!
-//! A stream made for a client ([`Hub::create_for`]) counts against that client's budget while it is open
-//! ([`Limits::streams_per_client`], a tenth of the stream limit by default, and optionally a number per
-//! minute), so that no one client can fill the hub. A refusal says when room is expected
-//! ([`HubError::retry_after`]).
+//! A stream made for a client ([`Hub::create_for`]) counts against that client's budget while the hub holds
+//! it, open or ended and retained ([`Limits::streams_per_client`], a tenth of the stream limit by default,
+//! and optionally a number per minute), so that no one client can fill the hub, whether it keeps its
+//! streams open or creates and ends them. A client at its budget that creates one more gives up its own
+//! oldest ended stream (evicted early: its retention would have evicted it first anyway); only a client
+//! whose every held stream is open is refused ([`HubError::ClientStreams`]). When the hub as a whole holds
+//! [`Limits::streams`], the oldest ended stream, whoever holds it, is evicted early to make room; only a hub
+//! whose every stream is open refuses ([`HubError::TooManyStreams`]). A stream restored from a storage
+//! counts against the client it was made for, when the storage kept it. A refusal says when room is
+//! expected ([`HubError::retry_after`]).
 
 mod clock;
 mod committed;
 mod config;
 mod error;
+mod held;
 mod lifecycle;
 mod log;
 mod probes;
@@ -128,6 +136,9 @@ pub struct Restored {
     pub bytes: u64,
     /// When it ended (ms by the hub's clock).
     pub ended_ms: u64,
+    /// The client it was made for (see [`Hub::create_for`]), when the storage kept it: it counts against
+    /// that client's budget again until it is evicted.
+    pub client: Option<String>,
 }
 
 /// The streams of one process; cheap to clone.
@@ -199,27 +210,47 @@ impl Hub {
         let state = &self.inner.state;
         let limit = self.config().limits.streams;
         let mut streams = self.streams();
-        if streams.len() >= limit {
-            return Err(HubError::TooManyStreams { limit, retry_after: state.room_expected_in() });
+        let mut evicted = Vec::new();
+        // The client's budget first: a client at it gives up its own oldest ended stream, which makes room
+        // in the hub too.
+        if let Some(client) = client
+            && let Some(id) = state.admit(client)?
+        {
+            evicted.extend(streams.remove(&id));
         }
-        if let Some(client) = client {
-            state.admit(client)?;
+        while streams.len() >= limit {
+            // Full: the oldest ended stream, whoever holds it, makes room before its retention is over (one
+            // this node only followed may be gone already: then the next).
+            let Some(id) = state.held().take_oldest() else {
+                if let Some(client) = client {
+                    state.unadmit(client);
+                }
+                drop(streams);
+                self.forget_evicted(evicted);
+                return Err(HubError::TooManyStreams { limit, retry_after: state.room_expected_in(true) });
+            };
+            evicted.extend(streams.remove(&id));
         }
-        let stream = match Stream::new(Arc::clone(state), client, model) {
+        let made = Stream::new(Arc::clone(state), client, model);
+        let stream = match made {
             Ok(stream) => stream,
             Err(error) => {
                 if let Some(client) = client {
                     state.unadmit(client);
                 }
+                drop(streams);
+                self.forget_evicted(evicted);
                 return Err(match error {
                     HubError::HubFull { limit, .. } => {
-                        HubError::HubFull { limit, retry_after: state.room_expected_in() }
+                        HubError::HubFull { limit, retry_after: state.room_expected_in(false) }
                     }
                     other => other,
                 });
             }
         };
         streams.insert(stream.id().to_owned(), Arc::clone(&stream));
+        drop(streams);
+        self.forget_evicted(evicted);
         state.opened(stream.info().created_ms);
         tracing::debug!(stream = stream.id(), model, "stream created");
         Ok(stream)
@@ -233,11 +264,8 @@ impl Hub {
         let held = restored.log.memory_bytes();
         let stream = Stream::restored(Arc::clone(&self.inner.state), restored.info, restored.log, restored.bytes);
         self.inner.state.force_reserve(held);
-        let mut ended = crate::sync::lock(&self.inner.state.ended);
-        // Kept in order of their end, as the hub's own ends are.
-        let at = ended.partition_point(|(ms, _)| *ms <= restored.ended_ms);
-        ended.insert(at, (restored.ended_ms, id.clone()));
-        drop(ended);
+        // Held by its client again, and retained in the order of its end, as the hub's own ends are.
+        self.inner.state.held().retain(&id, restored.client.as_deref(), restored.ended_ms);
         self.streams().insert(id, stream);
     }
 
@@ -405,30 +433,34 @@ impl Hub {
     /// calls either.
     pub fn evict_expired(&self) {
         let retention = self.config().retention.as_millis() as u64;
-        let mut expired = Vec::new();
-        {
-            let mut ended = crate::sync::lock(&self.inner.state.ended);
-            if ended.is_empty() {
+        let expired = {
+            let mut held = self.inner.state.held();
+            if held.oldest_end_ms().is_none() {
                 return;
             }
             // Read only when something may expire: a test's stepping clock must not tick for nothing.
             let now_ms = self.config().clock.now_ms();
-            while ended.front().is_some_and(|(at, _)| now_ms.saturating_sub(*at) >= retention) {
-                if let Some((_, id)) = ended.pop_front() {
-                    expired.push(id);
-                }
+            match now_ms.checked_sub(retention) {
+                Some(before_ms) => held.take_ended_before(before_ms),
+                None => return,
             }
-        }
+        };
         if !expired.is_empty() {
             let evicted: Vec<Arc<Stream>> = {
                 let mut streams = self.streams();
                 expired.iter().filter_map(|id| streams.remove(id)).collect()
             };
-            for stream in evicted {
-                stream.forget();
-                self.config().storage.evict(stream.id());
-                tracing::debug!(stream = stream.id(), "stream evicted");
-            }
+            self.forget_evicted(evicted);
+        }
+    }
+
+    /// Lets go of streams taken out of the hub: their history and renditions are dropped, their bytes given
+    /// back, their storage told, and a subscriber still behind gets `lagged`.
+    fn forget_evicted(&self, evicted: Vec<Arc<Stream>>) {
+        for stream in evicted {
+            stream.forget();
+            self.config().storage.evict(stream.id());
+            tracing::debug!(stream = stream.id(), "stream evicted");
         }
     }
 

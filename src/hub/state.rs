@@ -1,42 +1,33 @@
 //! [`HubState`]: what the hub and every one of its streams share.
 //!
 //! A stream holds it (an `Arc`) to count its bytes against the hub's limit, to report its end (which starts
-//! its retention and frees its client's budget) and to find the count of messages rendered in a format; the
+//! its retention: it stays in its client's budget until evicted, `held.rs`) and to find the count of messages rendered in a format; the
 //! hub holds it for the same figures, to admit a client's new stream and to say when room is expected. It
 //! sits apart from both so that neither imports the other for it. Every count here is one atomic or a short
 //! lock: the byte count is the one atomic every stream's producer and readers share (see "Memory" in the
 //! hub's module doc).
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::config::{Budget, HubConfig};
 use super::error::HubError;
+use super::held::Held;
 
-/// What the hub and its streams share: the config, the byte count, the ended streams awaiting eviction, and
-/// what each client has open.
+/// What the hub and its streams share: the config, the byte count, and what each client holds (the ended
+/// streams awaiting eviction among it).
 #[derive(Debug)]
 pub(crate) struct HubState {
     pub(crate) config: HubConfig,
     pub(super) bytes: AtomicU64,
-    /// Ended streams by when they ended (ms by the hub's clock), oldest first.
-    pub(super) ended: Mutex<VecDeque<(u64, String)>>,
+    /// The streams held by owner, and the ended ones in the order of their eviction (`held.rs`).
+    pub(super) held: Mutex<Held>,
     /// The earliest an open stream can reach its idle timeout (ms by the hub's clock), as of the last sweep;
     /// [`NONE_OPEN`] when none was open, [`NOT_SWEPT`] before the first.
     pub(super) next_idle_ms: AtomicU64,
-    clients: Mutex<HashMap<String, ClientUse>>,
     /// Messages rendered, by render key (see [`Hub::rendered`](super::Hub::rendered)).
     pub(super) renders: Mutex<Vec<(String, Arc<AtomicU64>)>>,
-}
-
-/// One client's streams: open now, and created in the current minute.
-#[derive(Debug, Default)]
-struct ClientUse {
-    open: usize,
-    minute_started_ms: u64,
-    created_this_minute: u32,
 }
 
 impl HubState {
@@ -45,9 +36,8 @@ impl HubState {
         HubState {
             config,
             bytes: AtomicU64::new(0),
-            ended: Mutex::new(VecDeque::new()),
+            held: Mutex::new(Held::default()),
             next_idle_ms: AtomicU64::new(NOT_SWEPT),
-            clients: Mutex::new(HashMap::new()),
             renders: Mutex::new(Vec::new()),
         }
     }
@@ -80,29 +70,34 @@ impl HubState {
         let _ = self.bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_sub(bytes)));
     }
 
-    /// Records that a stream ended now; it no longer counts against its client.
+    /// Records that a stream ended now: it is retained, and still held by its client, until it is evicted.
     pub(super) fn ended(&self, id: &str, client: Option<&str>) {
-        if let Some(client) = client {
-            let mut clients = crate::sync::lock(&self.clients);
-            if let Some(usage) = clients.get_mut(client) {
-                usage.open = usage.open.saturating_sub(1);
-            }
-        }
-        let mut ended = crate::sync::lock(&self.ended);
-        ended.push_back((self.config.clock.now_ms(), id.to_owned()));
+        let now_ms = self.config.clock.now_ms();
+        crate::sync::lock(&self.held).ended(id, client, now_ms);
     }
 
-    /// Counts a new stream against `client`'s budget, or says why it does not fit.
-    pub(super) fn admit(&self, client: &str) -> Result<(), HubError> {
+    /// The held streams, by owner.
+    pub(super) fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        crate::sync::lock(&self.held)
+    }
+
+    /// Counts a new stream against `client`'s budget of streams held, or says why it does not fit. A client
+    /// at its budget makes room by giving up its oldest ended stream: its id is returned, for the hub to
+    /// evict. Only a client whose every held stream is open is refused.
+    pub(super) fn admit(&self, client: &str) -> Result<Option<String>, HubError> {
         let limits = &self.config.limits;
         let budget = limits.client_budgets.get(client).copied().unwrap_or(Budget {
             streams: limits.streams_per_client,
             streams_per_minute: limits.streams_per_client_per_minute,
         });
-        let mut clients = crate::sync::lock(&self.clients);
-        let usage = clients.entry(client.to_owned()).or_default();
-        if usage.open >= budget.streams {
-            return Err(HubError::ClientStreams { limit: budget.streams });
+        let mut held = self.held();
+        let usage = held.client(client);
+        let full = usage.held() >= budget.streams;
+        if full && (!usage.retains() || usage.open >= budget.streams) {
+            // Room comes when one of its streams ends: by its producer, or at the latest by the idle timeout.
+            let idle = self.config.idle_timeout;
+            let retry_after = (!idle.is_zero()).then(|| idle.max(Duration::from_secs(1)));
+            return Err(HubError::ClientStreams { limit: budget.streams, retry_after });
         }
         if budget.streams_per_minute > 0 {
             let now_ms = self.config.clock.now_ms();
@@ -120,7 +115,16 @@ impl HubState {
             usage.created_this_minute += 1;
         }
         usage.open += 1;
-        Ok(())
+        // Past its budget only by its retained streams: its oldest goes (more than one when the budget is
+        // smaller than what it held already, e.g. after a restart with a smaller one).
+        let mut evicted = None;
+        while held.client(client).held() > budget.streams {
+            match held.take_oldest_of(client) {
+                Some(id) => evicted = Some(id),
+                None => break,
+            }
+        }
+        Ok(evicted)
     }
 
     /// Notes that a stream opened at `created_ms`: it can time out from then on, earlier than the last sweep
@@ -136,33 +140,30 @@ impl HubState {
         });
     }
 
-    /// Forgets the clients with nothing open and no minute running, so that clients come and go without
-    /// the map growing.
+    /// Forgets the clients that hold nothing and have no minute running, so that clients come and go
+    /// without the map growing.
     pub(super) fn forget_idle_clients(&self) {
-        let mut clients = crate::sync::lock(&self.clients);
-        if clients.is_empty() {
-            return;
-        }
         let now_ms = self.config.clock.now_ms();
-        clients.retain(|_, usage| usage.open > 0 || now_ms.saturating_sub(usage.minute_started_ms) < MINUTE_MS);
+        self.held().forget_idle_clients(now_ms, MINUTE_MS);
     }
 
     /// Gives back what [`HubState::admit`] counted, for a stream that was not made after all.
     pub(super) fn unadmit(&self, client: &str) {
-        let mut clients = crate::sync::lock(&self.clients);
-        if let Some(usage) = clients.get_mut(client) {
-            usage.open = usage.open.saturating_sub(1);
-            usage.created_this_minute = usage.created_this_minute.saturating_sub(1);
-        }
+        self.held().unadmit(client);
     }
 
     /// When the hub expects room: the oldest ended stream's eviction, or the earliest idle timeout.
-    pub(super) fn room_expected_in(&self) -> Option<Duration> {
+    ///
+    /// For a place among the streams (`ended_makes_room`), an ended stream makes room at once, since it is
+    /// evicted early for a new one: room comes when an open stream times out. For bytes, room comes back
+    /// when an ended stream is evicted, a retention after its end.
+    pub(super) fn room_expected_in(&self, ended_makes_room: bool) -> Option<Duration> {
         let now_ms = self.config.clock.now_ms();
-        let retention = self.config.retention.as_millis() as u64;
-        let eviction = crate::sync::lock(&self.ended).front().map(|(at, _)| at.saturating_add(retention));
-        // A stream that times out is retained like any ended stream: its room comes back a retention later.
-        // Before the first sweep, the latest an open stream can time out stands for the earliest.
+        let retention = if ended_makes_room { 0 } else { self.config.retention.as_millis() as u64 };
+        let eviction = self.held().oldest_end_ms().map(|at| at.saturating_add(retention));
+        // A stream that times out is retained like any ended stream: its room comes back a retention later
+        // (at once for a place). Before the first sweep, the latest an open stream can time out stands for
+        // the earliest.
         let idle_timeout = self.config.idle_timeout.as_millis() as u64;
         let idle = match self.next_idle_ms.load(Ordering::Acquire) {
             _ if idle_timeout == 0 => None,

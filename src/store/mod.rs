@@ -137,6 +137,8 @@ struct StreamRow {
     created_ms: u64,
     outcome: Option<String>,
     ended_ms: Option<u64>,
+    /// The client it was made for: it counts against that client's budget again.
+    client: Option<String>,
 }
 
 /// The file in the data directory.
@@ -221,7 +223,7 @@ impl Store {
         let threads = crate::sync::lock(&self.threads).len();
         let mut report = Restart { threads, ..Restart::default() };
         let mut rows = connection
-            .prepare("SELECT id, epoch, model, created_ms, outcome, ended_ms FROM streams ORDER BY created_ms")
+            .prepare("SELECT id, epoch, model, created_ms, outcome, ended_ms, client FROM streams ORDER BY created_ms")
             .map_err(sqlite)?;
         let streams: Vec<StreamRow> = rows
             .query_map([], |r| {
@@ -232,6 +234,7 @@ impl Store {
                     created_ms: r.get::<_, i64>(3)?.max(0) as u64,
                     outcome: r.get(4)?,
                     ended_ms: r.get::<_, Option<i64>>(5)?.map(|ms| ms.max(0) as u64),
+                    client: r.get(6)?,
                 })
             })
             .map_err(sqlite)?
@@ -298,7 +301,7 @@ impl Store {
             }
         };
         let log = Box::new(StoreLog::restored(&row.id, last, outcome, self.writer.clone(), Arc::clone(&self.reader)));
-        hub.restore(Restored { info, log, bytes, ended_ms });
+        hub.restore(Restored { info, log, bytes, ended_ms, client: row.client });
         interrupted
     }
 }

@@ -2,6 +2,8 @@
 //! id a client picks must follow. Every file of `thread/` answers with these, and `http/` maps them to status
 //! codes and error envelopes.
 
+use std::time::Duration;
+
 use crate::agent::StartError;
 use crate::conversation::ConversationError;
 
@@ -37,12 +39,34 @@ pub enum ThreadError {
         /// The limit.
         limit: u64,
     },
-    /// Every thread the service keeps is taken ([`ThreadConfig::max_threads`] or
-    /// [`ThreadConfig::total_bytes`]).
-    #[error("the service keeps {limit} threads (or their bytes) already; try again after idle ones expire")]
+    /// The service keeps as many threads as it may ([`ThreadConfig::max_threads`]).
+    #[error("the service keeps its limit of {limit} threads; idle ones expire after the thread TTL")]
     Full {
         /// The limit reached.
+        limit: usize,
+        /// When the first thread is expected to expire (none when threads never do).
+        retry_after: Option<Duration>,
+    },
+    /// The threads the service keeps hold as many bytes of messages as they may
+    /// ([`ThreadConfig::total_bytes`]).
+    #[error(
+        "the service's threads hold their limit of {limit} bytes of messages; idle ones expire after the thread TTL"
+    )]
+    BytesFull {
+        /// The limit reached.
         limit: u64,
+        /// When the first thread is expected to expire (none when threads never do).
+        retry_after: Option<Duration>,
+    },
+    /// The client (an address, or a key) keeps as many threads as one client may
+    /// ([`ThreadConfig::threads_per_client`]). Its threads are its users' conversations: none is evicted
+    /// early to make room, the client waits for one to expire (or deletes one).
+    #[error("this client keeps its limit of {limit} threads; delete one, or wait for an idle one to expire")]
+    ClientThreads {
+        /// The limit reached.
+        limit: usize,
+        /// When its first thread is expected to expire (none when threads never do).
+        retry_after: Option<Duration>,
     },
     /// `upto` names no entry of the thread, or nothing comes before it.
     #[error("{0}")]

@@ -19,9 +19,11 @@ use crate::hub::Stream;
 impl Threads {
     /// Creates a thread, under `id` or a new one, with `messages` (user, system and developer messages
     /// only: the client cannot write what the model said), for `owner` (the key that creates it, when the
-    /// service has keys: no other key will find it).
+    /// service has keys: no other key will find it), counted against `client`'s budget
+    /// ([`ThreadConfig::threads_per_client`](super::ThreadConfig::threads_per_client)).
     pub async fn create(
         &self,
+        client: Option<&str>,
         id: Option<&str>,
         messages: Vec<ChatMessage>,
         owner: Option<&str>,
@@ -43,19 +45,20 @@ impl Threads {
                 AuditEntry::new(None, Some(message), decision, Map::new())
             })
             .collect();
-        let thread = self.insert(&id, entries, true, owner).await?;
+        let thread = self.insert(&id, entries, true, owner, client).await?;
         let state = thread.lock();
         Ok(self.transcript(&thread, &state))
     }
 
-    /// Adds a thread with `entries` for `owner`; an existing one is an error when `exclusive`, and is
-    /// returned otherwise (not found when another key owns it).
+    /// Adds a thread with `entries` for `owner`, counted against `client`'s budget; an existing one is an
+    /// error when `exclusive`, and is returned otherwise (not found when another key owns it).
     pub(super) async fn insert(
         &self,
         id: &str,
         mut entries: Vec<AuditEntry>,
         exclusive: bool,
         owner: Option<&str>,
+        client: Option<&str>,
     ) -> Result<Arc<Thread>, ThreadError> {
         let config = &self.inner.config;
         let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
@@ -77,11 +80,22 @@ impl Threads {
             };
         }
         if map.len() >= config.max_threads {
-            return Err(ThreadError::Full { limit: config.max_threads as u64 });
+            return Err(ThreadError::Full { limit: config.max_threads, retry_after: self.room_in(&map, None) });
         }
-        self.reserve(bytes)?;
+        if let Some(client) = client
+            && let Err(limit) = self.inner.budgets.admit(config, client)
+        {
+            return Err(ThreadError::ClientThreads { limit, retry_after: self.room_in(&map, Some(client)) });
+        }
+        if let Err(error) = self.reserve(bytes) {
+            if let Some(client) = client {
+                self.inner.budgets.release(client);
+            }
+            return Err(error);
+        }
         let state = State::new(entries, bytes, self.now_ms());
-        let thread = Arc::new(Thread::new(id, String::new(), owner.map(str::to_owned), SystemTime::now(), state));
+        let thread = Thread::new(id, String::new(), owner.map(str::to_owned), SystemTime::now(), state);
+        let thread = Arc::new(thread.counted_for(client));
         map.insert(id.to_owned(), Arc::clone(&thread));
         drop(map);
         self.changes(&thread, &mut thread.lock());

@@ -17,6 +17,8 @@
 //! - [`AuditEntry`] and [`Decision`] (`audit.rs`): what a thread keeps. The history the next run sees is
 //!   the messages of its history entries, so the two never disagree.
 //! - `record.rs`: what a finished run adds: its text, tool calls and tool results as chat messages.
+//! - `budget.rs`: how many threads each client keeps, against its share
+//!   ([`ThreadConfig::threads_per_client`]): a client at its share is refused, none of its threads evicted.
 //! - [`ThreadConfig`] (`config.rs`) and [`ThreadError`] (`error.rs`).
 //!
 //! Files depend on each other in one direction: `registry.rs` on `storage.rs`; `replica.rs` on the registry;
@@ -30,6 +32,7 @@
 //! asked again at once) waits the moment it takes instead.
 
 mod audit;
+mod budget;
 mod config;
 mod error;
 mod lookup;

@@ -21,6 +21,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 
 use super::audit::{AuditEntry, history_of};
+use super::budget::ThreadBudgets;
 use super::config::ThreadConfig;
 use super::error::ThreadError;
 use super::storage::{Change, Commit, MemoryThreadStorage, RecordedRun, RestoredThread, ThreadStorage};
@@ -44,6 +45,8 @@ pub(super) struct Inner {
     /// Where threads are kept besides this map.
     pub(super) storage: Arc<dyn ThreadStorage>,
     pub(super) map: Mutex<HashMap<String, Arc<Thread>>>,
+    /// Threads kept, by client (`budget.rs`).
+    pub(super) budgets: ThreadBudgets,
     /// Bytes of messages held by every thread.
     bytes: AtomicU64,
 }
@@ -62,6 +65,8 @@ pub(super) struct Thread {
     pub(super) epoch: String,
     /// The API key (by name) that created it, with keys configured: no other key finds it.
     pub(super) owner: Option<String>,
+    /// The client whose budget it counts against (`budget.rs`), if any.
+    pub(super) client: Option<String>,
     pub(super) created: SystemTime,
     state: Mutex<State>,
     /// Held from reading a shared thread to committing what changed, so this node's own changes to it go
@@ -105,11 +110,18 @@ impl Thread {
             id: id.to_owned(),
             epoch,
             owner,
+            client: None,
             created,
             state: Mutex::new(state),
             turn: Arc::new(tokio::sync::Mutex::new(())),
             recorded: Notify::new(),
         }
+    }
+
+    /// The same thread, counted against `client`'s budget (whoever made it counted it).
+    pub(super) fn counted_for(mut self, client: Option<&str>) -> Thread {
+        self.client = client.map(str::to_owned);
+        self
     }
 
     /// Whether a request from `owner` (a key's name, or none without keys) may see it.
@@ -202,6 +214,7 @@ impl Threads {
                 agents,
                 storage,
                 map: Mutex::new(HashMap::new()),
+                budgets: ThreadBudgets::default(),
                 bytes: AtomicU64::new(0),
             }),
         }
@@ -215,8 +228,14 @@ impl Threads {
         state.journaled = state.entries.len();
         state.pending = kept.pending;
         let created = UNIX_EPOCH + Duration::from_millis(kept.created_ms);
-        let thread = Arc::new(Thread::new(&kept.id, String::new(), kept.owner, created, state));
-        self.map().insert(kept.id, thread);
+        // A key's thread counts against the key again; one made without keys was counted against an address
+        // the journal does not keep, and counts only against the service's limit.
+        let client = kept.owner.as_deref().map(|owner| format!("key:{owner}"));
+        if let Some(client) = &client {
+            self.inner.budgets.hold(client);
+        }
+        let thread = Thread::new(&kept.id, String::new(), kept.owner, created, state).counted_for(client.as_deref());
+        self.map().insert(kept.id, Arc::new(thread));
     }
 
     /// Now, in ms by the hub's clock: what a thread's `used` and its TTL are measured by.
@@ -296,7 +315,36 @@ impl Threads {
             .bytes
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| held.checked_add(bytes).filter(|&t| t <= limit))
             .map(drop)
-            .map_err(|_| ThreadError::Full { limit })
+            .map_err(|_| ThreadError::BytesFull { limit, retry_after: self.ttl() })
+    }
+
+    /// The thread TTL, as a wait: an idle thread expires by then (none when threads never expire).
+    fn ttl(&self) -> Option<Duration> {
+        let ttl = self.inner.config.ttl;
+        (!ttl.is_zero()).then(|| ttl.max(Duration::from_secs(1)))
+    }
+
+    /// When the first of the threads in `map` (of `client`, if one is given) is expected to expire: a TTL
+    /// after its last use (none when threads never expire). What a refusal for want of room answers as
+    /// `retry-after`.
+    pub(super) fn room_in(&self, map: &HashMap<String, Arc<Thread>>, client: Option<&str>) -> Option<Duration> {
+        let ttl = self.ttl()?;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let now_ms = self.now_ms();
+        let budgets = &self.inner.budgets;
+        let at_ms = budgets.room_at(client, now_ms).unwrap_or_else(|| {
+            let first_used = map
+                .values()
+                .filter(|thread| client.is_none() || thread.client.as_deref() == client)
+                .map(|thread| thread.lock().used)
+                .min();
+            let at_ms = first_used.unwrap_or(now_ms).saturating_add(ttl_ms);
+            budgets.expect_room(client, at_ms);
+            at_ms
+        });
+        // At least a second: `Retry-After` counts whole seconds, and the sweep that expires threads runs
+        // about once a second.
+        Some(Duration::from_millis(at_ms.saturating_sub(now_ms).max(1_000)))
     }
 
     /// Counts `bytes` more held, even past the total: a run's result is recorded whatever its size (the
@@ -341,7 +389,11 @@ impl Threads {
     /// Lets go of this process's copy of a thread (a run still going on it records nothing here).
     pub(super) fn forget(&self, thread: &Thread) {
         let mut state = thread.lock();
-        state.gone = true;
+        if !std::mem::replace(&mut state.gone, true)
+            && let Some(client) = &thread.client
+        {
+            self.inner.budgets.release(client);
+        }
         self.release(std::mem::take(&mut state.bytes));
         state.entries = Vec::new();
     }
@@ -407,9 +459,9 @@ mod tests {
         let hub = Hub::new(HubConfig { clock: clock.clone(), ..HubConfig::default() });
         let config = ThreadConfig { ttl: Duration::from_secs(60), ..ThreadConfig::default() };
         let threads = Threads::new(hub, Arc::new(Agents::builtin()), config);
-        threads.create(Some("old"), Vec::new(), None).await.expect("created");
+        threads.create(None, Some("old"), Vec::new(), None).await.expect("created");
         clock.0.store(30_000, Ordering::Relaxed);
-        threads.create(Some("new"), Vec::new(), None).await.expect("created");
+        threads.create(None, Some("new"), Vec::new(), None).await.expect("created");
         clock.0.store(59_999, Ordering::Relaxed);
         threads.sweep();
         assert_eq!(threads.len(), 2, "neither is past its TTL");

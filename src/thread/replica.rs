@@ -126,7 +126,7 @@ async fn copy(
         // The copies are a cache of what the record holds: the least recently used ones without a run go.
         evicted = least_used(&mut map, limit / 100 + 1);
         if evicted.is_empty() {
-            return Err(ThreadError::Full { limit: limit as u64 });
+            return Err(ThreadError::Full { limit, retry_after: threads.room_in(&map, None) });
         }
     }
     map.insert(id.to_owned(), Arc::clone(&thread));

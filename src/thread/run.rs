@@ -88,7 +88,7 @@ impl Threads {
         check_id(&turn.thread)?;
         let deadline = tokio::time::Instant::now() + RECORD_WAIT;
         loop {
-            let (thread, turn_lock) = self.open(&turn.thread, turn.owner.as_deref()).await?;
+            let (thread, turn_lock) = self.open(&turn.thread, turn.owner.as_deref(), client).await?;
             self.caught_up(&thread).await?;
             let recorded = thread.recorded.notified();
             tokio::pin!(recorded);
@@ -123,16 +123,17 @@ impl Threads {
         }
     }
 
-    /// Thread `id` (made for `owner` when there is none), with its turn lock held.
+    /// Thread `id` (made for `owner`, counted against `client`, when there is none), with its turn lock held.
     async fn open(
         &self,
         id: &str,
         owner: Option<&str>,
+        client: Option<&str>,
     ) -> Result<(Arc<Thread>, tokio::sync::OwnedMutexGuard<()>), ThreadError> {
         if let Fetched::Copy { thread, turn, .. } = self.fetch(id).await? {
             return if thread.owned_by(owner) { Ok((thread, turn)) } else { Err(ThreadError::NotFound(id.to_owned())) };
         }
-        let thread = self.insert(id, Vec::new(), false, owner).await?;
+        let thread = self.insert(id, Vec::new(), false, owner, client).await?;
         let turn = Arc::clone(&thread.turn).lock_owned().await;
         Ok((thread, turn))
     }
@@ -264,7 +265,7 @@ impl Threads {
         };
         let (entries, upto) = copied;
         let new_id = format!("thread_{}", uuid::Uuid::new_v4().simple());
-        let thread = self.insert(&new_id, entries, true, owner).await?;
+        let thread = self.insert(&new_id, entries, true, owner, client).await?;
         let turn_lock = Arc::clone(&thread.turn).lock_owned().await;
         let started = {
             let mut state = thread.lock();

@@ -99,6 +99,7 @@ pub(crate) struct CreateBody {
 
 pub(crate) async fn create(
     State(app): State<App>,
+    Client(client): Client,
     KeyName(owner): KeyName,
     request: Body,
 ) -> Result<Response, HttpError> {
@@ -106,10 +107,12 @@ pub(crate) async fn create(
     let bytes = body::read(request, &app.settings).await?;
     let create: CreateBody = body::json_or(&bytes, CreateBody::default)?;
     let transcript =
-        app.threads.create(create.id.as_deref(), create.messages, owner.as_deref()).await.map_err(|e| match e {
-            ThreadError::InvalidId => HttpError::from(e).with_param("id"),
-            other => other.into(),
-        })?;
+        app.threads.create(client.as_deref(), create.id.as_deref(), create.messages, owner.as_deref()).await.map_err(
+            |e| match e {
+                ThreadError::InvalidId => HttpError::from(e).with_param("id"),
+                other => other.into(),
+            },
+        )?;
     tracing::info!(thread = transcript.id, "thread created");
     Ok((StatusCode::CREATED, Json(transcript)).into_response())
 }

@@ -65,17 +65,19 @@ impl Access {
 }
 
 /// One API key and what it may use: a line of a keys file, `<key> [name=N] [streams=N]
-/// [streams_per_minute=N] [connections=N]`, or just the key (`--api-key`).
+/// [streams_per_minute=N] [threads=N] [connections=N]`, or just the key (`--api-key`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeySpec {
     /// The key itself.
     pub key: String,
     /// Its name in logs, metrics and the hub's budgets (default: `key-` and 8 hex digits of its digest).
     pub name: String,
-    /// Streams it may have open at once (default: the per-client limit).
+    /// Streams it may hold at once, open or ended until evicted (default: the per-client limit).
     pub streams: Option<usize>,
     /// Streams (runs included) it may create in a minute (default: the per-client limit).
     pub streams_per_minute: Option<u32>,
+    /// Threads it may keep at once (default: the per-client limit).
+    pub threads: Option<usize>,
     /// Requests it may have in flight at once, streaming responses included (default: no limit).
     pub connections: Option<usize>,
 }
@@ -88,6 +90,7 @@ impl From<&str> for KeySpec {
             name: format!("key-{hex}"),
             streams: None,
             streams_per_minute: None,
+            threads: None,
             connections: None,
         }
     }
@@ -96,7 +99,8 @@ impl From<&str> for KeySpec {
 impl std::str::FromStr for KeySpec {
     type Err = String;
 
-    /// A keys file's line: the key, then `name=`, `streams=`, `streams_per_minute=`, `connections=`.
+    /// A keys file's line: the key, then `name=`, `streams=`, `streams_per_minute=`, `threads=`,
+    /// `connections=`.
     fn from_str(line: &str) -> Result<Self, String> {
         let mut words = line.split_whitespace();
         let key = words.next().ok_or("an empty line")?;
@@ -109,8 +113,13 @@ impl std::str::FromStr for KeySpec {
                 "name" if !value.is_empty() => spec.name = value.to_owned(),
                 "streams" => spec.streams = Some(number()? as usize),
                 "streams_per_minute" => spec.streams_per_minute = Some(u32::try_from(number()?).unwrap_or(u32::MAX)),
+                "threads" => spec.threads = Some(number()? as usize),
                 "connections" => spec.connections = Some(number()? as usize),
-                _ => return Err(format!("`{word}`: the fields are name, streams, streams_per_minute, connections")),
+                _ => {
+                    return Err(format!(
+                        "`{word}`: the fields are name, streams, streams_per_minute, threads, connections"
+                    ));
+                }
             }
         }
         Ok(spec)
@@ -130,6 +139,12 @@ pub fn budgets(keys: &[KeySpec], streams: usize, streams_per_minute: u32) -> Has
             (format!("key:{}", k.name), budget)
         })
         .collect()
+}
+
+/// The thread registry's budgets for the keys that have one of their own (by `key:<name>`, as [`budgets`]);
+/// the others keep the per-client limit.
+pub fn thread_budgets(keys: &[KeySpec]) -> HashMap<String, usize> {
+    keys.iter().filter_map(|k| Some((format!("key:{}", k.name), k.threads?))).collect()
 }
 
 /// A configured key as the service holds it: its name, its connection limit and how many it has open.

@@ -70,6 +70,19 @@ impl HttpError {
         error
     }
 
+    /// 429 `code`: a client (an address, or a key) holds its share of the service; `retry_after` is when
+    /// room is expected (none: only the client can make room, by ending what it holds).
+    pub fn budget(message: impl Into<String>, code: &str, retry_after: Option<Duration>) -> Self {
+        let mut message = message.into();
+        if let Some(after) = retry_after {
+            message.push_str(&format!("; room is expected in {} s", seconds(after)));
+        }
+        let mut error = HttpError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message, None, code);
+        error.retry = retry_after.is_some();
+        error.retry_after = retry_after;
+        error
+    }
+
     /// 503 `shutting_down`: the service is stopping and takes no new work; another instance may.
     pub fn shutting_down() -> Self {
         let mut error = HttpError::new(
@@ -236,9 +249,7 @@ impl From<HubError> for HttpError {
             HubError::StreamLimitsTooSmall { .. } => {
                 HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message, None, "limits_too_small")
             }
-            HubError::ClientStreams { .. } => {
-                HttpError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message, None, "too_many_streams")
-            }
+            HubError::ClientStreams { retry_after, .. } => HttpError::budget(message, "too_many_streams", retry_after),
             HubError::ClientRate { retry_after, .. } => {
                 let mut error = HttpError::new(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -311,11 +322,12 @@ impl From<ThreadError> for HttpError {
             ThreadError::TooLarge { .. } => {
                 HttpError::bad_request(message, Some("messages".into()), "thread_too_large")
             }
-            // Retryable as `Room::Unknown` is, without its words about streams: the message says what frees room.
-            ThreadError::Full { .. } => HttpError {
-                retry: true,
-                ..HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity")
-            },
+            ThreadError::Full { retry_after, .. } | ThreadError::BytesFull { retry_after, .. } => {
+                HttpError::capacity(message, retry_after.map_or(Room::Never, Room::Expected))
+            }
+            ThreadError::ClientThreads { retry_after, .. } => {
+                HttpError::budget(message, "too_many_threads", retry_after)
+            }
             ThreadError::Upto(_) => HttpError::bad_request(message, Some("upto".into()), "invalid_value"),
             ThreadError::Start(e) => e.into(),
             ThreadError::Unavailable(_) => {

@@ -24,7 +24,7 @@ pub(crate) mod limits;
 pub(crate) mod metrics;
 pub(crate) mod trace;
 
-pub use auth::{Access, Credentials, KeyError, KeySpec, budgets, check_key};
+pub use auth::{Access, Credentials, KeyError, KeySpec, budgets, check_key, thread_budgets};
 pub use browser::Origins;
 pub use error::{HttpError, Room};
 pub use metrics::Metrics;
