@@ -325,7 +325,7 @@ pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request:
 
 /// The store could not keep the stream's messages: the stream has ended with an error (its readers learn
 /// it, see `Stream::readable`), and the producer gets 503 `store_unavailable` rather than an acknowledgement.
-async fn not_kept(stream: &crate::hub::Stream) -> HttpError {
+pub(crate) async fn not_kept(stream: &crate::hub::Stream) -> HttpError {
     // Answered once readers can see the end.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), stream.ended()).await;
     HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", NOT_KEPT, None, "store_unavailable")
