@@ -151,7 +151,7 @@ pub(crate) async fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> 
 #[schemars(rename = "CreateStream")]
 pub(crate) struct CreateBody {
     model: Option<String>,
-    /// Seconds the stream's tokens are good for (none: as long as the stream).
+    /// Seconds the stream's tokens are good for (none, or 0: as long as the stream).
     token_ttl: Option<u64>,
 }
 
@@ -198,7 +198,7 @@ pub(crate) async fn list(State(app): State<App>, Params(query): Params<ListQuery
 }
 
 /// `POST /v1/streams`: `201 {"id", "epoch", "read_token", "write_token"}` (and `token_expires_at`, Unix
-/// seconds, when the body asked for a `token_ttl`).
+/// seconds, when the body asked for a `token_ttl` other than 0).
 pub(crate) async fn create(
     State(app): State<App>,
     Client(client): Client,
@@ -215,7 +215,11 @@ pub(crate) async fn create(
     }
     app.metrics.stream_created();
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
-    let expires = create.token_ttl.map_or(0, |ttl| app.credentials.expires_in(ttl.max(1)));
+    // 0 is "no expiry", as in the token itself, not a token that expires at once.
+    let expires = match create.token_ttl {
+        None | Some(0) => 0,
+        Some(ttl) => app.credentials.expires_in(ttl),
+    };
     let token = |access| app.credentials.token(stream.id(), access, expires);
     let mut answer = json!({
         "id": stream.id(),
