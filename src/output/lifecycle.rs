@@ -1,6 +1,7 @@
 //! The data of the lifecycle events a stream adds by itself: `event` messages named as in the peer
 //! framework, whose `props.data` is one of these. The hub writes them from these types (`hub/lifecycle.rs`)
-//! and the published schemas are generated from them (`crate::schema`), so the two cannot drift.
+//! and the published schemas are generated from them (`crate::schema`), so the two cannot drift. Their names
+//! are the stream's alone: validation refuses a producer's message that would be one (`validate.rs`).
 //!
 //! ```
 //! use agentmux::output::{LifecycleEvent, StreamStart};
@@ -123,4 +124,24 @@ named! {
     MessageEnd => "message_end",
     BlockStart => "block_start",
     BlockEnd => "block_end",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Validation keeps these names for the stream (its list cannot name this file: `outcome.rs`, which this
+    /// file reads, reads validation).
+    #[test]
+    fn validation_reserves_every_lifecycle_name() {
+        let names = [
+            StreamStart::NAME,
+            StreamEnd::NAME,
+            MessageStart::NAME,
+            MessageEnd::NAME,
+            BlockStart::NAME,
+            BlockEnd::NAME,
+        ];
+        assert_eq!(names, crate::output::validate::LIFECYCLE_NAMES);
+    }
 }

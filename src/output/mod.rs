@@ -9,7 +9,8 @@
 //!   `type` is a custom type whose props round-trip untouched.
 //! - Validation of what a producer sends (`validate.rs`): a [`ValidationError`] names the offending field
 //!   (`props.url`, `delta_action`), so the HTTP layer can put it in the error envelope's `param`. Names and
-//!   ids (not content) are at most [`NAME_BYTES`] long. It defines the methods that parse a message, so
+//!   ids (not content) are at most [`NAME_BYTES`] long, and the lifecycle events' names are the stream's
+//!   own. It defines the methods that parse a message, so
 //!   `message.rs` needs nothing of it.
 //! - The delta reducer (`reducer.rs`): [`Reducer`] applies `append | replace | merge | set` deltas in order
 //!   and keeps the current state of every message.

@@ -22,11 +22,21 @@
 //! the events that close what is open (see `hub/stream/closing.rs`). Content (text, arguments, URLs, alt text, and
 //! every key and value of free-form objects such as `data`, `details`, `payload` or a custom type's props)
 //! is bounded only by the message size limit.
+//!
+//! # Lifecycle events
+//!
+//! The `event` messages named `stream_start`, `stream_end`, `message_start`, `message_end`, `block_start`
+//! and `block_end` are the stream's own (`lifecycle.rs`): a CUI reader takes `stream_end` as the end, the
+//! adapters close a message at its `message_end`, and a restart rebuilds what is open from them. A producer's
+//! message is refused when it would be one ([`ValidationError::Reserved`], `props.event`), whether it is
+//! whole, a delta or a `type_change`, and so is a delta that would spell one by appending to an event's name.
+//! Every producer's message passes here (an HTTP append, a WebSocket `publish`, a Rust agent's `Output`, a
+//! replay), so no path can append one.
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::message::OutputMessage;
+use super::message::{DeltaAction, OutputMessage};
 
 /// The most bytes (as UTF-8) of a name or an id a producer gives: see the module doc. A stream's model name
 /// is bounded by it too.
@@ -62,6 +72,15 @@ pub enum ValidationError {
         /// The value, cut to 100 characters.
         found: String,
     },
+    /// The name of a lifecycle event (`stream_end`, ...): the stream sends those itself, and its readers
+    /// trust them.
+    #[error("{field} is {found:?}, a lifecycle event: only the stream itself sends those")]
+    Reserved {
+        /// `props.event`
+        field: String,
+        /// The name.
+        found: String,
+    },
     /// A name or an id over [`NAME_BYTES`].
     #[error("{field} is {size} bytes long, over the limit of {limit} bytes for a name or an id")]
     TooLong {
@@ -82,6 +101,7 @@ impl ValidationError {
             ValidationError::Missing { field }
             | ValidationError::WrongType { field, .. }
             | ValidationError::Url { field, .. }
+            | ValidationError::Reserved { field, .. }
             | ValidationError::TooLong { field, .. } => Some(field),
         }
     }
@@ -260,6 +280,7 @@ pub(crate) fn validate(message: &OutputMessage) -> Result<(), ValidationError> {
             check_name(field, value)?;
         }
     }
+    not_lifecycle(message)?;
     let Some(fields) = schema(&message.kind) else {
         return Ok(());
     };
@@ -279,6 +300,32 @@ pub(crate) fn validate(message: &OutputMessage) -> Result<(), ValidationError> {
             Some(Value::String(name)) if field.kind == Kind::Name => check_name(&path(), name)?,
             Some(_) => {}
         }
+    }
+    Ok(())
+}
+
+/// The names of the lifecycle events (`lifecycle.rs`, whose test checks this list against its types): the
+/// stream's own, which readers, adapters and a restart trust.
+pub(crate) const LIFECYCLE_NAMES: [&str; 6] =
+    ["stream_start", "stream_end", "message_start", "message_end", "block_start", "block_end"];
+
+/// Refuses a lifecycle event from a producer: an `event` message (whole or a delta, `type_change` included)
+/// whose `props.event` is a lifecycle name, and a delta that appends to an event's name, which could spell
+/// one piece by piece (a name is given whole: `replace` or `set` it). See the module doc, "Lifecycle events".
+fn not_lifecycle(message: &OutputMessage) -> Result<(), ValidationError> {
+    if message.kind != "event" {
+        return Ok(());
+    }
+    let name = message.props.get("event").and_then(Value::as_str);
+    if let Some(name) = name.filter(|name| LIFECYCLE_NAMES.contains(name)) {
+        return Err(ValidationError::Reserved { field: "props.event".into(), found: name.to_owned() });
+    }
+    let appends = !matches!(message.delta_action, Some(DeltaAction::Replace | DeltaAction::Set));
+    if message.delta && message.delta_path.as_deref() == Some("event") && appends {
+        return Err(ValidationError::WrongType {
+            field: "delta_action".into(),
+            expected: "replace or set on an event's name, which is given whole".into(),
+        });
     }
     Ok(())
 }
@@ -462,6 +509,43 @@ mod tests {
             err.to_string(),
             format!("message_id is {} bytes long, over the limit of 256 bytes for a name or an id", 2 * NAME_BYTES)
         );
+    }
+
+    #[test]
+    fn lifecycle_events_are_the_streams_own() {
+        for name in LIFECYCLE_NAMES {
+            let cases = [
+                json!({"type": "event", "props": {"event": name}}),
+                json!({"type": "event", "props": {"event": name, "data": {}}, "message_id": "e", "delta": true,
+                    "delta_action": "merge"}),
+                json!({"type": "event", "props": {"event": name}, "message_id": "e", "delta": true,
+                    "delta_path": "event", "delta_action": "replace"}),
+                json!({"type": "event", "props": {"event": name}, "message_id": "t", "delta": true,
+                    "type_change": true, "delta_path": "", "delta_action": "replace"}),
+            ];
+            for message in cases {
+                let error = check(message.clone()).expect_err(&message.to_string());
+                assert_eq!((error.field(), error.code()), (Some("props.event"), "invalid_message"), "{message}");
+                assert!(error.to_string().contains(name), "{error}");
+            }
+        }
+        // A name spelt piece by piece could become one: appending to an event's name is refused.
+        let append = json!({"type": "event", "props": {"event": "_end"}, "message_id": "e", "delta": true,
+            "delta_path": "event"});
+        assert_eq!(check(append).expect_err("append").field(), Some("delta_action"));
+        // Any other name, whole or replaced, and other types that say the words, are the producer's.
+        let ok = [
+            json!({"type": "event", "props": {"event": "progress", "data": {"event": "stream_end"}}}),
+            json!({"type": "event", "props": {"event": "stream_ended"}}),
+            json!({"type": "event", "props": {"event": "progress"}, "message_id": "e", "delta": true,
+                "delta_path": "event", "delta_action": "set"}),
+            json!({"type": "event", "props": {"data": {"step": 2}}, "message_id": "e", "delta": true}),
+            json!({"type": "action", "props": {"name": "stream_end"}}),
+            json!({"type": "stream_end", "props": {"event": "stream_end"}}),
+        ];
+        for message in ok {
+            check(message.clone()).unwrap_or_else(|e| panic!("{message}: {e}"));
+        }
     }
 
     #[test]

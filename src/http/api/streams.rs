@@ -151,7 +151,7 @@ pub(crate) async fn find(app: &App, id: &str) -> Result<Arc<Stream>, HttpError> 
 #[schemars(rename = "CreateStream")]
 pub(crate) struct CreateBody {
     model: Option<String>,
-    /// Seconds the stream's tokens are good for (none: as long as the stream).
+    /// Seconds the stream's tokens are good for (none, or 0: as long as the stream).
     token_ttl: Option<u64>,
 }
 
@@ -198,7 +198,7 @@ pub(crate) async fn list(State(app): State<App>, Params(query): Params<ListQuery
 }
 
 /// `POST /v1/streams`: `201 {"id", "epoch", "read_token", "write_token"}` (and `token_expires_at`, Unix
-/// seconds, when the body asked for a `token_ttl`).
+/// seconds, when the body asked for a `token_ttl` other than 0).
 pub(crate) async fn create(
     State(app): State<App>,
     Client(client): Client,
@@ -215,7 +215,11 @@ pub(crate) async fn create(
     }
     app.metrics.stream_created();
     tracing::info!(stream = stream.id(), "stream created for an outside producer");
-    let expires = create.token_ttl.map_or(0, |ttl| app.credentials.expires_in(ttl.max(1)));
+    // 0 is "no expiry", as in the token itself, not a token that expires at once.
+    let expires = match create.token_ttl {
+        None | Some(0) => 0,
+        Some(ttl) => app.credentials.expires_in(ttl),
+    };
     let token = |access| app.credentials.token(stream.id(), access, expires);
     let mut answer = json!({
         "id": stream.id(),
@@ -325,7 +329,7 @@ pub(crate) async fn end(State(app): State<App>, StreamId(id): StreamId, request:
 
 /// The store could not keep the stream's messages: the stream has ended with an error (its readers learn
 /// it, see `Stream::readable`), and the producer gets 503 `store_unavailable` rather than an acknowledgement.
-async fn not_kept(stream: &crate::hub::Stream) -> HttpError {
+pub(crate) async fn not_kept(stream: &crate::hub::Stream) -> HttpError {
     // Answered once readers can see the end.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), stream.ended()).await;
     HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", NOT_KEPT, None, "store_unavailable")

@@ -6,7 +6,10 @@
 //! (`crate::render`: `{"stream", "seq", "message"}` for CUI, `{"stream", "chunk"}` for OpenAI, `{"stream",
 //! "error"}`, and `{"stream", "done": true, "status"}` at the end), error replies `{"stream"?, "error":
 //! {"message", "code"}}`, and small acknowledgements (`{"stream", "published": seq}`, `{"stream",
-//! "subscribed": true}`, ...). A text frame that is not JSON or not a known op gets an error reply (with
+//! "subscribed": true}`, ...), in the order of the frames they answer. `published` means kept, as an HTTP
+//! append's answer does: it comes once the message is committed (with the store; taken by Redis with
+//! `--engine redis`; at once in memory), without holding back the frames behind it, so pipelined publishes
+//! are acknowledged as their commits land. A text frame that is not JSON or not a known op gets an error reply (with
 //! `param` naming the op's field where one is at fault) and the connection stays open. What cannot be read
 //! closes it, and so does the end of the stream a per-stream connection watches, or the shutdown: the loop
 //! that relays a connection's subscriptions and reads its frames is `transport/ws.rs`'s; this file knows
@@ -16,6 +19,8 @@
 //! (`edge/auth.rs`): a key, everything; a stream token, that stream only, and `publish` and `cancel` only with
 //! its write token. Any other op gets the error reply `permission_denied` and the connection stays open.
 //! Client frame and message sizes are bounded ([`limits`]).
+
+use std::sync::Arc;
 
 use axum::Extension;
 use axum::extract::State;
@@ -29,14 +34,15 @@ use tracing::Instrument;
 
 use super::endpoint::{Endpoint, endpoint, op};
 use super::format::FormatFields;
-use super::streams::{SubscribeQuery, find};
+use super::streams::{SubscribeQuery, find, not_kept};
 use crate::http::app::App;
 use crate::http::edge::auth::{Access, Grant};
 use crate::http::edge::error::HttpError;
 use crate::http::edge::extract::{Params, StreamId, Upgrade};
 #[cfg(feature = "redis")]
 use crate::http::edge::forward;
-use crate::http::transport::ws::{Batches, Subscriptions, WebSocketConnection, batches};
+use crate::http::transport::ws::{Batches, Reply, Subscriptions, WebSocketConnection, batches};
+use crate::hub::Stream;
 use crate::output::OutputMessage;
 use crate::render::{Encoding, Format, View};
 
@@ -137,125 +143,154 @@ enum Op {
 async fn connection(app: App, grant: Grant, socket: WebSocket, single: Option<(String, Batches)>) {
     let mut connection = WebSocketConnection::new(socket, app.lifetime.clone(), single);
     while let Some(text) = connection.next_text().await {
-        let reply = handle(&app, &grant, text.as_str(), connection.subscriptions()).await;
-        connection.reply(reply).await;
+        let reply = match handle(&app, &grant, text.as_str(), &mut connection).await {
+            Ok(Answer::Now(reply)) => Box::pin(std::future::ready(text_of(&reply))),
+            Ok(Answer::Published { stream, sequence, on }) => published(stream, sequence, on),
+            Err(error) => Box::pin(std::future::ready(text_of(&error_reply(error)))),
+        };
+        connection.reply(reply);
     }
     connection.close().await;
 }
 
-/// Handles one client frame, as far as the connection's credential allows; returns the reply.
-async fn handle(app: &App, grant: &Grant, text: &str, subscriptions: &mut Subscriptions) -> Message {
-    let op: Op = match serde_json::from_str(text) {
-        Ok(op) => op,
-        Err(error) => {
-            let code = if serde_json::from_str::<Value>(text).is_ok() { "invalid_op" } else { "invalid_json" };
-            return error_message(None, &format!("frame not understood: {error}"), code);
-        }
-    };
+/// What an op answers: its reply now, or a publish acknowledged once its message is kept.
+enum Answer {
+    Now(Value),
+    Published { stream: String, sequence: u64, on: Arc<Stream> },
+}
+
+/// `{"stream", "published": seq}` once the message is kept, as an HTTP append's answer is (see
+/// `Stream::kept`): in memory at once, with the store once committed, with Redis once it took it. A message
+/// that could not be kept is the error reply `store_unavailable`, once its stream has ended.
+fn published(stream: String, sequence: u64, on: Arc<Stream>) -> Reply {
+    Box::pin(async move {
+        let reply = if on.kept(sequence).await {
+            json!({ "stream": stream, "published": sequence })
+        } else {
+            let mut reply = error_reply(not_kept(&on).await);
+            reply["stream"] = json!(stream);
+            reply
+        };
+        text_of(&reply)
+    })
+}
+
+/// Handles one client frame, as far as the connection's credential allows; returns the answer.
+async fn handle(
+    app: &App,
+    grant: &Grant,
+    text: &str,
+    connection: &mut WebSocketConnection,
+) -> Result<Answer, HttpError> {
+    let op: Op = serde_json::from_str(text).map_err(|error| {
+        let code = if serde_json::from_str::<Value>(text).is_ok() { "invalid_op" } else { "invalid_json" };
+        HttpError::bad_request(format!("frame not understood: {error}"), None, code)
+    })?;
     let (stream, needed) = match &op {
         Op::Subscribe { stream, .. } | Op::Unsubscribe { stream } => (stream, Access::Read),
         Op::Cancel { stream } | Op::Publish { stream, .. } => (stream, Access::Write),
     };
-    let allowed = grant.allows(stream, needed);
-    // The stream an op acts on, found (or followed from another node) before the op is applied.
-    let found = match &op {
-        _ if !allowed => None,
-        Op::Unsubscribe { .. } => None,
-        Op::Subscribe { stream, .. } | Op::Cancel { stream } | Op::Publish { stream, .. } => {
-            Some(find_op(app, stream).await)
+    if !grant.allows(stream, needed) {
+        return Err(Grant::refusal());
+    }
+    // The stream an op acts on is found (or followed from another node) before the op is applied.
+    match op {
+        Op::Subscribe { stream, from, format } => {
+            let found = find_op(app, &stream).await?;
+            // Its reply comes after every reply owed before it, and before anything the subscription sends.
+            connection.settle().await;
+            subscribe(app, connection.subscriptions(), stream, from, format, &found)
         }
-    };
-    let result = match (op, found) {
-        (_, None) if !allowed => Err(Grant::refusal()),
-        (Op::Unsubscribe { stream }, _) => match subscriptions.remove(&stream) {
-            Some(_) => Ok(json!({ "stream": stream, "unsubscribed": true })),
+        Op::Unsubscribe { stream } => match connection.subscriptions().remove(&stream) {
+            Some(_) => Ok(Answer::Now(json!({ "stream": stream, "unsubscribed": true }))),
             None => {
                 Err(HttpError::bad_request("not subscribed to this stream", Some("stream".into()), "not_subscribed"))
             }
         },
-        (_, None) => Err(Grant::refusal()),
-        (_, Some(Err(error))) => Err(error),
-        (Op::Subscribe { stream, from, format }, Some(Ok(found))) => (|| {
-            if subscriptions.contains_key(&stream) {
-                return Err(HttpError::bad_request(
-                    "already subscribed to this stream",
-                    Some("stream".into()),
-                    "already_subscribed",
-                ));
+        Op::Cancel { stream } => {
+            let found = find_op(app, &stream).await?;
+            #[cfg(feature = "redis")]
+            if found.is_followed() && !found.log().is_ended() {
+                forward::post_to_writer(app, &stream, "cancel", Vec::new()).await?;
+                return Ok(Answer::Now(json!({ "stream": stream, "cancelled": true })));
             }
-            let format: Format = format.format()?;
-            let subscription = found.subscribe(View::new(format, Encoding::WebSocket), from.unwrap_or(0))?;
-            let meter = app.metrics.subscriber(format.name(), "websocket");
-            subscriptions.insert(stream.clone(), batches(subscription, meter));
-            Ok(json!({ "stream": stream, "subscribed": true }))
-        })(),
-        #[cfg(feature = "redis")]
-        (Op::Cancel { stream }, Some(Ok(found))) if found.is_followed() && !found.log().is_ended() => {
-            forward::post_to_writer(app, &stream, "cancel", Vec::new())
-                .await
-                .map(|_| json!({ "stream": stream, "cancelled": true }))
-        }
-        #[cfg(feature = "redis")]
-        (Op::Publish { stream, message }, Some(Ok(found))) if found.is_followed() && !found.log().is_ended() => {
-            // Checked here first, so a message refused for its shape is refused as it would be on the writer.
-            let checked = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"));
-            let body = checked.map(|message| serde_json::to_vec(&message).unwrap_or_default());
-            let answer = match body {
-                Ok(body) => forward::post_to_writer(app, &stream, "messages", body).await,
-                Err(error) => Err(error),
-            };
-            answer.and_then(|answer| {
-                let sequence = answer["sequences"][0].as_u64();
-                sequence.map(|sequence| json!({ "stream": stream, "published": sequence })).ok_or_else(|| {
-                    HttpError::new(
-                        axum::http::StatusCode::BAD_GATEWAY,
-                        "server_error",
-                        "the stream's writer answered without a sequence",
-                        None,
-                        "writer_error",
-                    )
-                })
-            })
-        }
-        (Op::Cancel { stream }, Some(Ok(found))) => {
-            if found.cancel() {
-                Ok(json!({ "stream": stream, "cancelled": true }))
-            } else {
-                Err(crate::hub::AppendError::Ended.into())
+            if !found.cancel() {
+                return Err(crate::hub::AppendError::Ended.into());
             }
+            Ok(Answer::Now(json!({ "stream": stream, "cancelled": true })))
         }
-        (Op::Publish { stream, message }, Some(Ok(found))) => (|| {
+        Op::Publish { stream, message } => {
+            let found = find_op(app, &stream).await?;
             let message = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"))?;
+            #[cfg(feature = "redis")]
+            if found.is_followed() && !found.log().is_ended() {
+                return publish_elsewhere(app, stream, &message).await;
+            }
             let sequence = found.append(message).map_err(|e| HttpError::from(e).within("message"))?;
             app.metrics.published();
-            Ok(json!({ "stream": stream, "published": sequence }))
-        })(),
-    };
-    let reply = match result {
-        Ok(reply) => reply,
-        Err(error) => {
-            let mut body = json!({ "error": { "message": error.error.message, "code": error.error.code } });
-            if let Some(param) = error.error.param {
-                body["error"]["param"] = json!(param);
-            }
-            body
+            Ok(Answer::Published { stream, sequence, on: found })
         }
-    };
+    }
+}
+
+/// `subscribe`: the stream in a format, from a point, unless the connection has it already.
+fn subscribe(
+    app: &App,
+    subscriptions: &mut Subscriptions,
+    stream: String,
+    from: Option<u64>,
+    format: FormatFields,
+    found: &Arc<Stream>,
+) -> Result<Answer, HttpError> {
+    if subscriptions.contains_key(&stream) {
+        return Err(HttpError::bad_request(
+            "already subscribed to this stream",
+            Some("stream".into()),
+            "already_subscribed",
+        ));
+    }
+    let format: Format = format.format()?;
+    let subscription = found.subscribe(View::new(format, Encoding::WebSocket), from.unwrap_or(0))?;
+    let meter = app.metrics.subscriber(format.name(), "websocket");
+    subscriptions.insert(stream.clone(), batches(subscription, meter));
+    Ok(Answer::Now(json!({ "stream": stream, "subscribed": true })))
+}
+
+/// `publish` to a stream another node writes: forwarded to its writer, which answers once it is kept.
+#[cfg(feature = "redis")]
+/// The message was checked here first, so a message refused for its shape is refused as it would be there.
+async fn publish_elsewhere(app: &App, stream: String, message: &OutputMessage) -> Result<Answer, HttpError> {
+    let body = serde_json::to_vec(message).unwrap_or_default();
+    let answer = forward::post_to_writer(app, &stream, "messages", body).await?;
+    let sequence = answer["sequences"][0].as_u64().ok_or_else(|| {
+        HttpError::new(
+            axum::http::StatusCode::BAD_GATEWAY,
+            "server_error",
+            "the stream's writer answered without a sequence",
+            None,
+            "writer_error",
+        )
+    })?;
+    Ok(Answer::Now(json!({ "stream": stream, "published": sequence })))
+}
+
+/// The error reply `{"error": {"message", "code", "param"?}}`.
+fn error_reply(error: HttpError) -> Value {
+    let mut body = json!({ "error": { "message": error.error.message, "code": error.error.code } });
+    if let Some(param) = error.error.param {
+        body["error"]["param"] = json!(param);
+    }
+    body
+}
+
+fn text_of(reply: &Value) -> Message {
     Message::Text(reply.to_string().into())
 }
 
 /// The stream an op names; an unknown one is refused with `param: "stream"`, the op's field.
-async fn find_op(app: &App, stream: &str) -> Result<std::sync::Arc<crate::hub::Stream>, HttpError> {
+async fn find_op(app: &App, stream: &str) -> Result<Arc<Stream>, HttpError> {
     find(app, stream).await.map_err(|mut error| {
         error.error.param.get_or_insert_with(|| "stream".into());
         error
     })
-}
-
-fn error_message(stream: Option<&str>, message: &str, code: &str) -> Message {
-    let mut body = json!({ "error": { "message": message, "code": code } });
-    if let Some(stream) = stream {
-        body["stream"] = json!(stream);
-    }
-    Message::Text(body.to_string().into())
 }

@@ -12,7 +12,9 @@
 //!   assets (`/ui`), which hold no data: what the page reads needs a credential.
 //!
 //! A credential comes as `Authorization: Bearer <key or token>` (or `x-api-key: <key or token>`, as
-//! Anthropic's clients send it), or for reads as `?token=` (a browser's `EventSource` cannot set headers). A token is told from a key by its form: `amr.` (read) or `amw.`
+//! Anthropic's clients send it), or for reads as `?token=` (a browser's `EventSource` cannot set headers),
+//! which takes a stream's token only: a key in a URL, where access logs, proxies and browser histories keep
+//! it, is refused (401 `api_key_in_url`) rather than used. A token is told from a key by its form: `amr.` (read) or `amw.`
 //! (write), the stream's id, its expiry (Unix seconds, 0 for none), and an HMAC-SHA256 of those under the
 //! service's secret (kept in the store, so tokens outlive a restart; a new one per process with
 //! `--ephemeral`). So a token grants one stream, one kind of access, until its expiry; it cannot be guessed,
@@ -210,6 +212,8 @@ enum Refusal {
     UnknownKey,
     Forged,
     Expired,
+    /// Not a token in `?token=`: a key, which goes in a header only.
+    KeyInUrl,
     /// A genuine token that does not grant this.
     NotGranted,
 }
@@ -389,12 +393,17 @@ pub(crate) async fn guard(State(credentials): State<Arc<Credentials>>, mut reque
     // Anthropic's clients send their key as `x-api-key`.
     let api_key = request.headers().get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
     let bearer = bearer.or(api_key);
-    // `?token=` on reads only: a browser's EventSource and WebSocket cannot set headers.
-    let reads = matches!(needs, Needs::Stream(Access::Read) | Needs::Any);
-    let query_token = reads.then(|| request.uri().query()).flatten().and_then(|q| {
+    // `?token=` on reads only: a browser's EventSource and WebSocket cannot set headers. A stream's token
+    // only: a key in a URL is refused wherever it comes, not ignored.
+    let query_token = request.uri().query().and_then(|q| {
         url::form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "token").map(|(_, v)| v.into_owned())
     });
-    let credential = bearer.map(str::to_owned).or(query_token);
+    if query_token.as_deref().is_some_and(|token| token_kind(token).is_none()) {
+        tracing::debug!(route, "refused: a key in the URL");
+        return refused(Refusal::KeyInUrl);
+    }
+    let reads = matches!(needs, Needs::Stream(Access::Read) | Needs::Any);
+    let credential = bearer.map(str::to_owned).or(query_token.filter(|_| reads));
     let checked = match needs {
         // The stream is the path's third segment in every stream route (`/v1/streams/{id}...`).
         Needs::Stream(access) => {
@@ -499,6 +508,12 @@ fn refusal_parts(refusal: Refusal) -> (StatusCode, &'static str, &'static str, &
         }
         Refusal::Forged => (StatusCode::UNAUTHORIZED, "invalid_token", "the token is not one this service issued"),
         Refusal::Expired => (StatusCode::UNAUTHORIZED, "token_expired", "the token has expired"),
+        Refusal::KeyInUrl => (
+            StatusCode::UNAUTHORIZED,
+            "api_key_in_url",
+            "API keys go in the `Authorization: Bearer <key>` header (or `x-api-key`), never in the URL, which \
+             logs and browser histories keep: `?token=` takes only a stream's read or write token",
+        ),
         Refusal::NotGranted => (
             StatusCode::FORBIDDEN,
             "permission_denied",

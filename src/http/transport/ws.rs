@@ -8,17 +8,25 @@
 //! one. The bytes it writes were encoded once per stream for every WebSocket subscriber of that format;
 //! nothing is parsed or re-wrapped here.
 //!
+//! Replies go out in the order of the frames they answer, each once it is ready ([`Reply`]): an op answered at
+//! once is sent at once, and one whose answer waits (a `publish`, acknowledged once its message is kept) holds
+//! back the replies behind it but not the reading of the next frames, so a client that pipelines publishes is
+//! acknowledged as their commits land, many to a commit. At most [`PENDING`] replies wait: past that, frames
+//! are left unread (in the kernel's buffers, then the client's) until one goes out.
+//!
 //! What cannot be read closes the connection with the code that fits: 1003 for a binary frame, 1009 for a
 //! message over the limit, 1007 for text that is not UTF-8, 1002 for a broken frame; the reason is written
 //! for the client. A connection opened on one stream closes with 1000 when its stream ends, or with the
 //! reason `lagged` when its history is gone. On shutdown a connection stops reading, sends what its streams
-//! still owe (their `done` included) and closes with 1001; once the drain is over it is dropped.
+//! still owe (their `done` included) and the replies it owes, and closes with 1001; once the drain is over it
+//! is dropped.
 
+use std::future::Future;
 use std::pin::Pin;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
-use futures::stream::{SplitSink, SplitStream};
-use futures::{SinkExt, StreamExt};
+use futures::stream::{FuturesOrdered, SplitSink, SplitStream};
+use futures::{FutureExt, SinkExt, StreamExt};
 use tokio_stream::StreamMap;
 
 use super::lifetime::Lifetime;
@@ -30,6 +38,14 @@ pub(crate) type Batches = Pin<Box<dyn futures::Stream<Item = Option<Batch>> + Se
 
 /// A connection's subscriptions, by stream id.
 pub(crate) type Subscriptions = StreamMap<String, Batches>;
+
+/// The reply to a client frame, sent once it resolves (and every earlier reply was sent).
+pub(crate) type Reply = Pin<Box<dyn Future<Output = Message> + Send>>;
+
+/// The most replies a connection holds back waiting for the ones before them: frames are read again once one
+/// goes out. Each is small (a `publish` acknowledgement waiting for its commit), and a client that pipelines
+/// more than this still has its publishes committed many to a commit.
+const PENDING: usize = 1024;
 
 /// A subscription as the connection polls it, counted in the metrics while it is polled.
 pub(crate) fn batches(subscription: Subscription, mut meter: SubscriberMeter) -> Batches {
@@ -53,6 +69,8 @@ pub(crate) struct WebSocketConnection {
     sink: SplitSink<WebSocket, Message>,
     source: SplitStream<WebSocket>,
     subscriptions: Subscriptions,
+    /// Replies not sent yet, in the order of the frames they answer.
+    replies: FuturesOrdered<Reply>,
     lifetime: Lifetime,
     /// The stream a connection opened on one stream watches: it closes when that one ends.
     single: Option<String>,
@@ -74,7 +92,18 @@ impl WebSocketConnection {
             subscriptions.insert(id.clone(), batches);
             id
         });
-        WebSocketConnection { sink, source, subscriptions, lifetime, single, lagged: false, closing: false, end: None }
+        let replies = FuturesOrdered::new();
+        WebSocketConnection {
+            sink,
+            source,
+            subscriptions,
+            replies,
+            lifetime,
+            single,
+            lagged: false,
+            closing: false,
+            end: None,
+        }
     }
 
     /// The connection's subscriptions, for an op to change.
@@ -82,20 +111,40 @@ impl WebSocketConnection {
         &mut self.subscriptions
     }
 
-    /// The client's next text frame, its subscriptions' batches sent meanwhile; `None` once the connection
-    /// is to close ([`WebSocketConnection::close`] then closes it).
+    /// The client's next text frame, its subscriptions' batches and the replies that are ready sent meanwhile;
+    /// `None` once the connection is to close ([`WebSocketConnection::close`] then closes it).
     pub(crate) async fn next_text(&mut self) -> Option<Utf8Bytes> {
+        self.run(true).await
+    }
+
+    /// Sends every reply queued so far, as each is ready, relaying the subscriptions meanwhile but reading no
+    /// frame: what an op that subscribes waits for first, so that its reply comes after theirs and before
+    /// anything its subscription sends. At once when nothing waits.
+    pub(crate) async fn settle(&mut self) {
+        self.run(false).await;
+    }
+
+    /// The loop of [`WebSocketConnection::next_text`] (`read`) and [`WebSocketConnection::settle`] (not
+    /// `read`: it returns once no reply waits).
+    async fn run(&mut self, read: bool) -> Option<Utf8Bytes> {
         if self.end.is_some() {
             return None;
         }
         let end = loop {
-            if self.closing && self.subscriptions.is_empty() {
+            if self.send_ready().await.is_err() {
+                break End::Close(None);
+            }
+            if !read && self.replies.is_empty() {
+                return None;
+            }
+            if self.closing && self.subscriptions.is_empty() && self.replies.is_empty() {
                 break End::Close(Some(close_frame(close_code::AWAY, "the server is shutting down")));
             }
+            let reading = read && !self.closing && self.replies.len() < PENDING;
             tokio::select! {
                 () = self.lifetime.gone.cancelled() => break End::Gone,
                 () = self.lifetime.closing.cancelled(), if !self.closing => self.closing = true,
-                incoming = self.source.next(), if !self.closing => match incoming {
+                incoming = self.source.next(), if reading => match incoming {
                     None => break End::Close(None),
                     Some(Err(error)) => break End::Close(read_failed(&error)),
                     Some(Ok(Message::Close(_))) => break End::Close(None),
@@ -106,6 +155,11 @@ impl WebSocketConnection {
                     }
                     Some(Ok(_)) => {}
                 },
+                Some(reply) = self.replies.next(), if !self.replies.is_empty() => {
+                    if send(&mut self.sink, vec![reply]).await.is_err() {
+                        break End::Close(None);
+                    }
+                }
                 Some((stream, item)) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
                     if let Some(end) = self.relayed(&stream, item).await {
                         break end;
@@ -115,6 +169,15 @@ impl WebSocketConnection {
         };
         self.end = Some(end);
         None
+    }
+
+    /// Sends the replies at the head of the queue that are ready, in one write.
+    async fn send_ready(&mut self) -> Result<(), axum::Error> {
+        let mut ready = Vec::new();
+        while let Some(Some(reply)) = self.replies.next().now_or_never() {
+            ready.push(reply);
+        }
+        if ready.is_empty() { Ok(()) } else { send(&mut self.sink, ready).await }
     }
 
     /// Sends a subscription's batch, or notes its end: how the connection ends, if it does.
@@ -139,11 +202,10 @@ impl WebSocketConnection {
         }
     }
 
-    /// Sends the reply to a text frame; a socket that fails ends the connection.
-    pub(crate) async fn reply(&mut self, reply: Message) {
-        if send(&mut self.sink, vec![reply]).await.is_err() {
-            self.end = Some(End::Close(None));
-        }
+    /// Queues the reply to a text frame: it goes out once it is ready and every earlier reply has (see the
+    /// module doc).
+    pub(crate) fn reply(&mut self, reply: Reply) {
+        self.replies.push_back(reply);
     }
 
     /// Closes the connection as its loop ended: the close frame, if any, then the socket (unless the drain

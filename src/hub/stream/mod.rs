@@ -300,10 +300,17 @@ impl Stream {
     /// durable store. What an acknowledgement that means "kept" waits for. False when the store could not keep
     /// it (its disk failed): readers have it, a restart would not.
     pub async fn readable(&self, sequence: u64) -> bool {
-        let mut changes = self.log.acknowledgements();
         if self.log.last_sequence() < sequence {
             self.log.hasten();
         }
+        self.kept(sequence).await
+    }
+
+    /// Waits as [`Stream::readable`] does, but leaves the commit to the store's writer rather than making it
+    /// on the caller's thread: for a caller that goes on appending while it waits (a WebSocket's pipelined
+    /// publishes), whose messages the writer then commits many at a time, in parallel with it.
+    pub(crate) async fn kept(&self, sequence: u64) -> bool {
+        let mut changes = self.log.acknowledgements();
         loop {
             changes.borrow_and_update();
             if !self.log.keeps() {
