@@ -40,7 +40,7 @@ impl Threads {
             .into_iter()
             .map(|message| {
                 let decision = Decision::for_input(&message);
-                AuditEntry::new(None, Some(message), decision, Map::new())
+                AuditEntry::new(None, Some(Arc::new(message)), decision, Map::new())
             })
             .collect();
         let thread = self.insert(&id, entries, true, owner).await?;
@@ -170,8 +170,9 @@ impl Threads {
         Ok(Some(self.transcript(&thread, &state)))
     }
 
-    /// The thread's audit log, in order, or `None` when there is no such thread (for `owner`).
-    pub async fn audit(&self, id: &str, owner: Option<&str>) -> Result<Option<Vec<AuditEntry>>, ThreadError> {
+    /// The thread's audit log, in order, or `None` when there is no such thread (for `owner`): the entries the
+    /// thread holds, shared, not copies.
+    pub async fn audit(&self, id: &str, owner: Option<&str>) -> Result<Option<Vec<Arc<AuditEntry>>>, ThreadError> {
         let Some(thread) = self.settled(id, owner).await? else { return Ok(None) };
         let state = thread.lock();
         Ok(Some(state.entries.clone()))

@@ -177,7 +177,7 @@ impl Threads {
         let input: Vec<AuditEntry> = turn
             .input
             .iter()
-            .map(|m| AuditEntry::new(None, Some(m.clone()), Decision::for_input(m), model(&turn.model)))
+            .map(|m| AuditEntry::new(None, Some(Arc::new(m.clone())), Decision::for_input(m), model(&turn.model)))
             .collect();
         let bytes: u64 = base.prelude.iter().chain(&input).map(AuditEntry::size).sum();
         let limit = self.inner.config.thread_bytes;
@@ -207,11 +207,11 @@ impl Threads {
                 };
             }
         };
-        state.entries.extend(base.prelude);
+        state.entries.extend(base.prelude.into_iter().map(Arc::new));
         for mut entry in input {
             entry.stream_id = Some(stream.id().to_owned());
             entry.audit.insert("bytes".into(), entry.size().into());
-            state.entries.push(entry);
+            state.entries.push(Arc::new(entry));
         }
         state.bytes += bytes;
         begin(state, &turn.model, &stream, self.now_ms());
@@ -248,7 +248,7 @@ impl Threads {
                 }
             };
             let upto = state.entries[cut].id.clone();
-            // The history as it was at that entry.
+            // The history as it was at that entry: new entries, sharing the source's messages.
             let copied: Vec<AuditEntry> = history_of(&state.entries[..=cut])
                 .into_iter()
                 .map(|entry| {
@@ -268,7 +268,7 @@ impl Threads {
         let turn_lock = Arc::clone(&thread.turn).lock_owned().await;
         let started = {
             let mut state = thread.lock();
-            let history: Vec<ChatMessage> = state.history().cloned().collect();
+            let history: Vec<ChatMessage> = state.history().map(|m| ChatMessage::clone(m)).collect();
             Conversation::new(model, history)
                 .map_err(ThreadError::from)
                 .map(|c| c.with_thread(&new_id))
@@ -310,7 +310,7 @@ fn begin(state: &mut State, model: &str, stream: &Arc<Stream>, now_ms: u64) {
 /// Where `turn`'s input goes in a thread in `state`: after the thread's history, or, for a client that sends
 /// its whole history, after the history it holds where that starts the thread or goes back in it.
 fn base(state: &State, turn: &Turn) -> Base {
-    let history: Vec<ChatMessage> = state.history().cloned().collect();
+    let history: Vec<ChatMessage> = state.history().map(|m| ChatMessage::clone(m)).collect();
     let Some(held) = &turn.history else {
         return Base { prelude: Vec::new(), history, pending: state.pending.clone() };
     };
@@ -326,7 +326,7 @@ fn base(state: &State, turn: &Turn) -> Base {
                     Role::Assistant => Decision::Answer,
                     _ => Decision::for_input(m),
                 };
-                let mut entry = AuditEntry::new(None, Some(m.clone()), decision, audit.clone());
+                let mut entry = AuditEntry::new(None, Some(Arc::new(m.clone())), decision, audit.clone());
                 entry.audit.insert("bytes".into(), entry.size().into());
                 entry
             })
@@ -369,6 +369,7 @@ fn reject(state: &mut State, model_name: &str, input: &[ChatMessage], error: &Th
     };
     audit.insert("error".into(), json!({"message": error.to_string(), "param": param, "code": code}));
     audit.insert("messages".into(), input.len().into());
-    state.entries.push(AuditEntry::new(None, input.get(index).cloned(), Decision::Rejected, audit));
+    let message = input.get(index).cloned().map(Arc::new);
+    state.entries.push(Arc::new(AuditEntry::new(None, message, Decision::Rejected, audit)));
     state.updated = SystemTime::now();
 }
