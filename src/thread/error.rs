@@ -37,11 +37,19 @@ pub enum ThreadError {
         /// The limit.
         limit: u64,
     },
-    /// Every thread the service keeps is taken ([`ThreadConfig::max_threads`] or
-    /// [`ThreadConfig::total_bytes`]).
-    #[error("the service keeps {limit} threads (or their bytes) already; try again after idle ones expire")]
+    /// The service keeps [`ThreadConfig::max_threads`] threads already.
+    #[error("the service keeps {limit} threads already, its limit (--max-threads); try again after idle ones expire")]
     Full {
-        /// The limit reached.
+        /// The limit reached: how many threads.
+        limit: u64,
+    },
+    /// The threads the service keeps hold [`ThreadConfig::total_bytes`] bytes of messages in all already.
+    #[error(
+        "the threads the service keeps hold {limit} bytes of messages in all already, their limit; try again \
+         after idle ones expire"
+    )]
+    BytesFull {
+        /// The limit reached: bytes of messages in all threads.
         limit: u64,
     },
     /// `upto` names no entry of the thread, or nothing comes before it.

@@ -297,7 +297,7 @@ impl Threads {
             .bytes
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| held.checked_add(bytes).filter(|&t| t <= limit))
             .map(drop)
-            .map_err(|_| ThreadError::Full { limit })
+            .map_err(|_| ThreadError::BytesFull { limit })
     }
 
     /// Counts `bytes` more held, even past the total: a run's result is recorded whatever its size (the

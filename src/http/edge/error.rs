@@ -312,7 +312,7 @@ impl From<ThreadError> for HttpError {
                 HttpError::bad_request(message, Some("messages".into()), "thread_too_large")
             }
             // Retryable as `Room::Unknown` is, without its words about streams: the message says what frees room.
-            ThreadError::Full { .. } => HttpError {
+            ThreadError::Full { .. } | ThreadError::BytesFull { .. } => HttpError {
                 retry: true,
                 ..HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity")
             },
