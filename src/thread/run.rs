@@ -59,7 +59,8 @@ impl Turn {
 struct Base {
     /// Entries recorded before the input: the client's history starting a thread, or a rewind.
     prelude: Vec<AuditEntry>,
-    history: Vec<ChatMessage>,
+    /// Shared with the thread's entries: the run holds the thread's messages, not a copy of them.
+    history: Vec<Arc<ChatMessage>>,
     pending: Vec<ToolCall>,
 }
 
@@ -186,7 +187,8 @@ impl Threads {
             return refuse(state, ThreadError::TooLarge { size, limit });
         }
         let before = base.history.len();
-        let history: Vec<ChatMessage> = base.history.into_iter().chain(turn.input.iter().cloned()).collect();
+        let history: Vec<Arc<ChatMessage>> =
+            base.history.into_iter().chain(input.iter().filter_map(|entry| entry.message.clone())).collect();
         let conversation = match Conversation::new(&turn.model, history) {
             Ok(conversation) => conversation.with_options(turn.options.clone()).with_thread(&thread.id),
             Err(error) => {
@@ -268,7 +270,7 @@ impl Threads {
         let turn_lock = Arc::clone(&thread.turn).lock_owned().await;
         let started = {
             let mut state = thread.lock();
-            let history: Vec<ChatMessage> = state.history().map(|m| ChatMessage::clone(m)).collect();
+            let history: Vec<Arc<ChatMessage>> = state.history().cloned().collect();
             Conversation::new(model, history)
                 .map_err(ThreadError::from)
                 .map(|c| c.with_thread(&new_id))
@@ -310,7 +312,7 @@ fn begin(state: &mut State, model: &str, stream: &Arc<Stream>, now_ms: u64) {
 /// Where `turn`'s input goes in a thread in `state`: after the thread's history, or, for a client that sends
 /// its whole history, after the history it holds where that starts the thread or goes back in it.
 fn base(state: &State, turn: &Turn) -> Base {
-    let history: Vec<ChatMessage> = state.history().map(|m| ChatMessage::clone(m)).collect();
+    let history: Vec<Arc<ChatMessage>> = state.history().cloned().collect();
     let Some(held) = &turn.history else {
         return Base { prelude: Vec::new(), history, pending: state.pending.clone() };
     };
@@ -318,6 +320,7 @@ fn base(state: &State, turn: &Turn) -> Base {
         // A thread that starts with what the client holds (no model of ours said it): the calls its last
         // message made are open.
         let audit = Map::from_iter([("source".to_owned(), Value::from("client"))]);
+        let held: Vec<Arc<ChatMessage>> = held.iter().cloned().map(Arc::new).collect();
         let prelude = held
             .iter()
             .map(|m| {
@@ -326,13 +329,13 @@ fn base(state: &State, turn: &Turn) -> Base {
                     Role::Assistant => Decision::Answer,
                     _ => Decision::for_input(m),
                 };
-                let mut entry = AuditEntry::new(None, Some(Arc::new(m.clone())), decision, audit.clone());
+                let mut entry = AuditEntry::new(None, Some(Arc::clone(m)), decision, audit.clone());
                 entry.audit.insert("bytes".into(), entry.size().into());
                 entry
             })
             .collect();
         let pending = held.last().map(|m| m.calls().to_vec()).unwrap_or_default();
-        return Base { prelude, history: held.clone(), pending };
+        return Base { prelude, history: held, pending };
     }
     // Where the client's history and the thread's part: after as many user messages as the client holds.
     let users = held.iter().filter(|m| m.role == Role::User).count();
