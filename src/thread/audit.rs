@@ -101,6 +101,12 @@ impl AuditEntry {
         self.message.as_ref().filter(|_| self.decision.in_history())
     }
 
+    /// The size of its message as its `audit.bytes` says (every entry of a thread's history says it, from
+    /// when the thread took it in); `None` when it does not say.
+    pub(crate) fn recorded_size(&self) -> Option<u64> {
+        self.message.as_ref().and(self.audit.get("bytes")).and_then(Value::as_u64)
+    }
+
     /// A rewind to the first `kept` messages of the history.
     pub(crate) fn rewind(kept: usize, dropped: usize, audit: Map<String, Value>) -> Self {
         let mut entry = AuditEntry::new(None, None, Decision::Rewind, audit);

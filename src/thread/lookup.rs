@@ -58,12 +58,15 @@ impl Threads {
         owner: Option<&str>,
     ) -> Result<Arc<Thread>, ThreadError> {
         let config = &self.inner.config;
-        let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
+        let mut bytes = 0;
+        for entry in &mut entries {
+            // A replay's copy shares its message with the source, whose entry says its size already.
+            let size = entry.recorded_size().unwrap_or_else(|| entry.size());
+            entry.audit.insert("bytes".into(), size.into());
+            bytes += size;
+        }
         if bytes > config.thread_bytes {
             return Err(ThreadError::TooLarge { size: bytes, limit: config.thread_bytes });
-        }
-        for entry in &mut entries {
-            entry.audit.insert("bytes".into(), entry.size().into());
         }
         if self.inner.storage.is_record() {
             return self.insert_recorded(id, &entries, exclusive, owner).await;
