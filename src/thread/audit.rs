@@ -60,8 +60,9 @@ impl Decision {
 /// One entry: `{id, timestamp, stream_id, message, decision, audit}`.
 ///
 /// `message` is the chat message (`null` for a run's end); `audit` holds the metadata (model, sizes,
-/// durations, the error). The message is shared, not owned: a replay's copy of an entry, a read of the
-/// thread and the thread itself hold the one message (`docs/design.md`, "Reads share what is kept").
+/// durations, the error).
+// The message is shared, not owned: a replay's copy of an entry, a read of the thread and the thread itself
+// hold the one message (`docs/design.md`, "Reads share what is kept").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditEntry {
     /// A UUID.
@@ -70,7 +71,7 @@ pub struct AuditEntry {
     pub timestamp: String,
     /// The stream of the run it belongs to; `null` for a rejected input.
     pub stream_id: Option<String>,
-    /// The message, shared by every entry and read that holds it.
+    /// The message.
     pub message: Option<Arc<ChatMessage>>,
     /// What it records.
     pub decision: Decision,

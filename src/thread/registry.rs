@@ -166,7 +166,8 @@ pub struct Transcript {
     pub created_at: u64,
     /// When its history last changed, in Unix seconds.
     pub updated_at: u64,
-    /// The conversation, oldest first: the thread's own messages, shared.
+    /// The conversation, oldest first.
+    // The thread's own messages, shared: a read holds no copy of them.
     pub messages: Vec<Arc<ChatMessage>>,
     /// The stream of the run going on, if one is.
     pub running: Option<String>,
