@@ -3,7 +3,9 @@
 //! (`fixtures/*/responses.sse`) with `responses.stream(...).finalResponse()` and calls `POST /v1/responses`
 //! over a real socket; the Python `openai` package (`tests/python/responses_client.py`) calls it with
 //! `responses.stream(...).get_final_response()` and `responses.create`: text, reasoning, function calls, a
-//! failure. Node, Python and the packages are installed when missing (`common/node.rs`, `common/python.rs`).
+//! failure. The AI SDK's OpenAI provider (`@ai-sdk/openai`, `tests/node/ai_sdk_openai.mjs`) raises the agent's
+//! message for a failed response, streamed or not, and an error for a cancelled one (never a short answer).
+//! Node, Python and the packages are installed when missing (`common/node.rs`, `common/python.rs`).
 
 mod common;
 
@@ -33,9 +35,12 @@ async fn the_node_openai_package_reads_every_golden_responses_file() {
     for case in &cases {
         let result = &results[case];
         match case.as_str() {
-            "error-mid-stream" | "failed" => assert!(result["error"].is_string(), "{case}: a failure throws: {result}"),
-            // Neither completed: `finalResponse()` wants `response.completed`, but every event parsed.
-            "cancelled" | "finish-length" => {
+            // A cancel is an error the client raises, not a short answer (issue 43, item 2).
+            "error-mid-stream" | "failed" | "cancelled" => {
+                assert!(result["error"].is_string(), "{case}: a failure throws: {result}")
+            }
+            // Not completed: `finalResponse()` wants `response.completed`, but every event parsed.
+            "finish-length" => {
                 let last = result["events"].as_array().and_then(|e| e.last()).cloned();
                 assert_eq!(last, Some(json!("response.incomplete")), "{case}: {result}");
             }
@@ -104,4 +109,34 @@ async fn the_python_openai_package_calls_the_responses_endpoint() {
         cases["failure"]["error"]["message"].as_str().is_some_and(|m| m.contains("Upstream API timed out")),
         "{stdout}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ai_sdk_openai_provider_raises_on_a_failed_or_cancelled_response() {
+    let server = TestServer::start().await;
+    let runs = vec![
+        json!({"name": "text", "model": "echo", "stream": false}),
+        json!({"name": "text_streamed", "model": "echo", "stream": true}),
+        json!({"name": "failed", "model": "replay/failed", "stream": false}),
+        json!({"name": "failed_streamed", "model": "replay/failed", "stream": true}),
+        json!({"name": "cancelled", "model": "replay/cancelled", "stream": false}),
+        json!({"name": "cancelled_streamed", "model": "replay/cancelled", "stream": true}),
+    ];
+    let results = common::node::run_script("ai_sdk_openai.mjs", json!({"base": server.url("/v1"), "runs": runs})).await;
+    server.stop().await.expect("stops");
+    let results: BTreeMap<String, Value> =
+        results.into_iter().map(|r| (r["name"].as_str().unwrap_or("").to_owned(), r)).collect();
+    for name in ["text", "text_streamed"] {
+        let result = &results[name];
+        assert_eq!(result["text"], "hello from the AI SDK", "{name}: {result}");
+        assert!(result["error"].is_null(), "{name}: {result}");
+    }
+    for name in ["failed", "failed_streamed"] {
+        let error = results[name]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("The model is overloaded"), "{name}: the agent's message is shown: {}", results[name]);
+    }
+    for name in ["cancelled", "cancelled_streamed"] {
+        let error = results[name]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("cancelled"), "{name}: a cancel is an error, not a short answer: {}", results[name]);
+    }
 }

@@ -512,12 +512,20 @@ fn open_rooms(log: &[OutputMessage], short_epoch: &str) -> (u64, u64) {
 }
 
 /// The widest outcome an end that cannot be refused keeps whole (the room reserved for it): the longest
-/// status, finish reason and usage, and an error of 64 bytes of message and of code.
+/// status, finish reason and usage (its cache details too), and an error of 64 bytes of message and of code.
 fn widest_outcome() -> Outcome {
     let most = "x".repeat(64);
     Outcome {
         finish_reason: Some(agentmux::output::FinishReason::ContentFilter),
-        usage: Some(Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX, total_tokens: u64::MAX }),
+        usage: Some(Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX,
+            total_tokens: u64::MAX,
+            prompt_tokens_details: Some(agentmux::output::PromptTokensDetails {
+                cached_tokens: u64::MAX,
+                cache_creation_tokens: Some(u64::MAX),
+            }),
+        }),
         error: Some(ErrorProps { message: most.clone(), code: Some(most), details: None }),
         ..Outcome::completed()
     }

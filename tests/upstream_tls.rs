@@ -5,7 +5,8 @@
 //! fails `502 upstream_tls` naming the certificate's reason, and the log names the host, never the key; a
 //! plain-HTTP upstream still works; a refused connection is `upstream_connect`; `HTTPS_PROXY` sends the
 //! connection through a CONNECT proxy, unless `NO_PROXY` names the host; a CA file that cannot be read or holds
-//! no certificate stops the start with exit 2 and the reason.
+//! no certificate stops the start with exit 2 and the reason. The official `openai` Python client streams text
+//! and a tool call through agentmux to the TLS upstream.
 
 mod common;
 
@@ -19,6 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use common::http::{assert_envelope, read_events};
 use common::process::ServerProcess;
+use common::python::{cases, ensure_venv, run_script};
 use common::tls::{TestCa, tls_front};
 use common::upstream::{FakeUpstream, Reply};
 use serde_json::{Value, json};
@@ -105,6 +107,36 @@ async fn text_and_a_tool_call_come_through_tls_with_the_ca_and_fail_upstream_tls
     assert!(line.contains("127.0.0.1") && line.contains("UnknownIssuer"), "{line}");
     assert!(!log.contains(KEY), "the key is in the log: {log}");
     assert_eq!(upstream.requests().len(), 2, "nothing reached the upstream");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The official `openai` client (`tests/python/openai_tls_upstream.py`) through agentmux to the HTTPS upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_openai_client_reaches_an_https_upstream_through_agentmux() {
+    let python =
+        tokio::task::spawn_blocking(ensure_venv).await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+    let ca = TestCa::new("agentmux test upstream CA");
+    let dir = temp_dir("upstream-tls-python");
+    let (ca_file, _, _) = ca.write(&dir);
+    let upstream = FakeUpstream::start(vec![
+        Reply::text(&["Hello", " from", " HTTPS"]),
+        Reply::tool_calls(&[("call_p", "get_weather", r#"{"city": "Oslo"}"#)]),
+    ])
+    .await;
+    let front = tls_front(&ca, backend(&upstream)).await;
+    let url = format!("https://127.0.0.1:{}/v1", front.port());
+    let node = agentmux(&url, &["--upstream-ca-file", ca_file.to_str().expect("a path")]);
+
+    let output = run_script(python, "openai_tls_upstream.py", vec![node.url("/v1"), "m".into()]).await;
+    let results = cases(&output);
+    assert_eq!(results["stream"]["text"], "Hello from HTTPS", "{results:?}");
+    assert_eq!(results["stream"]["finish_reason"], "stop", "{results:?}");
+    let call = &results["tool_call"]["calls"][0];
+    assert_eq!((call["id"].as_str(), call["name"].as_str()), (Some("call_p"), Some("get_weather")), "{results:?}");
+    assert_eq!(call["arguments"], r#"{"city": "Oslo"}"#);
+    assert_eq!(results["tool_call"]["finish_reason"], "tool_calls");
+    assert!(results["models"]["models"].as_array().is_some_and(|m| m.iter().any(|m| m == "m")), "{results:?}");
+    assert_eq!(upstream.requests().len(), 2, "both runs went through the TLS front");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -122,6 +122,9 @@ struct Args {
     /// Internal: run as the relay's upstream.
     #[arg(long, hide = true)]
     relay_upstream: bool,
+    /// Internal: the relay upstream's CA goes here, and it serves HTTPS too.
+    #[arg(long, hide = true)]
+    relay_tls_dir: Option<PathBuf>,
     /// The agentmux binary (default: `release/agentmux` in `$CARGO_TARGET_DIR`, else in `target`).
     #[arg(long, default_value_os_t = default_server())]
     server: PathBuf,
@@ -333,7 +336,11 @@ fn main() -> ExitCode {
     }
     if args.relay_upstream {
         let pace = relay::upstream::Pace { chunks: args.relay_chunks.max(1), interval: args.relay_interval };
-        return relay::upstream::main(args.addr.as_deref().unwrap_or("127.0.0.1:0"), pace);
+        return relay::upstream::main(
+            args.addr.as_deref().unwrap_or("127.0.0.1:0"),
+            pace,
+            args.relay_tls_dir.as_deref(),
+        );
     }
     if !args.bench {
         eprintln!("load: not started by `cargo bench`: skipped (run ./bench, or cargo bench --bench load)");

@@ -270,13 +270,21 @@ impl Adapter for AnthropicAdapter {
             FinishReason::ContentFilter => "refusal",
         };
         let output_tokens = outcome.usage.as_ref().map_or(0, |u| u.completion_tokens);
+        let mut usage = json!({"output_tokens": output_tokens});
+        // The prompt's cache use, as Anthropic's own `message_delta` usage says it, when the model said it.
+        if let Some(details) = outcome.usage.and_then(|u| u.prompt_tokens_details) {
+            usage["cache_read_input_tokens"] = details.cached_tokens.into();
+            if let Some(creation) = details.cache_creation_tokens {
+                usage["cache_creation_input_tokens"] = creation.into();
+            }
+        }
         let blocks = &mut self.blocks;
         blocks.stop(frames);
         (blocks.stop_reason, blocks.output_tokens, blocks.done) = (Some(stop_reason), output_tokens, true);
         let delta = json!({
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-            "usage": {"output_tokens": output_tokens},
+            "usage": usage,
         });
         frames.push(Frame::named("message_delta", &delta));
         frames.push(Frame::named("message_stop", &json!({"type": "message_stop"})));

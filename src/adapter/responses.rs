@@ -11,10 +11,13 @@
 //!
 //! The stream opens with `response.created` and `response.in_progress` and ends with `response.completed`
 //! (the whole response: every item and the usage); `response.incomplete` when the token limit cut it
-//! (`max_output_tokens`) or it was cancelled (`cancelled`: the API has no cancel event); and for an `error`
-//! message, a failed stream or a reader whose history is gone, an `error` event (with the flat fields and a
-//! nested `error` object, as the Python client reads either) then `response.failed`. Nothing else is sent: the
-//! Node client throws on an event type it does not know. The response id (`resp_<epoch>`) never changes.
+//! (`max_output_tokens`); and for an `error` message, a failed or cancelled stream or a reader whose history
+//! is gone, an `error` event (with the flat fields and a nested `error` object, as the Python client reads
+//! either) then `response.failed`, its response's `status` `failed` (or OpenAI's `cancelled`) and its `error`
+//! `{type, code, message, param}` (the AI SDK requires `type`). A cancel is an error because that is what
+//! clients surface: the API has no cancel event, and a `response.incomplete` reads, to the AI SDK, pydantic-ai
+//! and LangChain, as a short answer. Nothing else is sent: the Node client throws on an event type it does not
+//! know. The response id (`resp_<epoch>`) never changes.
 //!
 //! The `…done` events and the final response carry whole texts, so this adapter keeps every item's content
 //! (as the reducer under it keeps every message's).
@@ -72,7 +75,7 @@ struct Items {
     tools: Vec<usize>,
     status: &'static str,
     incomplete: Option<&'static str>,
-    error: Option<(String, String)>,
+    error: Option<Failure>,
     usage: Option<Usage>,
     done: bool,
 }
@@ -148,7 +151,8 @@ impl Items {
         let output: Vec<Value> = self.items.iter().map(|item| item.json("completed")).collect();
         let usage = self.usage.as_ref().map(|u| {
             json!({
-                "input_tokens": u.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens": u.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": u.prompt_tokens_details.map_or(0, |d| d.cached_tokens)},
                 "output_tokens": u.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": u.total_tokens,
             })
@@ -156,7 +160,7 @@ impl Items {
         json!({
             "id": o.id, "object": "response", "created_at": o.created_at, "status": self.status, "model": o.model,
             "output": if self.started && self.status != "in_progress" { json!(output) } else { json!([]) },
-            "error": self.error.as_ref().map(|(code, message)| json!({"code": code, "message": message})),
+            "error": self.error.as_ref().map(|e| e.json()),
             "incomplete_details": self.incomplete.map(|reason| json!({"reason": reason})),
             "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "usage": usage,
         })
@@ -288,19 +292,48 @@ impl Items {
                     all.push_str(arguments);
                 }
             }
-            Piece::Error { message, code } => self.fail(code.unwrap_or("agent_error"), message, frames),
+            Piece::Error { message, code } => {
+                self.fail(Failure::agent(code.unwrap_or("agent_error"), message), frames);
+            }
         }
     }
 
     /// Ends the stream with an `error` event and `response.failed`.
-    fn fail(&mut self, code: &str, message: &str, frames: &mut Vec<Frame>) {
+    fn fail(&mut self, failure: Failure, frames: &mut Vec<Frame>) {
         self.close(frames);
-        let error = json!({"type": "agent_error", "code": code, "message": message, "param": null});
-        let body = json!({"code": code, "message": message, "param": null, "error": error});
+        let error = failure.json();
+        let body = json!({"code": failure.code, "message": failure.message, "param": null, "error": error});
         self.event("error", body, frames);
-        (self.status, self.error, self.done) = ("failed", Some((code.to_owned(), message.to_owned())), true);
+        self.status = failure.status;
+        (self.error, self.done) = (Some(failure), true);
         let response = self.response();
         self.event("response.failed", json!({"response": response}), frames);
+    }
+}
+
+/// Why a response failed: its status (`failed`, or `cancelled`) and its error.
+#[derive(Debug)]
+struct Failure {
+    status: &'static str,
+    kind: &'static str,
+    code: String,
+    message: String,
+}
+
+impl Failure {
+    /// The agent (or the stream) failed with `code`.
+    fn agent(code: &str, message: &str) -> Failure {
+        Failure { status: "failed", kind: "agent_error", code: code.to_owned(), message: message.to_owned() }
+    }
+
+    /// Someone cancelled the stream.
+    fn cancelled() -> Failure {
+        let message = "the stream was cancelled".to_owned();
+        Failure { status: "cancelled", kind: "cancelled", code: "cancelled".into(), message }
+    }
+
+    fn json(&self) -> Value {
+        json!({"type": self.kind, "code": self.code, "message": self.message, "param": null})
     }
 }
 
@@ -333,13 +366,10 @@ impl Adapter for ResponsesAdapter {
             EndStatus::Error => {
                 let error = outcome.error.as_ref();
                 let message = error.map_or("the agent failed", |e| e.message.as_str());
-                return self.items.fail(
-                    error.and_then(|e| e.code.as_deref()).unwrap_or("agent_error"),
-                    message,
-                    frames,
-                );
+                let code = error.and_then(|e| e.code.as_deref()).unwrap_or("agent_error");
+                return self.items.fail(Failure::agent(code, message), frames);
             }
-            EndStatus::Cancelled => self.items.incomplete = Some("cancelled"),
+            EndStatus::Cancelled => return self.items.fail(Failure::cancelled(), frames),
             EndStatus::Completed => {
                 let items = &mut self.items;
                 self.progress.finish(&mut |piece| items.piece(piece, frames));
@@ -365,6 +395,6 @@ impl Adapter for ResponsesAdapter {
         // Changes no state: fresh items, where this reader is, end its view.
         let mut items =
             Items { sequence: self.items.sequence, started: true, ..Items::new(self.items.options.clone()) };
-        items.fail(error.code.as_deref().unwrap_or("lagged"), &error.message, frames);
+        items.fail(Failure::agent(error.code.as_deref().unwrap_or("lagged"), &error.message), frames);
     }
 }

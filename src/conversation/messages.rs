@@ -50,6 +50,20 @@ impl ChatMessage {
         self.content.as_ref().map(Content::text).unwrap_or_default()
     }
 
+    /// Adds a content part (a thinking block kept for the provider, say), its text so far becoming a `text`
+    /// part before it.
+    pub(crate) fn push_part(&mut self, part: serde_json::Value) {
+        let parts = match self.content.take() {
+            None => Vec::new(),
+            Some(Content::Text(text)) if text.is_empty() => Vec::new(),
+            Some(Content::Text(text)) => vec![serde_json::json!({"type": "text", "text": text})],
+            Some(Content::Parts(parts)) => parts,
+        };
+        let mut parts = parts;
+        parts.push(part);
+        self.content = Some(Content::Parts(parts));
+    }
+
     /// Its tool calls (none for anything but an assistant message that calls tools).
     pub fn calls(&self) -> &[ToolCall] {
         self.tool_calls.as_deref().unwrap_or_default()

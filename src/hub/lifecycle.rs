@@ -23,7 +23,7 @@ use indexmap::IndexMap;
 
 use crate::output::{
     BlockEnd, BlockStart, ErrorProps, FinishReason, LifecycleEvent, MessageEnd, MessageStart, NAME_BYTES, Outcome,
-    OutputMessage, StreamEnd, Usage,
+    OutputMessage, PromptTokensDetails, StreamEnd, Usage,
 };
 
 /// The bytes of an error's message, and of its code, that the room reserved for `stream_end` holds: what an
@@ -305,7 +305,15 @@ pub(crate) fn widest_outcome() -> Outcome {
     let most = "x".repeat(END_ERROR_BYTES);
     Outcome {
         finish_reason: Some(FinishReason::ContentFilter),
-        usage: Some(Usage { prompt_tokens: u64::MAX, completion_tokens: u64::MAX, total_tokens: u64::MAX }),
+        usage: Some(Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX,
+            total_tokens: u64::MAX,
+            prompt_tokens_details: Some(PromptTokensDetails {
+                cached_tokens: u64::MAX,
+                cache_creation_tokens: Some(u64::MAX),
+            }),
+        }),
         error: Some(ErrorProps { message: most.clone(), code: Some(most), details: None }),
         ..Outcome::completed()
     }

@@ -30,7 +30,7 @@ mod validate;
 
 pub use lifecycle::{BlockEnd, BlockStart, LifecycleEvent, MessageEnd, MessageStart, StreamEnd, StreamStart};
 pub use message::{DeltaAction, Metadata, OutputMessage};
-pub use outcome::{EndStatus, FinishReason, Outcome, Usage};
+pub use outcome::{EndStatus, FinishReason, Outcome, PromptTokensDetails, Usage};
 pub(crate) use path::kind_name;
 pub use props::{
     ActionProps, AudioProps, BuiltinProps, ErrorProps, EventProps, FileProps, ImageProps, LoadingProps, TextProps,

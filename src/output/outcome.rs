@@ -98,20 +98,58 @@ impl FinishReason {
     }
 }
 
-/// Token counts, all three as OpenAI clients require.
+/// Token counts, all three as OpenAI clients require, and the prompt's cache use when the model reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
 pub struct Usage {
-    /// Tokens in the prompt.
+    /// Tokens in the prompt, cached ones included.
     pub prompt_tokens: u64,
     /// Tokens generated.
     pub completion_tokens: u64,
     /// The sum.
     pub total_tokens: u64,
+    /// How much of the prompt was read from or written to the provider's cache (OpenAI's field name); absent
+    /// when the model did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_details: Option<PromptTokensDetails>,
+}
+
+/// The prompt's cache use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, schemars::JsonSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens read from the cache.
+    pub cached_tokens: u64,
+    /// Prompt tokens written to the cache (Anthropic's `cache_creation_input_tokens`), when said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_tokens: Option<u64>,
 }
 
 impl Usage {
     /// Usage from the two counts; the total is their sum.
     pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Self {
-        Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens }
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+            prompt_tokens_details: None,
+        }
+    }
+
+    /// This usage and `more` added up (two model calls of one run); cache details where either has them.
+    #[must_use]
+    pub fn plus(self, more: Usage) -> Usage {
+        let details = match (self.prompt_tokens_details, more.prompt_tokens_details) {
+            (Some(a), Some(b)) => Some(PromptTokensDetails {
+                cached_tokens: a.cached_tokens + b.cached_tokens,
+                cache_creation_tokens: match (a.cache_creation_tokens, b.cache_creation_tokens) {
+                    (Some(x), Some(y)) => Some(x + y),
+                    (x, y) => x.or(y),
+                },
+            }),
+            (a, b) => a.or(b),
+        };
+        Usage {
+            prompt_tokens_details: details,
+            ..Usage::new(self.prompt_tokens + more.prompt_tokens, self.completion_tokens + more.completion_tokens)
+        }
     }
 }

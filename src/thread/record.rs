@@ -9,14 +9,17 @@
 //! - a `tool_result` answering a call of this run (by `call_id`) becomes a tool message answering that call,
 //!   after the assistant message that made it; its content is the `result` (a string as it is, other JSON as
 //!   its text), or `Error: <message>` for a failure;
-//! - everything else (thinking, loading, media, actions, events, custom types, and what sub-agents said, which
+//! - a `thinking` message the provider signed (`signature`) or sent redacted (`redacted`) joins the assistant
+//!   message as a thinking part, in Anthropic's block shape, because Anthropic wants it back on the next
+//!   turn (`agent/upstream/anthropic/`; an OpenAI-compatible upstream is sent the message without it);
+//! - everything else (other thinking, loading, media, actions, events, custom types, and what sub-agents said, which
 //!   carries a `thread_id`) stays in the stream and is not part of the conversation.
 //!
 //! A completed run that ended with `finish_reason: "tool_calls"`, or with `stop` right after a call (which
 //! OpenAI clients receive as `tool_calls`), handed its unanswered calls to the client: those are the calls
 //! the thread waits on (see `docs/decisions.md`, "Tool results and threads").
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::conversation::{ChatMessage, Content, Role, ToolCall};
 use crate::output::{EndStatus, FinishReason, Outcome, OutputMessage};
@@ -40,6 +43,11 @@ pub(crate) fn run_result(messages: &[OutputMessage], outcome: &Outcome) -> RunRe
                 if !text.is_empty() {
                     add_text(assistant(&mut said), text);
                     ended_on_call = false;
+                }
+            }
+            "thinking" => {
+                if let Some(part) = thinking_part(message) {
+                    assistant(&mut said).push_part(part);
                 }
             }
             "tool_call" => {
@@ -97,9 +105,19 @@ fn assistant(said: &mut Vec<ChatMessage>) -> &mut ChatMessage {
     &mut said[last]
 }
 
-/// Adds text to an assistant message; separate text messages are separate lines.
+/// A signed or redacted thinking message as the block the provider sent.
+fn thinking_part(message: &OutputMessage) -> Option<Value> {
+    if let Some(data) = message.prop_str("redacted") {
+        return Some(json!({"type": "redacted_thinking", "data": data}));
+    }
+    let signature = message.prop_str("signature").filter(|s| !s.is_empty())?;
+    Some(json!({"type": "thinking", "thinking": message.prop_str("content").unwrap_or(""), "signature": signature}))
+}
+
+/// Adds text to an assistant message; separate text messages are separate lines (or parts).
 fn add_text(message: &mut ChatMessage, text: &str) {
     match &mut message.content {
+        Some(Content::Parts(_)) => message.push_part(json!({"type": "text", "text": text})),
         Some(Content::Text(content)) => {
             if !content.is_empty() && !content.ends_with('\n') {
                 content.push('\n');

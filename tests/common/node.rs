@@ -22,6 +22,7 @@ const PACKAGES: &[(&str, &str, &str)] = &[
     ("@ag-ui/client", "@ag-ui/client", "1"),
     ("@anthropic-ai/sdk", "@anthropic-ai/sdk", "1"),
     ("openai", "openai", "7"),
+    ("@ai-sdk/openai", "@ai-sdk/openai", "4"),
 ];
 
 fn target() -> PathBuf {

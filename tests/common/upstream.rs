@@ -1,7 +1,8 @@
-//! A fake OpenAI-compatible upstream on `127.0.0.1:0`: it answers `POST /v1/chat/completions` with the
-//! replies it is given, in order (the last one again once they run out), byte for byte, and serves
-//! `GET /v1/models`. It records every request (body and `authorization`) and when each answer's body was
-//! dropped, which is when the client (agentmux) closed the connection.
+//! A fake upstream on `127.0.0.1:0`, OpenAI-compatible and Anthropic alike: it answers `POST
+//! /v1/chat/completions` and `POST /v1/messages` with the replies it is given, in order (the last one again
+//! once they run out), byte for byte, and serves `GET /v1/models`. It records every request (path, body and
+//! headers) and when each answer's body was dropped, which is when the client (agentmux) closed the
+//! connection.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -91,6 +92,59 @@ impl Reply {
     }
 }
 
+/// An Anthropic Messages stream of these content blocks (`{"type": "text", "text"}`, `{"type": "tool_use",
+/// "id", "name", "input"}`, `{"type": "thinking", "thinking", "signature"}`), each streamed as the API
+/// streams it, ending with `stop_reason`.
+pub(crate) fn anthropic(blocks: &[Value], stop_reason: &str) -> Reply {
+    let event = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut events = vec![event(
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_fake", "type": "message", "role": "assistant",
+            "model": "claude-fake", "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+    )];
+    for (index, block) in blocks.iter().enumerate() {
+        let (opened, delta) = match block["type"].as_str() {
+            Some("text") => (json!({"type": "text", "text": ""}), json!({"type": "text_delta", "text": block["text"]})),
+            Some("thinking") => (
+                json!({"type": "thinking", "thinking": "", "signature": ""}),
+                json!({"type": "thinking_delta", "thinking": block["thinking"]}),
+            ),
+            _ => {
+                let mut opened = block.clone();
+                opened["input"] = json!({});
+                (opened, json!({"type": "input_json_delta", "partial_json": block["input"].to_string()}))
+            }
+        };
+        events.push(event(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": opened}),
+        ));
+        events
+            .push(event("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": delta})));
+        if let Some(signature) = block.get("signature") {
+            let delta = json!({"type": "signature_delta", "signature": signature});
+            events.push(event(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": delta}),
+            ));
+        }
+        events.push(event("content_block_stop", json!({"type": "content_block_stop", "index": index})));
+    }
+    events.push(event(
+        "message_delta",
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null}, "usage": {"output_tokens": 5}}),
+    ));
+    events.push(event("message_stop", json!({"type": "message_stop"})));
+    Reply {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream; charset=utf-8".into())],
+        events,
+        delay: Duration::ZERO,
+        stall_after: None,
+    }
+}
+
 /// One `chat.completion.chunk` with this delta.
 pub(crate) fn chunk(delta: Value, finish_reason: Option<&str>) -> Value {
     json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake",
@@ -111,11 +165,26 @@ fn split_events(body: &str) -> Vec<String> {
     events
 }
 
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub(crate) struct Recorded {
+    pub(crate) path: String,
+    pub(crate) body: Value,
+    pub(crate) headers: HeaderMap,
+}
+
+impl Recorded {
+    /// A header's value, if it came and is text.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
 #[derive(Default)]
 struct Shared {
     replies: Vec<Reply>,
     next: usize,
-    requests: Vec<(Value, Option<String>)>,
+    requests: Vec<Recorded>,
     closed: Vec<Option<Instant>>,
     models: Vec<String>,
 }
@@ -151,6 +220,7 @@ impl FakeUpstream {
         let shared = Arc::new(Mutex::new(Shared { replies, models: vec!["fake-model".into()], ..Shared::default() }));
         let router = Router::new()
             .route("/v1/chat/completions", post(answer))
+            .route("/v1/messages", post(answer))
             .route("/v1/models", get(models))
             .with_state(Arc::clone(&shared));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -163,12 +233,23 @@ impl FakeUpstream {
 
     /// The request bodies received, in order.
     pub(crate) fn requests(&self) -> Vec<Value> {
-        self.shared.lock().expect("lock").requests.iter().map(|(body, _)| body.clone()).collect()
+        self.shared.lock().expect("lock").requests.iter().map(|r| r.body.clone()).collect()
+    }
+
+    /// The requests received, in order, with their path and headers.
+    pub(crate) fn recorded(&self) -> Vec<Recorded> {
+        self.shared.lock().expect("lock").requests.clone()
     }
 
     /// The `authorization` headers received, in order.
     pub(crate) fn authorizations(&self) -> Vec<Option<String>> {
-        self.shared.lock().expect("lock").requests.iter().map(|(_, auth)| auth.clone()).collect()
+        self.shared
+            .lock()
+            .expect("lock")
+            .requests
+            .iter()
+            .map(|r| r.header("authorization").map(str::to_owned))
+            .collect()
     }
 
     /// When the body of answer `n` was dropped (the client closed), if it was.
@@ -183,12 +264,16 @@ async fn models(State(shared): State<Arc<Mutex<Shared>>>) -> Response {
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
-async fn answer(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn answer(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (reply, n) = {
         let mut s = shared.lock().expect("lock");
-        s.requests.push((request, auth));
+        s.requests.push(Recorded { path: uri.path().to_owned(), body: request, headers });
         let index = s.next.min(s.replies.len().saturating_sub(1));
         s.next += 1;
         s.closed.push(None);

@@ -7,6 +7,9 @@
 //!   chunk with the wall-clock time it was written;
 //! - `agentmux --addr 127.0.0.1:0 --upstream-url http://UPSTREAM/v1` (its address read from its
 //!   `agentmux listening address=...` log line);
+//! - a second agentmux, `agentmux-tls`, in front of the same upstream over HTTPS (`--upstream-url
+//!   https://UPSTREAM_TLS/v1 --upstream-ca-file`, the upstream's CA made at start by `tls.rs`): what TLS to
+//!   the upstream adds (a handshake per pooled connection, decrypting each chunk) beside the plain relay;
 //! - LiteLLM's proxy in front of the same upstream (`litellm.rs`: installed into a venv under `target/` the
 //!   first time). If it cannot be installed or started, a line says why and the run measures the other two.
 //!
@@ -21,6 +24,7 @@
 
 mod litellm;
 mod stream;
+mod tls;
 pub(crate) mod upstream;
 
 use std::collections::BTreeMap;
@@ -62,7 +66,8 @@ pub(crate) struct Relay {
 }
 
 /// The targets, in the order each round visits them.
-pub(crate) const TARGETS: [&str; 3] = ["direct", "agentmux", "litellm"];
+pub(crate) const TARGETS: [&str; 4] = ["direct", "agentmux", "agentmux-tls", "litellm"];
+const LITELLM_TARGET: &str = TARGETS[3];
 
 /// LiteLLM, installed once per process (or why not).
 static LITELLM: OnceCell<Result<LiteLlm, String>> = OnceCell::const_new();
@@ -107,11 +112,7 @@ async fn spawn_announcing(
     let deadline = tokio::time::Instant::now() + within;
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let address = text
-            .lines()
-            .filter(|line| line.contains(marker))
-            .find_map(|line| line.split("address=").nth(1)?.split_whitespace().next()?.parse::<SocketAddr>().ok());
-        if let Some(address) = address {
+        if let Some(address) = announced(&text, marker, " address=") {
             server.addr = address;
             return Ok(server);
         }
@@ -125,6 +126,12 @@ async fn spawn_announcing(
         };
         return Err(io::Error::other(format!("{name} did not say where it listens: {why}; see {}", log.display())));
     }
+}
+
+/// The address after `key` on the line of `log` holding `marker`.
+fn announced(log: &str, marker: &str, key: &str) -> Option<SocketAddr> {
+    let line = log.lines().find(|line| line.contains(marker))?;
+    line.split(key).nth(1)?.split_whitespace().next()?.parse().ok()
 }
 
 /// What the client measured of one target.
@@ -244,25 +251,40 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
     let logs = PathBuf::from("target/bench/logs");
     std::fs::create_dir_all(&logs)?;
 
+    let tls_dir = logs.join(format!("{label}-tls"));
     let mut command = Command::new(std::env::current_exe()?);
     command.args(["--relay-upstream", "--addr", "127.0.0.1:0", "--relay-chunks"]).arg(relay.pace.chunks.to_string());
     command.arg("--relay-interval").arg(format!("{}us", relay.pace.interval.as_micros()));
+    command.arg("--relay-tls-dir").arg(&tls_dir);
     let within = Duration::from_secs(10);
-    let upstream =
-        spawn_announcing(command, logs.join(format!("{label}-upstream.log")), "relay upstream listening", within)
-            .await?;
+    let marker = "relay upstream listening";
+    let upstream_log = logs.join(format!("{label}-upstream.log"));
+    let upstream = spawn_announcing(command, upstream_log.clone(), marker, within).await?;
+    let tls_addr = announced(&std::fs::read_to_string(&upstream_log)?, marker, " tls_address=").ok_or_else(|| {
+        io::Error::other(format!("the relay upstream did not say where it serves HTTPS: {}", upstream_log.display()))
+    })?;
 
-    let mut command = Command::new(&settings.agentmux);
-    command.args(["--addr", "127.0.0.1:0", "--upstream-url", &format!("http://{}/v1", upstream.addr)]);
     // With its store (the service's default), what a client receives waits for the writer's commit.
-    let data = settings.store.then(|| crate::procfs::DataDir::fresh(&label));
-    if let Some(data) = &data {
-        command.arg("--data-dir").arg(data.path());
-    } else {
-        command.env("AGENTMUX_EPHEMERAL", "true");
-    }
+    let (plain_data, tls_data) = (
+        settings.store.then(|| crate::procfs::DataDir::fresh(&label)),
+        settings.store.then(|| crate::procfs::DataDir::fresh(&format!("{label}-tls"))),
+    );
+    let agentmux_in_front = |url: String, data: Option<&crate::procfs::DataDir>, extra: Vec<std::ffi::OsString>| {
+        let mut command = Command::new(&settings.agentmux);
+        command.args(["--addr", "127.0.0.1:0", "--upstream-url", &url]).args(extra);
+        match data {
+            Some(data) => command.arg("--data-dir").arg(data.path()),
+            None => command.env("AGENTMUX_EPHEMERAL", "true"),
+        };
+        command
+    };
+    let command = agentmux_in_front(format!("http://{}/v1", upstream.addr), plain_data.as_ref(), Vec::new());
     let agentmux =
         spawn_announcing(command, logs.join(format!("{label}-agentmux.log")), "agentmux listening", within).await?;
+    let ca = vec!["--upstream-ca-file".into(), tls_dir.join("ca.pem").into_os_string()];
+    let command = agentmux_in_front(format!("https://{tls_addr}/v1"), tls_data.as_ref(), ca);
+    let agentmux_tls =
+        spawn_announcing(command, logs.join(format!("{label}-agentmux-tls.log")), "agentmux listening", within).await?;
 
     let master_key = format!("sk-relay-{:032x}", rand::random::<u128>());
     let proxy = match &litellm {
@@ -278,11 +300,12 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
 
     let mut targets = vec![(TARGETS[0], upstream.addr, upstream.pid().to_owned())];
     targets.push((TARGETS[1], agentmux.addr, agentmux.pid().to_owned()));
+    targets.push((TARGETS[2], agentmux_tls.addr, agentmux_tls.pid().to_owned()));
     if let Ok(proxy) = &proxy {
-        targets.push((TARGETS[2], proxy.addr, proxy.pid().to_owned()));
+        targets.push((LITELLM_TARGET, proxy.addr, proxy.pid().to_owned()));
     }
     let stream_s = relay.pace.interval.as_secs_f64() * relay.pace.chunks as f64;
-    let keys = targets.iter().map(|(name, _, _)| (*name == TARGETS[2]).then(|| master_key.clone())).collect();
+    let keys = targets.iter().map(|(name, _, _)| (*name == LITELLM_TARGET).then(|| master_key.clone())).collect();
     let plan = Plan {
         targets: targets.clone(),
         keys,
@@ -295,7 +318,8 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
     let (mut measured, upstream_cpu, seconds) =
         on_own_thread(move || measure(plan)).await.map_err(|_| io::Error::other("the relay client stopped"))?;
 
-    let servers: Vec<&Server> = [Some(&upstream), Some(&agentmux), proxy.as_ref().ok()].into_iter().flatten().collect();
+    let servers: Vec<&Server> =
+        [Some(&upstream), Some(&agentmux), Some(&agentmux_tls), proxy.as_ref().ok()].into_iter().flatten().collect();
     let mut rows = Vec::new();
     for (((target, _, _), measured), server) in targets.iter().zip(measured.iter_mut()).zip(servers) {
         let mut row = RunResult {
@@ -334,7 +358,7 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
         put("cpu_ms_per_request", (served > 0.0).then(|| row.server_cpu_s * 1e3 / served));
         let requests = measured.requests as f64;
         put("request_ms", (requests > 0.0).then(|| measured.busy_ns as f64 / 1e6 / requests));
-        if *target == "litellm"
+        if *target == LITELLM_TARGET
             && let Ok(litellm) = &litellm
         {
             row.note(format!("LiteLLM {}", litellm.version));
@@ -365,9 +389,9 @@ fn added(rows: &mut [RunResult]) {
     let added_p50 = |rows: &[RunResult], target: &str| {
         rows.iter().find(|r| r.target == target).and_then(|r| r.extra.get("added_ttft_p50_ms").copied())
     };
-    if let (Some(agentmux), Some(litellm)) = (added_p50(rows, TARGETS[1]), added_p50(rows, TARGETS[2]))
+    if let (Some(agentmux), Some(litellm)) = (added_p50(rows, TARGETS[1]), added_p50(rows, LITELLM_TARGET))
         && agentmux > 0.0
-        && let Some(row) = rows.iter_mut().find(|r| r.target == TARGETS[2])
+        && let Some(row) = rows.iter_mut().find(|r| r.target == LITELLM_TARGET)
     {
         row.extra.insert("added_ttft_p50_over_agentmux".into(), litellm / agentmux);
     }
@@ -384,6 +408,8 @@ pub(crate) struct Summary {
     litellm_version: Option<String>,
     litellm_missing: Option<String>,
     agentmux_added_ttft_p50_ms: Option<f64>,
+    /// The same through agentmux with its upstream over HTTPS.
+    agentmux_tls_added_ttft_p50_ms: Option<f64>,
     litellm_added_ttft_p50_ms: Option<f64>,
     /// LiteLLM's added TTFT p50 over agentmux's, from the medians.
     litellm_over_agentmux: Option<f64>,
@@ -401,7 +427,7 @@ fn figure(rows: &[RunResult], target: &str, key: &str) -> Option<f64> {
 pub(crate) fn summary(relay: &Relay, rows: &[RunResult]) -> Option<Summary> {
     rows.iter().find(|r| r.scenario == "relay")?;
     let agentmux = figure(rows, TARGETS[1], "added_ttft_p50_ms");
-    let litellm = figure(rows, TARGETS[2], "added_ttft_p50_ms");
+    let litellm = figure(rows, LITELLM_TARGET, "added_ttft_p50_ms");
     let ratio = match (agentmux, litellm) {
         (Some(a), Some(l)) if a > 0.0 => Some(l / a),
         _ => None,
@@ -419,6 +445,7 @@ pub(crate) fn summary(relay: &Relay, rows: &[RunResult]) -> Option<Summary> {
             _ => None,
         },
         agentmux_added_ttft_p50_ms: agentmux,
+        agentmux_tls_added_ttft_p50_ms: figure(rows, TARGETS[2], "added_ttft_p50_ms"),
         litellm_added_ttft_p50_ms: litellm,
         litellm_over_agentmux: ratio,
         added_ttft_p50_under_1ms: agentmux.map(|a| a < 1.0),
@@ -504,6 +531,11 @@ pub(crate) fn print_table(relay: &Relay, rows: &[RunResult], runs: usize) {
     println!(
         "LiteLLM's added TTFT p50 / agentmux's: {}",
         summary.litellm_over_agentmux.map_or("-".into(), |r| format!("{r:.1}x"))
+    );
+    println!(
+        "TLS to the upstream: agentmux-tls's added TTFT p50 {} ms against agentmux's {} ms over plain HTTP",
+        ms(summary.agentmux_tls_added_ttft_p50_ms),
+        ms(summary.agentmux_added_ttft_p50_ms)
     );
     println!(
         "targets: agentmux's added TTFT p50 {} ms under 1 ms: {}; at least 5x less than LiteLLM's: {}",

@@ -5,7 +5,9 @@
 //! It runs as a child process of the load generator (`load --relay-upstream --addr 127.0.0.1:0`), like the
 //! ceiling server: its timers and its writes are then never queued behind the client's own work, its CPU can
 //! be read from `/proc` apart from the client's, and it is started and killed with the other servers of a
-//! run. It prints `relay upstream listening address=ADDR` on stderr once it listens.
+//! run. It prints `relay upstream listening address=ADDR` on stderr once it listens. With a TLS directory
+//! (`--relay-tls-dir`) it also serves the same answers over HTTPS on a second port, with a certificate a CA
+//! made at start signed (`tls.rs`; the CA in `DIR/ca.pem`), and the line adds `tls_address=ADDR`.
 //!
 //! `POST /v1/chat/completions` with `"stream": true` answers, as `data:` events: a role chunk, `chunks`
 //! content chunks (the first at once, the next ones `interval` apart on a fixed schedule), a finish
@@ -16,6 +18,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -158,8 +161,8 @@ fn stream(answer: Answer) -> Response<Body> {
     response
 }
 
-/// `load --relay-upstream --addr A`: serves until killed.
-pub(crate) fn main(addr: &str, pace: Pace) -> ExitCode {
+/// `load --relay-upstream --addr A [--relay-tls-dir DIR]`: serves until killed.
+pub(crate) fn main(addr: &str, pace: Pace, tls_dir: Option<&Path>) -> ExitCode {
     let addr: SocketAddr = match addr.parse() {
         Ok(addr) => addr,
         Err(e) => {
@@ -176,29 +179,55 @@ pub(crate) fn main(addr: &str, pace: Pace) -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => listener,
-            Err(e) => {
-                eprintln!("relay upstream: listening on {addr}: {e}");
-                return ExitCode::from(2);
-            }
+        let listen = |addr| async move {
+            tokio::net::TcpListener::bind(addr).await.map_err(|e| eprintln!("relay upstream: listening on {addr}: {e}"))
         };
+        let Ok(listener) = listen(addr).await else { return ExitCode::from(2) };
         let local = listener.local_addr().map_or(addr.to_string(), |a| a.to_string());
-        eprintln!("relay upstream listening address={local} chunks={} interval={:?}", pace.chunks, pace.interval);
-        loop {
-            let tcp = match listener.accept().await {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    eprintln!("relay upstream: accept: {e}");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
+        let mut line = format!("relay upstream listening address={local}");
+        if let Some(dir) = tls_dir {
+            let acceptor = match super::tls::acceptor(dir) {
+                Ok((acceptor, _)) => acceptor,
+                Err(why) => {
+                    eprintln!("{why}");
+                    return ExitCode::from(2);
                 }
             };
-            let _ = tcp.set_nodelay(true);
-            tokio::spawn(async move {
-                let service = service_fn(move |request| handle(pace, request));
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(tcp), service).await;
-            });
+            let Ok(tls) = listen(SocketAddr::new(addr.ip(), 0)).await else { return ExitCode::from(2) };
+            let tls_local = tls.local_addr().map_or("?".to_owned(), |a| a.to_string());
+            line.push_str(&format!(" tls_address={tls_local}"));
+            tokio::spawn(serve(tls, pace, Some(acceptor)));
         }
+        eprintln!("{line} chunks={} interval={:?}", pace.chunks, pace.interval);
+        serve(listener, pace, None).await;
+        ExitCode::SUCCESS
     })
+}
+
+/// Accepts on `listener` for good, each connection served on a task of its own (through `tls` when given).
+async fn serve(listener: tokio::net::TcpListener, pace: Pace, tls: Option<tokio_rustls::TlsAcceptor>) {
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                eprintln!("relay upstream: accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| handle(pace, request));
+            match tls {
+                None => {
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(tcp), service).await;
+                }
+                Some(acceptor) => {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+                }
+            }
+        });
+    }
 }

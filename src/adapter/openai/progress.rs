@@ -4,7 +4,7 @@
 //! `projection.rs`) has gone out. After each message it compares the message's new projection with what was
 //! sent and yields [`Piece`]s: the text that extends what was sent, a tool call's header once its name is
 //! known, its argument fragments, an error. The streaming adapter turns pieces into chunks; the non-streaming
-//! aggregate only needs the bookkeeping (tool-call indexes, whether the last step called tools, the error).
+//! aggregate only needs the bookkeeping (tool-call indexes, whether tool calls went to the client, the error).
 //!
 //! Tool calls go out one at a time: a call's header waits until the calls that appeared before it have
 //! ended (their `message_end` lifecycle event, a call sent whole, or the stream's end), then it sends its
@@ -90,7 +90,8 @@ pub(crate) struct Progress {
     tool_queue: VecDeque<usize>,
     content: Separator,
     reasoning: Separator,
-    last_step_tools: bool,
+    /// A tool call went to the client (its header is out): the run handed over, whatever came after.
+    handed_tool_calls: bool,
     /// The error that ended the stream: its message and code.
     error: Option<(String, Option<String>)>,
 }
@@ -186,7 +187,6 @@ impl Progress {
         }
         match channel {
             Channel::Content => {
-                self.last_step_tools = false;
                 let new_line = self.content.next(slot, block, new);
                 emit(Piece::Content { text: new, new_line });
             }
@@ -196,7 +196,6 @@ impl Progress {
             }
             Channel::Tool => {
                 if let Some(index) = sent.header.as_ref().map(|h| h.index) {
-                    self.last_step_tools = true;
                     emit(Piece::ToolArguments { index, arguments: new });
                 }
             }
@@ -218,7 +217,7 @@ impl Progress {
                         if !arguments.is_empty() {
                             emit(Piece::ToolArguments { index, arguments });
                         }
-                        self.last_step_tools = true;
+                        self.handed_tool_calls = true;
                         let sent = &mut self.sent[front];
                         sent.header = Some(header);
                         sent.stale = None;
@@ -271,11 +270,12 @@ impl Progress {
         self.error.as_ref().map(|(message, code)| (message.as_str(), code.as_deref()))
     }
 
-    /// The finish reason of a completed stream: the outcome's, except that `stop` becomes `tool_calls` when
-    /// the last content or tool call sent was a tool call.
+    /// The finish reason of a completed stream: the outcome's, except that `stop` (named or by default)
+    /// becomes `tool_calls` when tool calls went to the client, as OpenAI ends every answer that calls tools,
+    /// text after the calls or not. (Calls the agent runs itself never go out as `tool_calls`.)
     pub(crate) fn finish_reason(&self, outcome: &Outcome) -> FinishReason {
         match outcome.finish_reason.unwrap_or_default() {
-            FinishReason::Stop if self.last_step_tools => FinishReason::ToolCalls,
+            FinishReason::Stop if self.handed_tool_calls => FinishReason::ToolCalls,
             reason => reason,
         }
     }

@@ -82,7 +82,8 @@ pub struct UiMessageAdapter {
     started: bool,
     /// A step is open.
     step: bool,
-    /// The last part sent was a call the client is to run: a natural end is then `tool-calls`.
+    /// A call the client is to run went out and no output for it came: a natural end is then `tool-calls`,
+    /// text after the call or not (as the OpenAI formats end).
     client_tools: bool,
     done: bool,
 }
@@ -242,7 +243,6 @@ impl UiMessageAdapter {
         if new.is_empty() {
             return;
         }
-        self.client_tools = false;
         open_step(&mut self.step, frames);
         let id = part_id(state, slot);
         let reasoning = sent.channel == Channel::Reasoning;
@@ -331,7 +331,6 @@ impl UiMessageAdapter {
             return;
         }
         self.sent[slot].once = true;
-        self.client_tools = false;
         open_step(&mut self.step, frames);
         let media_type = media_type(state);
         frames.push(Frame::json(None, &Part::File { url, media_type: &media_type }));

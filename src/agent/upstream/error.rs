@@ -1,7 +1,8 @@
 //! What goes wrong talking to an upstream, and what the client is told.
 //!
 //! Before the upstream has sent a byte of its answer, a failure becomes the HTTP status the client gets
-//! (through [`AgentError::status`]): a 429 stays a 429 with its `retry-after`; a 400 stays a 400 with the
+//! (through [`AgentError::status`]): a 429 stays a 429 with its `retry-after`, and so does Anthropic's 529
+//! (overloaded, or an `overloaded_error` event before any content); a 400 stays a 400 with the
 //! upstream's message; a 404 is `model_not_found`; a 401 or 403 (the upstream refused agentmux's
 //! credentials, which are not the client's) is a 502; a 5xx is a 502; a timeout a 504. A request that never
 //! reached the upstream is a 502 naming the step that failed (`upstream_dns`, `upstream_connect`,
@@ -28,7 +29,7 @@ pub(crate) enum UpstreamError {
     Status { status: u16, message: String, code: Option<String>, retry_after: Option<Duration> },
     /// An `error` event inside the stream.
     InStream { message: String, code: Option<String> },
-    /// Something that is not the protocol (a chunk that is not JSON).
+    /// Something that is not the protocol (an event that is not JSON).
     Protocol(String),
 }
 
@@ -97,6 +98,12 @@ impl UpstreamError {
                         code.unwrap_or_else(|| "rate_limit_exceeded".into()),
                         format!("the upstream is rate limiting: {message}"),
                     ),
+                    // Anthropic's "overloaded": a refusal to retry later, as a 429 is.
+                    529 => (
+                        429,
+                        code.unwrap_or_else(|| "overloaded_error".into()),
+                        format!("the upstream is overloaded: {message}"),
+                    ),
                     400..=499 => (
                         status,
                         code.unwrap_or_else(|| "upstream_bad_request".into()),
@@ -114,7 +121,7 @@ impl UpstreamError {
                     .with_status(502)
             }
             UpstreamError::Protocol(why) => {
-                AgentError::new(scrub(format!("the upstream's answer is not an OpenAI chunk stream: {why}")))
+                AgentError::new(scrub(format!("the upstream's answer is not the stream its API sends: {why}")))
                     .with_code("upstream_protocol")
                     .with_status(502)
             }

@@ -1,8 +1,12 @@
 //! [`UpstreamAgent`]: a model behind any OpenAI-compatible server (a hosted API, vLLM, Ollama, llama.cpp's
-//! `llama-server`, a gateway), streamed into typed messages, with the tool loop (`docs/design.md`, "The tool loop").
+//! `llama-server`, a gateway) or Anthropic's Messages API, streamed into typed messages, with the tool loop
+//! (`docs/design.md`, "The tool loop").
 //!
-//! - `request.rs`: the validated conversation projected for the provider, with tools and the client's options;
-//! - `chunks.rs`: the SSE answer as chunks, within the first-byte and idle timeouts;
+//! - `dialect.rs`: the seam between the loop and the API an upstream speaks ([`UpstreamKind`]): the request's
+//!   path, credentials and body, the model list, the error body, and the answer's events as the deltas the
+//!   loop reads; `openai.rs` (with `request.rs`, the body) is OpenAI's chat completions, `anthropic/` the
+//!   Messages API;
+//! - `chunks.rs`: the SSE answer as its dialect's deltas, within the first-byte and idle timeouts;
 //! - `model_call.rs`: one model call as typed messages (text, thinking, tool calls; text mode through the reply
 //!   scanner);
 //! - `client.rs`: the HTTP client: rustls with the bundled, the system's and a private CA's roots, the proxy
@@ -20,11 +24,14 @@
 //! fails before the run has said anything gives the client its status (see `error.rs`); after, the failure
 //! is an `error` message, and the run ends with it.
 
+mod anthropic;
 mod chunks;
 mod client;
 mod dial;
+mod dialect;
 mod error;
 mod model_call;
+mod openai;
 mod request;
 
 use std::panic::AssertUnwindSafe;
@@ -34,6 +41,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use serde_json::Value;
 
+use self::dialect::Dialect;
 use self::error::UpstreamError;
 use self::model_call::{Call, Halt};
 use super::{Agent, AgentError, Output, Refusal, Runner, ToolSet, Tools};
@@ -60,7 +68,8 @@ pub struct UpstreamConfig {
     pub kind: UpstreamKind,
     /// The base URL, ending in `/v1` (`http://127.0.0.1:8081/v1`).
     pub base_url: String,
-    /// The API key sent as `Authorization: Bearer`; never logged, never in an error.
+    /// The API key, sent as the kind takes it (`Authorization: Bearer`, Anthropic's `x-api-key`); never logged,
+    /// never in an error.
     pub key: Option<String>,
     /// Headers sent with every request to it (an organization, a project, a gateway's routing header).
     pub headers: Vec<(String, String)>,
@@ -129,6 +138,7 @@ impl UpstreamConfig {
 #[derive(Clone, Debug)]
 pub struct UpstreamAgent {
     config: Arc<UpstreamConfig>,
+    dialect: Arc<dyn Dialect>,
     client: reqwest::Client,
     tools: Arc<Tools>,
     models: Arc<RwLock<Vec<String>>>,
@@ -137,12 +147,13 @@ pub struct UpstreamAgent {
 impl UpstreamAgent {
     /// An agent for `config`'s upstream, running `tools` itself; a CA that is not PEM certificates is an error.
     pub fn new(config: UpstreamConfig, tools: Tools) -> Result<Self, String> {
-        if config.kind == UpstreamKind::Anthropic {
-            return Err("the anthropic upstream kind is not built yet".into());
-        }
         let client = client::http_client(config.connect_timeout, config.ca_pem.as_deref())?;
         let models = config.models.clone().unwrap_or_default();
         Ok(UpstreamAgent {
+            dialect: match config.kind {
+                UpstreamKind::OpenAiChat => Arc::new(openai::OpenAiChat),
+                UpstreamKind::Anthropic => Arc::new(anthropic::Anthropic),
+            },
             config: Arc::new(config),
             client,
             tools: Arc::new(tools),
@@ -155,17 +166,15 @@ impl UpstreamAgent {
         self.models.read().map(|m| m.clone()).unwrap_or_default()
     }
 
-    /// Reads the upstream's `GET /models` into the list it serves, unless the configuration fixed the list.
+    /// Reads the upstream's model list (`GET /models`, each dialect's) into the list it serves, unless the configuration fixed the list.
     pub async fn refresh_models(&self) -> Result<usize, String> {
         if self.config.models.is_some() {
             return Ok(self.models().len());
         }
         let key = self.config.key.as_deref();
         let fail = |e: UpstreamError| e.into_agent_error(key).message;
-        let mut request = self.client.get(self.url("models")).timeout(self.config.first_byte_timeout);
-        if let Some(key) = key {
-            request = request.bearer_auth(key);
-        }
+        let request = self.client.get(self.url(self.dialect.models_path())).timeout(self.config.first_byte_timeout);
+        let mut request = self.dialect.authorize(request, key);
         for (name, value) in &self.config.headers {
             request = request.header(name, value);
         }
@@ -173,7 +182,7 @@ impl UpstreamAgent {
         let status = response.status().as_u16();
         let body = response.bytes().await.map_err(|e| fail(UpstreamError::Connect(e.to_string())))?;
         if !(200..300).contains(&status) {
-            let (message, code) = error::describe(&body);
+            let (message, code) = self.dialect.describe_error(&body);
             return Err(fail(UpstreamError::Status { status, message, code, retry_after: None }));
         }
         let list: Value = serde_json::from_slice(&body).map_err(|e| fail(UpstreamError::Protocol(e.to_string())))?;
@@ -212,10 +221,8 @@ impl UpstreamAgent {
 
     /// Sends one request; the answer's status is checked, its body is left to read.
     async fn send(&self, body: &Value) -> Result<reqwest::Response, UpstreamError> {
-        let mut request = self.client.post(self.url("chat/completions")).json(body);
-        if let Some(key) = &self.config.key {
-            request = request.bearer_auth(key);
-        }
+        let request = self.client.post(self.url(self.dialect.call_path())).json(body);
+        let mut request = self.dialect.authorize(request, self.config.key.as_deref());
         for (name, value) in &self.config.headers {
             request = request.header(name, value);
         }
@@ -236,7 +243,7 @@ impl UpstreamAgent {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let body = tokio::time::timeout(after, response.bytes()).await.ok().and_then(Result::ok).unwrap_or_default();
-        let (message, code) = error::describe(&body);
+        let (message, code) = self.dialect.describe_error(&body);
         Err(UpstreamError::Status { status, message, code, retry_after })
     }
 
@@ -287,7 +294,6 @@ impl UpstreamAgent {
     }
 }
 
-/// A reqwest error without the URL it carries (which could hold credentials in its userinfo).
 fn finish_reason(reason: Option<&str>) -> Option<FinishReason> {
     match reason? {
         "length" => Some(FinishReason::Length),
@@ -298,9 +304,7 @@ fn finish_reason(reason: Option<&str>) -> Option<FinishReason> {
 
 fn add(total: Option<Usage>, more: Option<Usage>) -> Option<Usage> {
     match (total, more) {
-        (Some(a), Some(b)) => {
-            Some(Usage::new(a.prompt_tokens + b.prompt_tokens, a.completion_tokens + b.completion_tokens))
-        }
+        (Some(a), Some(b)) => Some(a.plus(b)),
         (a, b) => a.or(b),
     }
 }
@@ -326,7 +330,7 @@ impl Agent for UpstreamAgent {
         let mut ids = 0;
         for _round in 0..self.config.max_rounds.max(1) {
             let step = output.begin_block();
-            let body = request::body(&conversation, &messages, &tools, text_mode);
+            let body = self.dialect.body(&conversation, &messages, &tools, text_mode);
             let halt = |halt: Halt| match halt {
                 Halt::Cancelled => Ok(Outcome::cancelled()),
                 Halt::Upstream(error) => {
@@ -347,7 +351,10 @@ impl Agent for UpstreamAgent {
                 response = self.send(&body) => response,
             };
             let chunks = match response {
-                Ok(response) => chunks::Chunks::new(response, self.config.first_byte_timeout, self.config.idle_timeout),
+                Ok(response) => {
+                    let (first_byte, idle) = (self.config.first_byte_timeout, self.config.idle_timeout);
+                    chunks::Chunks::new(response, self.dialect.decoder(), first_byte, idle)
+                }
                 Err(error) => return halt(Halt::Upstream(error)),
             };
             let said = match model_call::read(chunks, &step, &tools, text_mode, &mut ids).await {
@@ -364,7 +371,12 @@ impl Agent for UpstreamAgent {
                     call
                 })
                 .collect();
-            messages.push(ChatMessage::ai(said.text, calls));
+            let mut said_message = ChatMessage::ai(said.text, calls);
+            // Thinking the provider wants back (Anthropic's signed blocks) goes with the next request.
+            for block in said.thinking {
+                said_message.push_part(block);
+            }
+            messages.push(said_message);
             if said.tool_calls.is_empty() {
                 step.end_block()?;
                 let reason = finish_reason(said.finish_reason.as_deref());

@@ -1,7 +1,9 @@
 //! One model call: the upstream's chunks as typed messages, as they arrive, and what the call said.
 //!
-//! Content is one streaming `text` message; `reasoning_content` or `reasoning` one streaming `thinking`
-//! (ended when the content begins; reasoning that comes after content opens another);
+//! The call's [`Delta`]s (whatever its dialect) become messages. Text is one streaming `text` message;
+//! reasoning one streaming `thinking` (ended when the text begins, or by its signature: a signed block's
+//! `signature` is set on its message and the block is kept for the next request; reasoning that comes after
+//! opens another); a redacted block a `thinking` message with its `redacted` data;
 //! each tool call (by its `index`) one streaming `tool_call`, opened once its name is known (the tool's runner
 //! decides `server_side`), its argument fragments as deltas. In text mode, content goes through the reply
 //! scanner: text reaches clients live and only what may be an action is held back; at the end a reply that
@@ -13,7 +15,10 @@
 
 use std::collections::BTreeMap;
 
-use super::chunks::{Chunks, ToolCallDelta};
+use serde_json::{Value, json};
+
+use super::chunks::Chunks;
+use super::dialect::Delta;
 use super::error::UpstreamError;
 use crate::agent::reply::{Reply, ReplyScanner};
 use crate::agent::{AgentError, Output, Runner, StreamingMessage, ToolSet};
@@ -44,10 +49,12 @@ pub(crate) struct Call {
     pub(crate) arguments: String,
 }
 
-/// What one model call said: its text, the tool calls it made, why it stopped, what it used.
+/// What one model call said: its text, the tool calls it made, why it stopped, what it used, and the thinking
+/// blocks the provider wants back with the next request (signed or redacted, as Anthropic's content blocks).
 #[derive(Debug, Default)]
 pub(crate) struct ModelCall {
     pub(crate) text: String,
+    pub(crate) thinking: Vec<Value>,
     pub(crate) tool_calls: Vec<Call>,
     pub(crate) finish_reason: Option<String>,
     pub(crate) usage: Option<Usage>,
@@ -59,6 +66,12 @@ struct Streaming {
     name: String,
     arguments: String,
     message: Option<StreamingMessage>,
+}
+
+/// The thinking block being streamed: its message and its text so far.
+struct Thinking {
+    message: StreamingMessage,
+    text: String,
 }
 
 /// Reads `chunks` to the end, emitting through `out`; stops at once when `out`'s stream is cancelled.
@@ -73,50 +86,66 @@ pub(crate) async fn read(
     tokio::pin!(cancelled);
     let mut said = ModelCall::default();
     let mut text: Option<StreamingMessage> = None;
-    let mut thinking: Option<StreamingMessage> = None;
+    let mut thinking: Option<Thinking> = None;
     let mut calls: BTreeMap<u32, Streaming> = BTreeMap::new();
     let mut scanner = text_mode.then(ReplyScanner::new);
     loop {
-        let chunk = tokio::select! {
+        let deltas = tokio::select! {
             biased;
             () = &mut cancelled => return Err(Halt::Cancelled),
-            chunk = chunks.next() => chunk.map_err(Halt::Upstream)?,
+            deltas = chunks.next() => deltas.map_err(Halt::Upstream)?,
         };
-        let Some(chunk) = chunk else { break };
-        if let Some(usage) = chunk.usage {
-            said.usage = Some(Usage::new(usage.prompt_tokens, usage.completion_tokens));
-        }
-        for choice in chunk.choices {
-            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
-                said.finish_reason = Some(reason);
-            }
-            let Some(delta) = choice.delta else { continue };
-            if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty()) {
-                thinking.get_or_insert_with(|| out.stream_thinking()).append(reasoning)?;
-            }
-            if let Some(content) = delta.content.filter(|c| !c.is_empty()) {
-                // The answer has begun: the reasoning before it is over.
-                if let Some(done) = thinking.take() {
-                    done.end()?;
+        let Some(deltas) = deltas else { break };
+        for delta in deltas {
+            match delta {
+                Delta::Usage(usage) => said.usage = Some(usage),
+                Delta::Finish(reason) => said.finish_reason = Some(reason),
+                Delta::Thinking(reasoning) => {
+                    let block = thinking
+                        .get_or_insert_with(|| Thinking { message: out.stream_thinking(), text: String::new() });
+                    block.text.push_str(&reasoning);
+                    block.message.append(reasoning)?;
                 }
-                let live = match &mut scanner {
-                    Some(scanner) => scanner.push(&content),
-                    None => content,
-                };
-                if !live.is_empty() {
-                    said.text.push_str(&live);
-                    text.get_or_insert_with(|| out.stream_text()).append(live)?;
+                Delta::Signature(signature) => {
+                    // A signed block is over; it goes back to the provider with the next request.
+                    let block = thinking
+                        .take()
+                        .unwrap_or_else(|| Thinking { message: out.stream_thinking(), text: String::new() });
+                    let mut message = block.message;
+                    message.set("signature", signature.as_str())?;
+                    message.end()?;
+                    said.thinking.push(json!({"type": "thinking", "thinking": block.text, "signature": signature}));
                 }
-            }
-            for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
-                stream_call(&mut calls, call, position, out, tools, ids)?;
+                Delta::RedactedThinking(data) => {
+                    let props = json!({"content": "", "redacted": data});
+                    out.send(OutputMessage::new("thinking", props.as_object().cloned().unwrap_or_default()))?;
+                    said.thinking.push(json!({"type": "redacted_thinking", "data": data}));
+                }
+                Delta::Text(content) => {
+                    // The answer has begun: the reasoning before it is over.
+                    if let Some(done) = thinking.take() {
+                        done.message.end()?;
+                    }
+                    let live = match &mut scanner {
+                        Some(scanner) => scanner.push(&content),
+                        None => content,
+                    };
+                    if !live.is_empty() {
+                        said.text.push_str(&live);
+                        text.get_or_insert_with(|| out.stream_text()).append(live)?;
+                    }
+                }
+                Delta::ToolCall { index, id, name, arguments } => {
+                    let index = index.unwrap_or(calls.len() as u32);
+                    stream_call(&mut calls, index, (id, name, arguments), out, tools, ids)?;
+                }
             }
         }
     }
     if let Some(scanner) = scanner {
         finish_text_mode(scanner, &mut said, &mut text, out, tools, ids)?;
     }
-    for message in [text, thinking].into_iter().flatten() {
+    for message in [text, thinking.map(|t| t.message)].into_iter().flatten() {
         message.end()?;
     }
     for (_, call) in calls {
@@ -128,32 +157,29 @@ pub(crate) async fn read(
     Ok(said)
 }
 
-/// Applies one streamed fragment of a tool call (the `position`-th of its chunk) to the call it continues: its
-/// message starts once the call has a name (with an id made up if the upstream gave none), and each fragment of
-/// arguments after that is appended to it.
+/// Applies one streamed fragment (id, name, arguments) of the tool call at `index` to the call it continues:
+/// its message starts once the call has a name (with an id made up if the upstream gave none), and each
+/// fragment of arguments after that is appended to it.
 fn stream_call(
     calls: &mut BTreeMap<u32, Streaming>,
-    call: ToolCallDelta,
-    position: usize,
+    index: u32,
+    (id, name, fragment): (Option<String>, Option<String>, String),
     out: &Output,
     tools: &ToolSet,
     ids: &mut u32,
 ) -> Result<(), Halt> {
-    let index = call.index.unwrap_or(position as u32);
     let state = calls.entry(index).or_insert_with(|| Streaming {
         id: String::new(),
         name: String::new(),
         arguments: String::new(),
         message: None,
     });
-    if let Some(id) = call.id.filter(|id| !id.is_empty() && state.id.is_empty()) {
+    if let Some(id) = id.filter(|id| !id.is_empty() && state.id.is_empty()) {
         state.id = id;
     }
-    let function = call.function.unwrap_or_default();
-    if let Some(name) = function.name.filter(|n| !n.is_empty() && state.name.is_empty()) {
+    if let Some(name) = name.filter(|n| !n.is_empty() && state.name.is_empty()) {
         state.name = name;
     }
-    let fragment = function.arguments.unwrap_or_default();
     state.arguments.push_str(&fragment);
     if state.message.is_none() && !state.name.is_empty() {
         if state.id.is_empty() {

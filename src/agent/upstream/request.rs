@@ -1,6 +1,9 @@
 //! The request sent upstream: the validated conversation, projected for the provider, with the tools and
 //! the client's own options.
 //!
+//! This is the body of the OpenAI chat dialect (`openai.rs`); `complete_pairs` and the text-mode history are
+//! shared with the Anthropic one (`anthropic/request.rs`).
+//!
 //! - Messages: only complete tool call + result pairs go (`docs/design.md`, "Transcript"): a call nobody answered (a thread
 //!   whose client asked something else instead) is left out, and an assistant message left with nothing is
 //!   dropped, so the provider never sees half a pair. `complete_pairs` decides this on chat messages, the
@@ -8,7 +11,7 @@
 //! - Tools: every tool of the run (the request's and the registered ones), natively; in text mode, none:
 //!   the system prompt carries the structured-output instructions and the tool list instead (`docs/design.md`, "Text-mode tools"),
 //!   calls in the history are written as the action JSON the model is asked for, and results as user
-//!   messages naming the tool.
+//!   messages naming the tool. Thinking blocks an assistant message keeps for Anthropic are left out.
 //! - Options: every field of the client's request passes through (temperature, max_tokens, stop, seed,
 //!   response_format, reasoning options, vendor extras), except what agentmux owns: `model` (the model name),
 //!   `messages`, `stream` and `stream_options` (always streamed, with usage), `tools` (the run's), and
@@ -19,7 +22,7 @@ use std::collections::HashSet;
 use serde_json::{Map, Value, json};
 
 use crate::agent::ToolSet;
-use crate::conversation::{ChatMessage, Conversation, Role};
+use crate::conversation::{ChatMessage, Content, Conversation, Role};
 
 /// What agentmux sets itself, never passed through from the client.
 const OWNED: &[&str] = &["model", "messages", "stream", "stream_options", "tools", "metadata"];
@@ -36,7 +39,7 @@ pub(crate) fn body(conversation: &Conversation, messages: &[ChatMessage], tools:
         }
     }
     body.insert("model".into(), conversation.model().into());
-    let messages = complete_pairs(messages);
+    let messages: Vec<ChatMessage> = complete_pairs(messages).into_iter().map(without_thinking).collect();
     let messages = if text_mode { text_mode_messages(&messages, tools) } else { messages };
     body.insert("messages".into(), serde_json::to_value(messages).unwrap_or(Value::Array(Vec::new())));
     body.insert("stream".into(), true.into());
@@ -45,6 +48,29 @@ pub(crate) fn body(conversation: &Conversation, messages: &[ChatMessage], tools:
         body.insert("tools".into(), Value::Array(tools.declarations()));
     }
     Value::Object(body)
+}
+
+/// An assistant message without the thinking blocks kept for Anthropic (`anthropic/request.rs`), which no
+/// OpenAI-compatible server takes: its text parts become its text again.
+fn without_thinking(mut message: ChatMessage) -> ChatMessage {
+    if let Some(Content::Parts(parts)) = &message.content
+        && parts.iter().any(is_thinking)
+    {
+        let kept: Vec<Value> = parts.iter().filter(|p| !is_thinking(p)).cloned().collect();
+        message.content = if kept.iter().all(|p| p.get("type").and_then(Value::as_str) == Some("text")) {
+            let text = Content::Parts(kept).text();
+            (!text.is_empty()).then_some(Content::Text(text))
+        } else {
+            Some(Content::Parts(kept))
+        };
+    }
+    message
+}
+
+/// A thinking block an assistant message keeps for the provider (Anthropic's `thinking` with its signature, or
+/// `redacted_thinking`; see `model_call.rs`).
+pub(crate) fn is_thinking(part: &Value) -> bool {
+    matches!(part.get("type").and_then(Value::as_str), Some("thinking" | "redacted_thinking"))
 }
 
 /// The messages with every call that has no result, and every result that has no call, left out.
@@ -94,7 +120,7 @@ fn instructions(tools: &ToolSet) -> String {
 }
 
 /// The history for a text-mode model: the instructions first, calls as action JSON, results as user text.
-fn text_mode_messages(messages: &[ChatMessage], tools: &ToolSet) -> Vec<ChatMessage> {
+pub(crate) fn text_mode_messages(messages: &[ChatMessage], tools: &ToolSet) -> Vec<ChatMessage> {
     let mut out = Vec::with_capacity(messages.len() + 1);
     if !tools.is_empty() {
         out.push(ChatMessage::system(instructions(tools)));
@@ -146,6 +172,21 @@ mod tests {
             .tool("a", "ls", "x")
             .human("and?");
         assert_eq!(kept, want.into_vec());
+    }
+
+    #[test]
+    fn thinking_kept_for_anthropic_is_not_sent_to_an_openai_server() {
+        let mut said = ChatMessage::ai("It is 18 °C.", Vec::new());
+        said.push_part(json!({"type": "thinking", "thinking": "hmm", "signature": "sig"}));
+        let mut redacted = ChatMessage::ai("", Vec::new());
+        redacted.push_part(json!({"type": "redacted_thinking", "data": "x"}));
+        redacted.push_part(json!({"type": "text", "text": "Sure."}));
+        let chain = Messages::new().human("q").add([said]).human("and?").add([redacted]);
+        let conversation = Conversation::user("qwen", "hi");
+        let tools = ToolSet::new(Arc::new(Tools::new()), None).unwrap();
+        let body = body(&conversation, chain.as_slice(), &tools, false);
+        assert_eq!(body["messages"][1], json!({"role": "assistant", "content": "It is 18 °C."}));
+        assert_eq!(body["messages"][3], json!({"role": "assistant", "content": "Sure."}));
     }
 
     #[test]
