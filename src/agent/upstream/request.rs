@@ -184,7 +184,7 @@ mod tests {
         let chain = Messages::new().human("q").add([said]).human("and?").add([redacted]);
         let conversation = Conversation::user("qwen", "hi");
         let tools = ToolSet::new(Arc::new(Tools::new()), None).unwrap();
-        let body = body(&conversation, chain.as_slice(), &tools, false);
+        let body = body(&conversation, &chain.clone().into_vec(), &tools, false);
         assert_eq!(body["messages"][1], json!({"role": "assistant", "content": "It is 18 °C."}));
         assert_eq!(body["messages"][3], json!({"role": "assistant", "content": "Sure."}));
     }
