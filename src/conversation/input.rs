@@ -11,7 +11,7 @@
 use serde_json::{Map, Value};
 
 use super::messages::Messages;
-use super::request::{ChatMessage, ChatRequest, Role};
+use super::request::{ChatRequest, Role};
 use super::validate::{ConversationError, validate};
 
 /// A validated conversation for one model.
@@ -119,7 +119,7 @@ impl Conversation {
 
     /// The text of the last user message, if any.
     pub fn last_user_text(&self) -> Option<String> {
-        self.messages.as_slice().iter().rev().find(|m| m.role == Role::User).map(ChatMessage::text)
+        self.messages.as_slice().iter().rev().find(|m| m.role == Role::User).map(|m| m.text())
     }
 
     /// How many words the messages hold: the prompt size the built-in agents report, having no tokenizer.

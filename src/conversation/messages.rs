@@ -1,10 +1,13 @@
 //! [`Messages`]: a conversation as a chain of [`ChatMessage`]s, with the constructors, fluent builder,
 //! accessors, filters, token estimate and pretty printer of the design's message model (`docs/design.md`, "Conversations").
 //!
-//! The chain owns a plain `Vec<ChatMessage>` (what a [`super::ChatRequest`] carries), so a request's history
-//! becomes a chain and back without copying. Checking a chain is `validate.rs`.
+//! The chain holds each message behind an [`Arc`], so that a conversation made from what a server-side
+//! thread keeps shares the thread's messages instead of copying them (a run on a 15 MB thread would otherwise
+//! hold a copy of it for as long as it runs; `docs/design.md`, "Reads share what is kept"). A request's
+//! messages become a chain and back without copying their text. Checking a chain is `validate.rs`.
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::request::{ChatMessage, Content, Role, ToolCall};
 
@@ -86,7 +89,7 @@ impl ChatMessage {
 /// assert!(chain.to_string().contains("  → tool_call: calculate(id=call_1, args={\"expr\":\"2+2\"})"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Messages(Vec<ChatMessage>);
+pub struct Messages(Vec<Arc<ChatMessage>>);
 
 impl Messages {
     /// An empty conversation.
@@ -123,14 +126,15 @@ impl Messages {
     #[allow(clippy::should_implement_trait)]
     #[must_use]
     pub fn add(mut self, messages: impl IntoIterator<Item = ChatMessage>) -> Self {
-        self.0.extend(messages);
+        self.0.extend(messages.into_iter().map(Arc::new));
         self
     }
 
     /// This conversation followed by `other`.
     #[must_use]
-    pub fn concat(self, other: Messages) -> Self {
-        self.add(other.0)
+    pub fn concat(mut self, other: Messages) -> Self {
+        self.0.extend(other.0);
+        self
     }
 
     /// How many messages.
@@ -145,7 +149,7 @@ impl Messages {
 
     /// The last message.
     pub fn last(&self) -> Option<&ChatMessage> {
-        self.0.last()
+        self.0.last().map(|message| &**message)
     }
 
     /// The text of the last message (empty when there is none).
@@ -172,25 +176,37 @@ impl Messages {
         chars / 4
     }
 
-    /// The messages.
-    pub fn as_slice(&self) -> &[ChatMessage] {
+    /// The messages, each shared with whoever else holds it (a thread, another conversation).
+    pub fn as_slice(&self) -> &[Arc<ChatMessage>] {
         &self.0
     }
 
-    /// The messages, owned.
+    /// The messages, owned: each one copied only if something else still holds it.
     pub fn into_vec(self) -> Vec<ChatMessage> {
-        self.0
+        self.0.into_iter().map(Arc::unwrap_or_clone).collect()
     }
 }
 
 impl From<Vec<ChatMessage>> for Messages {
     fn from(messages: Vec<ChatMessage>) -> Self {
+        messages.into_iter().collect()
+    }
+}
+
+impl From<Vec<Arc<ChatMessage>>> for Messages {
+    fn from(messages: Vec<Arc<ChatMessage>>) -> Self {
         Messages(messages)
     }
 }
 
 impl FromIterator<ChatMessage> for Messages {
     fn from_iter<I: IntoIterator<Item = ChatMessage>>(messages: I) -> Self {
+        Messages(messages.into_iter().map(Arc::new).collect())
+    }
+}
+
+impl FromIterator<Arc<ChatMessage>> for Messages {
+    fn from_iter<I: IntoIterator<Item = Arc<ChatMessage>>>(messages: I) -> Self {
         Messages(messages.into_iter().collect())
     }
 }

@@ -10,6 +10,7 @@
 //! - [`validate_thread_input`]: the same, except for the results of calls the thread's last run handed to
 //!   the client (`docs/decisions.md`, "Tool results and threads"): a tool message may answer one of those, once, before the rest of the input.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 
 use super::messages::Messages;
@@ -73,11 +74,11 @@ fn is_empty(message: &ChatMessage) -> bool {
     }
 }
 
-/// Checks that `messages` is a well-formed conversation.
-pub fn validate(messages: &[ChatMessage]) -> Result<(), ConversationError> {
+/// Checks that `messages` (owned, or shared as [`Messages`] holds them) is a well-formed conversation.
+pub fn validate<M: Borrow<ChatMessage>>(messages: &[M]) -> Result<(), ConversationError> {
     // The calls made so far, by id: the name each was made with.
     let mut calls: HashMap<&str, &str> = HashMap::new();
-    for (index, message) in messages.iter().enumerate() {
+    for (index, message) in messages.iter().map(M::borrow).enumerate() {
         match message.role {
             Role::Assistant => {
                 if is_empty(message) && message.calls().is_empty() {
@@ -124,11 +125,11 @@ pub fn validate(messages: &[ChatMessage]) -> Result<(), ConversationError> {
 
 /// Checks what a client adds to a history the server owns: one message or more, each a user, system or
 /// developer message with content.
-pub fn validate_user_input(messages: &[ChatMessage]) -> Result<(), ConversationError> {
+pub fn validate_user_input<M: Borrow<ChatMessage>>(messages: &[M]) -> Result<(), ConversationError> {
     if messages.is_empty() {
         return Err(ConversationError::empty());
     }
-    for (index, message) in messages.iter().enumerate() {
+    for (index, message) in messages.iter().map(M::borrow).enumerate() {
         if matches!(message.role, Role::Assistant | Role::Tool) {
             let role = if message.role == Role::Assistant { "assistant" } else { "tool" };
             return refuse(index, "role", format!("a client may not send {role} messages into a server-side history"));
@@ -151,13 +152,16 @@ pub fn validate_user_input(messages: &[ChatMessage]) -> Result<(), ConversationE
 /// let forged = Messages::new().tool("call_2", "ls", "[]");
 /// assert_eq!(validate_thread_input(forged.as_slice(), &pending).unwrap_err().param, "messages[0].tool_call_id");
 /// ```
-pub fn validate_thread_input(messages: &[ChatMessage], pending: &[ToolCall]) -> Result<(), ConversationError> {
+pub fn validate_thread_input<M: Borrow<ChatMessage>>(
+    messages: &[M],
+    pending: &[ToolCall],
+) -> Result<(), ConversationError> {
     if messages.is_empty() {
         return Err(ConversationError::empty());
     }
     let mut answered: Vec<&str> = Vec::new();
     let mut leading = true;
-    for (index, message) in messages.iter().enumerate() {
+    for (index, message) in messages.iter().map(M::borrow).enumerate() {
         match message.role {
             Role::Assistant => {
                 return refuse(index, "role", "a client may not send assistant messages into a server-side history");

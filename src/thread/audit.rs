@@ -5,6 +5,7 @@
 //! disagree. Entries that are not history (a rejected input, a run's end) carry no message or one that was
 //! refused, and the metadata of why.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,8 @@ impl Decision {
 ///
 /// `message` is the chat message (`null` for a run's end); `audit` holds the metadata (model, sizes,
 /// durations, the error).
+// The message is shared, not owned: a replay's copy of an entry, a read of the thread and the thread itself
+// hold the one message (`docs/design.md`, "Reads share what is kept").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AuditEntry {
     /// A UUID.
@@ -69,7 +72,7 @@ pub struct AuditEntry {
     /// The stream of the run it belongs to; `null` for a rejected input.
     pub stream_id: Option<String>,
     /// The message.
-    pub message: Option<ChatMessage>,
+    pub message: Option<Arc<ChatMessage>>,
     /// What it records.
     pub decision: Decision,
     /// Metadata.
@@ -80,7 +83,7 @@ impl AuditEntry {
     /// A new entry, stamped now.
     pub(crate) fn new(
         stream_id: Option<&str>,
-        message: Option<ChatMessage>,
+        message: Option<Arc<ChatMessage>>,
         decision: Decision,
         audit: Map<String, Value>,
     ) -> Self {
@@ -95,8 +98,14 @@ impl AuditEntry {
     }
 
     /// The message, when it belongs to the conversation.
-    pub(crate) fn history(&self) -> Option<&ChatMessage> {
+    pub(crate) fn history(&self) -> Option<&Arc<ChatMessage>> {
         self.message.as_ref().filter(|_| self.decision.in_history())
+    }
+
+    /// The size of its message as its `audit.bytes` says (every entry of a thread's history says it, from
+    /// when the thread took it in); `None` when it does not say.
+    pub(crate) fn recorded_size(&self) -> Option<u64> {
+        self.message.as_ref().and(self.audit.get("bytes")).and_then(Value::as_u64)
     }
 
     /// A rewind to the first `kept` messages of the history.
@@ -107,9 +116,28 @@ impl AuditEntry {
         entry
     }
 
-    /// Roughly what it holds, in bytes: its message's JSON.
+    /// Roughly what it holds, in bytes: the length of its message's JSON (counted as it is written, not kept).
     pub(crate) fn size(&self) -> u64 {
-        self.message.as_ref().and_then(|m| serde_json::to_vec(m).ok()).map_or(0, |json| json.len() as u64)
+        let Some(message) = &self.message else { return 0 };
+        let mut counted = Counted(0);
+        match serde_json::to_writer(&mut counted, message) {
+            Ok(()) => counted.0,
+            Err(_) => 0,
+        }
+    }
+}
+
+/// A writer that only counts the bytes written to it.
+struct Counted(u64);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len() as u64;
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -120,7 +148,7 @@ pub(crate) fn model_audit(model: &str) -> Map<String, Value> {
 
 /// The entries whose messages make the history of a log that holds `entries`, oldest first: those that belong
 /// to the conversation, less what a later [`Decision::Rewind`] took out.
-pub(crate) fn history_of(entries: &[AuditEntry]) -> Vec<&AuditEntry> {
+pub(crate) fn history_of(entries: &[Arc<AuditEntry>]) -> Vec<&Arc<AuditEntry>> {
     let mut history = Vec::new();
     for entry in entries {
         if entry.decision == Decision::Rewind {

@@ -42,7 +42,7 @@ impl Threads {
             .into_iter()
             .map(|message| {
                 let decision = Decision::for_input(&message);
-                AuditEntry::new(None, Some(message), decision, Map::new())
+                AuditEntry::new(None, Some(Arc::new(message)), decision, Map::new())
             })
             .collect();
         let thread = self.insert(&id, entries, true, owner, client).await?;
@@ -61,12 +61,15 @@ impl Threads {
         client: Option<&str>,
     ) -> Result<Arc<Thread>, ThreadError> {
         let config = &self.inner.config;
-        let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
+        let mut bytes = 0;
+        for entry in &mut entries {
+            // A replay's copy shares its message with the source, whose entry says its size already.
+            let size = entry.recorded_size().unwrap_or_else(|| entry.size());
+            entry.audit.insert("bytes".into(), size.into());
+            bytes += size;
+        }
         if bytes > config.thread_bytes {
             return Err(ThreadError::TooLarge { size: bytes, limit: config.thread_bytes });
-        }
-        for entry in &mut entries {
-            entry.audit.insert("bytes".into(), entry.size().into());
         }
         if self.inner.storage.is_record() {
             return self.insert_recorded(id, &entries, exclusive, owner).await;
@@ -184,8 +187,9 @@ impl Threads {
         Ok(Some(self.transcript(&thread, &state)))
     }
 
-    /// The thread's audit log, in order, or `None` when there is no such thread (for `owner`).
-    pub async fn audit(&self, id: &str, owner: Option<&str>) -> Result<Option<Vec<AuditEntry>>, ThreadError> {
+    /// The thread's audit log, in order, or `None` when there is no such thread (for `owner`): the entries the
+    /// thread holds, shared, not copies.
+    pub async fn audit(&self, id: &str, owner: Option<&str>) -> Result<Option<Vec<Arc<AuditEntry>>>, ThreadError> {
         let Some(thread) = self.settled(id, owner).await? else { return Ok(None) };
         let state = thread.lock();
         Ok(Some(state.entries.clone()))

@@ -82,7 +82,7 @@ async fn record(threads: Threads, thread: Arc<Thread>, stream: Arc<Stream>) {
                 let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
                 threads.hold(bytes);
                 state.bytes += bytes;
-                state.entries.extend(entries);
+                state.entries.extend(entries.into_iter().map(Arc::new));
                 state.pending = result.pending.clone();
                 state.updated = SystemTime::now();
             }
@@ -158,7 +158,7 @@ fn entries(run: &Run, stream: &str, messages: Vec<ChatMessage>, outcome: &Outcom
             if !calls.is_empty() {
                 audit.insert("tools".into(), calls.into());
             }
-            let mut entry = AuditEntry::new(Some(stream), Some(message), decision, audit);
+            let mut entry = AuditEntry::new(Some(stream), Some(Arc::new(message)), decision, audit);
             entry.audit.insert("bytes".into(), entry.size().into());
             entry
         })

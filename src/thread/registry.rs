@@ -77,7 +77,8 @@ pub(super) struct Thread {
 }
 
 pub(super) struct State {
-    pub(super) entries: Vec<AuditEntry>,
+    /// Shared with the reads under way (a read holds the entries it writes out, not a copy of them).
+    pub(super) entries: Vec<Arc<AuditEntry>>,
     /// Bytes of its entries' messages.
     pub(super) bytes: u64,
     pub(super) run: Option<Run>,
@@ -138,7 +139,7 @@ impl State {
     /// A thread's state with `entries`, holding `bytes`, last used `used` (ms by the hub's clock).
     pub(super) fn new(entries: Vec<AuditEntry>, bytes: u64, used: u64) -> State {
         State {
-            entries,
+            entries: entries.into_iter().map(Arc::new).collect(),
             bytes,
             run: None,
             pending: Vec::new(),
@@ -152,8 +153,8 @@ impl State {
     }
 
     /// The conversation so far.
-    pub(super) fn history(&self) -> impl Iterator<Item = &ChatMessage> {
-        history_of(&self.entries).into_iter().filter_map(AuditEntry::history)
+    pub(super) fn history(&self) -> impl Iterator<Item = &Arc<ChatMessage>> {
+        history_of(&self.entries).into_iter().filter_map(|entry| entry.history())
     }
 
     /// Takes back what the copy has that the shared record does not, and has it read whole again.
@@ -178,7 +179,8 @@ pub struct Transcript {
     /// When its history last changed, in Unix seconds.
     pub updated_at: u64,
     /// The conversation, oldest first.
-    pub messages: Vec<ChatMessage>,
+    // The thread's own messages, shared: a read holds no copy of them.
+    pub messages: Vec<Arc<ChatMessage>>,
     /// The stream of the run going on, if one is.
     pub running: Option<String>,
     /// The calls its last run handed to the client, which the next turn may answer.

@@ -92,7 +92,7 @@ pub(super) async fn read(threads: &Threads, id: &str) -> Result<Fetched, ThreadE
                 // away): its end is recorded with nothing of its output.
                 let commit = {
                     let mut state = thread.lock();
-                    state.entries.push(lost_run(&run));
+                    state.entries.push(Arc::new(lost_run(&run)));
                     state.updated = SystemTime::now();
                     threads.changes(&thread, &mut state)
                 };
@@ -154,9 +154,14 @@ fn least_used(map: &mut std::collections::HashMap<String, Arc<Thread>>, count: u
 }
 
 /// Brings `thread`'s copy up to `kept`; the run to follow, when the record has one the copy does not.
-fn take_in(threads: &Threads, thread: &Thread, kept: &RecordedThread, entries: Vec<AuditEntry>) -> Option<RecordedRun> {
+fn take_in(
+    threads: &Threads,
+    thread: &Thread,
+    kept: &RecordedThread,
+    entries: Vec<Arc<AuditEntry>>,
+) -> Option<RecordedRun> {
     let mut state = thread.lock();
-    let bytes: u64 = entries.iter().map(AuditEntry::size).sum();
+    let bytes: u64 = entries.iter().map(|entry| entry.size()).sum();
     if kept.from == 0 {
         threads.release(std::mem::take(&mut state.bytes));
         state.entries = entries;
@@ -187,11 +192,12 @@ fn take_in(threads: &Threads, thread: &Thread, kept: &RecordedThread, entries: V
 }
 
 /// Entries read from the record; one that is not an entry is an error (this service wrote them all).
-fn parse(entries: &[String]) -> Result<Vec<AuditEntry>, ThreadError> {
+fn parse(entries: &[String]) -> Result<Vec<Arc<AuditEntry>>, ThreadError> {
     entries
         .iter()
         .map(|entry| {
             serde_json::from_str(entry)
+                .map(Arc::new)
                 .map_err(|e| ThreadError::Unavailable(format!("an audit entry in Redis is not one: {e}")))
         })
         .collect()

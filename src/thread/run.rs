@@ -59,7 +59,8 @@ impl Turn {
 struct Base {
     /// Entries recorded before the input: the client's history starting a thread, or a rewind.
     prelude: Vec<AuditEntry>,
-    history: Vec<ChatMessage>,
+    /// Shared with the thread's entries: the run holds the thread's messages, not a copy of them.
+    history: Vec<Arc<ChatMessage>>,
     pending: Vec<ToolCall>,
 }
 
@@ -178,7 +179,7 @@ impl Threads {
         let input: Vec<AuditEntry> = turn
             .input
             .iter()
-            .map(|m| AuditEntry::new(None, Some(m.clone()), Decision::for_input(m), model(&turn.model)))
+            .map(|m| AuditEntry::new(None, Some(Arc::new(m.clone())), Decision::for_input(m), model(&turn.model)))
             .collect();
         let bytes: u64 = base.prelude.iter().chain(&input).map(AuditEntry::size).sum();
         let limit = self.inner.config.thread_bytes;
@@ -187,7 +188,8 @@ impl Threads {
             return refuse(state, ThreadError::TooLarge { size, limit });
         }
         let before = base.history.len();
-        let history: Vec<ChatMessage> = base.history.into_iter().chain(turn.input.iter().cloned()).collect();
+        let history: Vec<Arc<ChatMessage>> =
+            base.history.into_iter().chain(input.iter().filter_map(|entry| entry.message.clone())).collect();
         let conversation = match Conversation::new(&turn.model, history) {
             Ok(conversation) => conversation.with_options(turn.options.clone()).with_thread(&thread.id),
             Err(error) => {
@@ -208,11 +210,11 @@ impl Threads {
                 };
             }
         };
-        state.entries.extend(base.prelude);
+        state.entries.extend(base.prelude.into_iter().map(Arc::new));
         for mut entry in input {
             entry.stream_id = Some(stream.id().to_owned());
             entry.audit.insert("bytes".into(), entry.size().into());
-            state.entries.push(entry);
+            state.entries.push(Arc::new(entry));
         }
         state.bytes += bytes;
         begin(state, &turn.model, &stream, self.now_ms());
@@ -249,7 +251,7 @@ impl Threads {
                 }
             };
             let upto = state.entries[cut].id.clone();
-            // The history as it was at that entry.
+            // The history as it was at that entry: new entries, sharing the source's messages.
             let copied: Vec<AuditEntry> = history_of(&state.entries[..=cut])
                 .into_iter()
                 .map(|entry| {
@@ -269,7 +271,7 @@ impl Threads {
         let turn_lock = Arc::clone(&thread.turn).lock_owned().await;
         let started = {
             let mut state = thread.lock();
-            let history: Vec<ChatMessage> = state.history().cloned().collect();
+            let history: Vec<Arc<ChatMessage>> = state.history().cloned().collect();
             Conversation::new(model, history)
                 .map_err(ThreadError::from)
                 .map(|c| c.with_thread(&new_id))
@@ -311,7 +313,7 @@ fn begin(state: &mut State, model: &str, stream: &Arc<Stream>, now_ms: u64) {
 /// Where `turn`'s input goes in a thread in `state`: after the thread's history, or, for a client that sends
 /// its whole history, after the history it holds where that starts the thread or goes back in it.
 fn base(state: &State, turn: &Turn) -> Base {
-    let history: Vec<ChatMessage> = state.history().cloned().collect();
+    let history: Vec<Arc<ChatMessage>> = state.history().cloned().collect();
     let Some(held) = &turn.history else {
         return Base { prelude: Vec::new(), history, pending: state.pending.clone() };
     };
@@ -319,6 +321,7 @@ fn base(state: &State, turn: &Turn) -> Base {
         // A thread that starts with what the client holds (no model of ours said it): the calls its last
         // message made are open.
         let audit = Map::from_iter([("source".to_owned(), Value::from("client"))]);
+        let held: Vec<Arc<ChatMessage>> = held.iter().cloned().map(Arc::new).collect();
         let prelude = held
             .iter()
             .map(|m| {
@@ -327,13 +330,13 @@ fn base(state: &State, turn: &Turn) -> Base {
                     Role::Assistant => Decision::Answer,
                     _ => Decision::for_input(m),
                 };
-                let mut entry = AuditEntry::new(None, Some(m.clone()), decision, audit.clone());
+                let mut entry = AuditEntry::new(None, Some(Arc::clone(m)), decision, audit.clone());
                 entry.audit.insert("bytes".into(), entry.size().into());
                 entry
             })
             .collect();
         let pending = held.last().map(|m| m.calls().to_vec()).unwrap_or_default();
-        return Base { prelude, history: held.clone(), pending };
+        return Base { prelude, history: held, pending };
     }
     // Where the client's history and the thread's part: after as many user messages as the client holds.
     let users = held.iter().filter(|m| m.role == Role::User).count();
@@ -370,6 +373,7 @@ fn reject(state: &mut State, model_name: &str, input: &[ChatMessage], error: &Th
     };
     audit.insert("error".into(), json!({"message": error.to_string(), "param": param, "code": code}));
     audit.insert("messages".into(), input.len().into());
-    state.entries.push(AuditEntry::new(None, input.get(index).cloned(), Decision::Rejected, audit));
+    let message = input.get(index).cloned().map(Arc::new);
+    state.entries.push(Arc::new(AuditEntry::new(None, message, Decision::Rejected, audit)));
     state.updated = SystemTime::now();
 }

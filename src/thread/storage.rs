@@ -128,7 +128,7 @@ pub(crate) struct Change<'a> {
     /// How many of `entries` the storage has.
     pub(crate) kept: usize,
     /// Every entry of the thread.
-    pub(crate) entries: &'a [AuditEntry],
+    pub(crate) entries: &'a [Arc<AuditEntry>],
     /// The calls its last run handed to the client, not yet answered.
     pub(crate) pending: &'a [ToolCall],
     /// The stream of the run the storage has as going on.
@@ -139,7 +139,7 @@ pub(crate) struct Change<'a> {
 
 impl Change<'_> {
     /// The entries the storage does not have yet.
-    pub(crate) fn new_entries(&self) -> &[AuditEntry] {
+    pub(crate) fn new_entries(&self) -> &[Arc<AuditEntry>] {
         self.entries.get(self.kept..).unwrap_or_default()
     }
 }

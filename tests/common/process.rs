@@ -80,6 +80,11 @@ impl ServerProcess {
         format!("{}{}", self.base, path)
     }
 
+    /// Its process id (for what `/proc/<pid>` says of it).
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills it at once (SIGKILL), as a crash would, and waits until it is gone.
     pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();

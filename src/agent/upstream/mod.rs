@@ -330,7 +330,7 @@ impl Agent for UpstreamAgent {
         let tools = ToolSet::new(Arc::clone(&self.tools), conversation.option("tools"))
             .map_err(|r| AgentError::new(r.message).with_code("invalid_tools").with_status(400))?;
         let text_mode = self.config.text_mode.iter().any(|m| m == conversation.model());
-        let mut messages: Vec<ChatMessage> = conversation.messages().as_slice().to_vec();
+        let mut messages: Vec<ChatMessage> = conversation.messages().clone().into_vec();
         let mut usage = None;
         let mut ids = 0;
         for _round in 0..self.config.max_rounds.max(1) {

@@ -165,7 +165,7 @@ mod tests {
             .tool("a", "ls", "x")
             .ai("", vec![ToolCall::new("c", "rm", &json!({}))])
             .human("and?");
-        let kept = complete_pairs(chain.as_slice());
+        let kept = complete_pairs(&chain.clone().into_vec());
         let want = Messages::new()
             .human("q")
             .ai("", vec![ToolCall::new("a", "ls", &json!({}))])
@@ -184,7 +184,7 @@ mod tests {
         let chain = Messages::new().human("q").add([said]).human("and?").add([redacted]);
         let conversation = Conversation::user("qwen", "hi");
         let tools = ToolSet::new(Arc::new(Tools::new()), None).unwrap();
-        let body = body(&conversation, chain.as_slice(), &tools, false);
+        let body = body(&conversation, &chain.clone().into_vec(), &tools, false);
         assert_eq!(body["messages"][1], json!({"role": "assistant", "content": "It is 18 °C."}));
         assert_eq!(body["messages"][3], json!({"role": "assistant", "content": "Sure."}));
     }
@@ -205,7 +205,7 @@ mod tests {
         let tools =
             ToolSet::new(Arc::new(Tools::new()), Some(&json!([{"type": "function", "function": {"name": "ls"}}])))
                 .unwrap();
-        let body = body(&conversation, conversation.messages().as_slice(), &tools, false);
+        let body = body(&conversation, &conversation.messages().clone().into_vec(), &tools, false);
         assert_eq!(body["model"], "qwen");
         assert_eq!(body["temperature"], 0.2);
         assert_eq!(body["stream"], true);
@@ -214,7 +214,7 @@ mod tests {
         assert_eq!(body["chat_template_kwargs"]["enable_thinking"], true);
         assert!(body.get("metadata").is_none());
         assert_eq!(body["tools"][0]["function"]["name"], "ls");
-        let text = super::body(&conversation, conversation.messages().as_slice(), &tools, true);
+        let text = super::body(&conversation, &conversation.messages().clone().into_vec(), &tools, true);
         assert!(text.get("tools").is_none() && text.get("tool_choice").is_none());
         assert!(text["messages"][0]["content"].as_str().unwrap().contains("### ls"));
     }

@@ -24,6 +24,7 @@ use crate::http::edge::body;
 use crate::http::edge::error::HttpError;
 use crate::http::edge::extract::{Client, KeyName, ThreadId};
 use crate::http::edge::trace::record_stream;
+use crate::http::transport::streamed_json::StreamedJson;
 use crate::thread::ThreadError;
 
 /// The thread endpoints, and what the OpenAPI document says of them.
@@ -117,13 +118,16 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(transcript)).into_response())
 }
 
+/// `GET /v1/threads/{id}`: the transcript, its messages written out as the client takes them (shared with the
+/// thread, not copied per request).
 pub(crate) async fn get(
     State(app): State<App>,
     KeyName(owner): KeyName,
     ThreadId(id): ThreadId,
 ) -> Result<Response, HttpError> {
-    let transcript = app.threads.get(&id, owner.as_deref()).await?.ok_or(ThreadError::NotFound(id))?;
-    Ok(Json(transcript).into_response())
+    let mut transcript = app.threads.get(&id, owner.as_deref()).await?.ok_or(ThreadError::NotFound(id))?;
+    let messages = std::mem::take(&mut transcript.messages);
+    Ok(StreamedJson::around(&transcript, "messages", messages).map_err(unwritable)?.into_response())
 }
 
 pub(crate) async fn delete(
@@ -144,7 +148,14 @@ pub(crate) async fn audit(
     ThreadId(id): ThreadId,
 ) -> Result<Response, HttpError> {
     let entries = app.threads.audit(&id, owner.as_deref()).await?.ok_or_else(|| ThreadError::NotFound(id.clone()))?;
-    Ok(Json(json!({"thread_id": id, "object": "thread.audit", "entries": entries})).into_response())
+    let log = json!({"thread_id": id, "object": "thread.audit", "entries": []});
+    Ok(StreamedJson::around(&log, "entries", entries).map_err(unwritable)?.into_response())
+}
+
+/// A transcript or log that cannot be written as JSON (never, with the service's own types).
+fn unwritable(error: serde_json::Error) -> HttpError {
+    tracing::error!(%error, "a thread's JSON could not be written");
+    HttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", error.to_string(), None, "internal_error")
 }
 
 /// `POST /v1/threads/{id}/replay`: `{"model", "upto"?}`.

@@ -15,7 +15,9 @@
 //! - `repoll.rs`: a hyper connection that wakes itself is polled again at once;
 //! - `ws.rs`: the loop of a WebSocket connection, which relays its subscriptions and hands the client's
 //!   frames to the endpoint;
-//! - `lifetime.rs`: where the service is in its shutdown, which every connection watches.
+//! - `lifetime.rs`: where the service is in its shutdown, which every connection watches;
+//! - `streamed_json.rs`: a JSON answer with one long array written out as the client takes it, from items
+//!   shared with what the service keeps (a thread's transcript and audit log).
 
 pub(crate) mod chunked;
 pub(crate) mod event_connection;
@@ -24,5 +26,6 @@ pub(crate) mod lifetime;
 pub(crate) mod repoll;
 pub(crate) mod socket;
 pub(crate) mod sse;
+pub(crate) mod streamed_json;
 pub(crate) mod watched;
 pub(crate) mod ws;

@@ -225,7 +225,7 @@ mod tests {
         let tools =
             ToolSet::new(Arc::new(Tools::new()), Some(&json!([{"type": "function", "function": {"name": "ls"}}])))
                 .unwrap();
-        let body = body(&conversation, chain.as_slice(), &tools, false);
+        let body = body(&conversation, &chain.clone().into_vec(), &tools, false);
         assert_eq!(body["system"], "Be brief.\n\nUse tools.");
         assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
         assert_eq!(body["stop_sequences"], json!(["END"]));
@@ -250,7 +250,7 @@ mod tests {
         let tools = ToolSet::new(Arc::new(Tools::new()), None).unwrap();
         let run = |pairs: &[(&str, Value)]| {
             let conversation = Conversation::user("claude", "x").with_options(options(pairs));
-            body(&conversation, conversation.messages().as_slice(), &tools, false)
+            body(&conversation, &conversation.messages().clone().into_vec(), &tools, false)
         };
         let high = run(&[("reasoning_effort", json!("high"))]);
         assert_eq!(high["thinking"], json!({"type": "enabled", "budget_tokens": 16_384}));
