@@ -19,7 +19,7 @@
 
 use axum::Extension;
 use axum::extract::State;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message, WebSocket};
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use axum::routing::get;
@@ -36,7 +36,7 @@ use crate::http::edge::error::HttpError;
 use crate::http::edge::extract::{Params, StreamId, Upgrade};
 #[cfg(feature = "redis")]
 use crate::http::edge::forward;
-use crate::http::transport::ws::{Batches, Subscriptions, WebSocketConnection, batches};
+use crate::http::transport::ws::{Batches, Liveness, Subscriptions, WebSocketConnection, batches};
 use crate::output::OutputMessage;
 use crate::render::{Encoding, Format, View};
 
@@ -70,7 +70,7 @@ pub(crate) async fn one(
     StreamId(id): StreamId,
     Params(query): Params<SubscribeQuery>,
     headers: HeaderMap,
-    Upgrade(upgrade): Upgrade,
+    upgrade: Upgrade,
 ) -> Result<Response, HttpError> {
     let stream = find(&app, &id).await?;
     let format = query.format()?;
@@ -85,11 +85,7 @@ pub(crate) async fn one(
 }
 
 /// `GET /v1/ws`.
-pub(crate) async fn many(
-    State(app): State<App>,
-    Extension(grant): Extension<Grant>,
-    Upgrade(upgrade): Upgrade,
-) -> Response {
+pub(crate) async fn many(State(app): State<App>, Extension(grant): Extension<Grant>, upgrade: Upgrade) -> Response {
     let span = tracing::info_span!("ws", stream = "*");
     let sockets = app.lifetime.sockets.clone();
     limits(upgrade, &app)
@@ -106,9 +102,11 @@ const WRITE_BUFFER: usize = 8 << 10;
 const READ_BUFFER: usize = 4 << 10;
 
 /// The upgrade with the service's limits on client frames and messages, and the socket's buffers.
-fn limits(upgrade: WebSocketUpgrade, app: &App) -> WebSocketUpgrade {
+fn limits(upgrade: Upgrade, app: &App) -> Upgrade {
     let max = app.settings.ws_max_message;
-    upgrade.max_message_size(max).max_frame_size(max).write_buffer_size(WRITE_BUFFER).read_buffer_size(READ_BUFFER)
+    upgrade.configure(|upgrade| {
+        upgrade.max_message_size(max).max_frame_size(max).write_buffer_size(WRITE_BUFFER).read_buffer_size(READ_BUFFER)
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,7 +133,9 @@ enum Op {
 /// Serves a connection: each client text frame is an op, answered with its reply, until the connection
 /// ends (see `transport/ws.rs`).
 async fn connection(app: App, grant: Grant, socket: WebSocket, single: Option<(String, Batches)>) {
-    let mut connection = WebSocketConnection::new(socket, app.lifetime.clone(), single);
+    let liveness =
+        Liveness { ping_interval: app.settings.ws_ping_interval, idle_timeout: app.settings.ws_idle_timeout };
+    let mut connection = WebSocketConnection::new(socket, app.lifetime.clone(), liveness, single);
     while let Some(text) = connection.next_text().await {
         let reply = handle(&app, &grant, text.as_str(), connection.subscriptions()).await;
         connection.reply(reply).await;
