@@ -8,9 +8,10 @@
 //! {"message", "code"}}`, and small acknowledgements (`{"stream", "published": seq}`, `{"stream",
 //! "subscribed": true}`, ...). A text frame that is not JSON or not a known op gets an error reply (with
 //! `param` naming the op's field where one is at fault) and the connection stays open. What cannot be read
-//! closes it, and so does the end of the stream a per-stream connection watches, or the shutdown: the loop
-//! that relays a connection's subscriptions and reads its frames is `transport/ws.rs`'s; this file knows
-//! the ops and what they do.
+//! closes it, and so does the end of the stream a per-stream connection watches, a client silent past the
+//! idle timeout, or the shutdown: the loop that relays a connection's subscriptions, pings its client and
+//! reads its frames is `transport/ws.rs`'s; this file knows the ops and what they do. A connection opened
+//! with a key holds one of the key's `connections=` for as long as it is open (`edge/extract.rs`, `Upgrade`).
 //!
 //! With API keys configured, a connection may do what the credential it opened with grants
 //! (`edge/auth.rs`): a key, everything; a stream token, that stream only, and `publish` and `cancel` only with

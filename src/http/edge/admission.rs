@@ -96,16 +96,16 @@ impl Admission {
         Admission { cap: Arc::new(Semaphore::new(max)), max, clients: Arc::new(clients) }
     }
 
-    /// A place for a connection from `peer`, or why there is none. The client's share is checked first, so a
-    /// client at its share is told so even when the cap is full too.
+    /// A place for a connection from `peer`, or why there is none. The cap is checked first: a full service
+    /// says so to everyone, and a client is told of its share while there is room for others.
     pub(crate) fn admit(&self, peer: IpAddr) -> Result<Admitted, Refused> {
+        let permit = Arc::clone(&self.cap).try_acquire_owned().map_err(|_| Refused::Full { max: self.max })?;
         let client = ClientAddress::of(peer);
         let mut open = lock(&self.clients.open);
         let held = open.get(&client).copied().unwrap_or(0);
         if held >= self.clients.share {
             return Err(Refused::Client { share: self.clients.share });
         }
-        let permit = Arc::clone(&self.cap).try_acquire_owned().map_err(|_| Refused::Full { max: self.max })?;
         open.insert(client, held + 1);
         drop(open);
         Ok(Admitted { _cap: permit, client, clients: Arc::clone(&self.clients) })
