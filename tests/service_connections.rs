@@ -185,7 +185,7 @@ async fn a_keys_connections_count_its_websockets() {
     };
     let (mut first, _) = ws("sk-small").await.expect("the first of 2");
     let (second, _) = ws("sk-small").await.expect("the second of 2");
-    let refused = ws("sk-small").await.err().expect("a third WebSocket is refused");
+    let refused = ws("sk-small").await.expect_err("a third WebSocket is refused");
     let tokio_tungstenite::tungstenite::Error::Http(response) = refused else { panic!("an HTTP refusal: {refused}") };
     assert_eq!(response.status(), 429);
     assert_eq!(response.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
