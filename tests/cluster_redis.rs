@@ -588,7 +588,8 @@ fn is_end(event: &Sse) -> bool {
 }
 
 /// Reads stream `id` on the node at `base` from its start to its `stream_end`, as a client that resumes
-/// does: after a `lagged` notice, a broken body or a 503 it asks again a moment later, with `Last-Event-ID`.
+/// does: once a body ends (after a `lagged` notice, which ends it) or breaks, or after a 503, it asks again a
+/// moment later, with `Last-Event-ID`.
 /// The events (without the notices) and how many `lagged` notices came; fails past `within`.
 async fn read_resuming(
     client: &reqwest::Client,
@@ -623,20 +624,15 @@ async fn read_resuming(
             bytes.extend_from_slice(&chunk);
             let (part, at) = parse_sse(&bytes[used..]);
             used += at;
-            let mut at_lagged = false;
             for event in part {
                 if is_lagged(&event) {
                     lagged += 1;
-                    at_lagged = true;
                 } else {
                     events.push(event);
                 }
             }
             if events.last().is_some_and(is_end) {
                 return (events, lagged);
-            }
-            if at_lagged {
-                break;
             }
         }
         // The client's pause before it asks again.

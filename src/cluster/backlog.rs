@@ -82,16 +82,33 @@ impl Pending {
         Pending { command, tried_since: None, next_try: now, pause: FIRST_PAUSE, told: false }
     }
 
-    /// Redis did not take it (at `now`): it is tried again after a pause. True when, past `write_timeout`
-    /// since its first try, its stream is to be told now that it is not kept (once).
-    pub(super) fn failed(&mut self, now: Instant, write_timeout: Duration) -> bool {
+    /// Redis did not take it (at `now`): it is tried again after a pause. [`Failure::TimedOut`] when, past
+    /// `write_timeout` since its first try, its stream is to be told now that it is not kept (once).
+    pub(super) fn failed(&mut self, now: Instant, write_timeout: Duration) -> Failure {
+        let first = self.pause == FIRST_PAUSE;
         self.next_try = now + self.pause;
         self.pause = (self.pause * 2).min(MOST_PAUSE);
         let since = *self.tried_since.get_or_insert(now);
-        let tell = !self.told && now.duration_since(since) >= write_timeout;
-        self.told |= tell;
-        tell
+        if !self.told && now.duration_since(since) >= write_timeout {
+            self.told = true;
+            Failure::TimedOut
+        } else if first {
+            Failure::First
+        } else {
+            Failure::Again
+        }
     }
+}
+
+/// What a failed try of a call means (see [`Pending::failed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Failure {
+    /// Its first failure.
+    First,
+    /// It failed again, within the write timeout or after its stream was told.
+    Again,
+    /// The write timeout has passed: its stream is to be told it is not kept.
+    TimedOut,
 }
 
 /// See the module doc.
@@ -175,7 +192,7 @@ mod tests {
         backlog.push(command("s", 3, 1, false), now);
         backlog.push(command("s", 4, 1, true), now);
         let mut failed = due.remove(0);
-        assert!(!failed.failed(now, Duration::from_secs(10)));
+        assert_eq!(failed.failed(now, Duration::from_secs(10)), Failure::First);
         backlog.put_back(failed);
         assert!(backlog.take_due(now).is_empty(), "not again before its pause");
         let later = now + MOST_PAUSE;
@@ -193,9 +210,9 @@ mod tests {
         backlog.push(command("s", 1, 1, false), now);
         let mut pending = backlog.take_due(now).remove(0);
         let timeout = Duration::from_secs(3);
-        assert!(!pending.failed(now + Duration::from_secs(2), timeout));
-        assert!(pending.failed(now + Duration::from_secs(3), timeout), "told at the timeout");
-        assert!(!pending.failed(now + Duration::from_secs(9), timeout), "and only once");
+        assert_eq!(pending.failed(now + Duration::from_secs(2), timeout), Failure::First);
+        assert_eq!(pending.failed(now + Duration::from_secs(3), timeout), Failure::TimedOut, "told at the timeout");
+        assert_eq!(pending.failed(now + Duration::from_secs(9), timeout), Failure::Again, "and only once");
         backlog.put_back(pending);
         // Pauses of 20, 40, then 80 ms.
         assert_eq!(backlog.next_try(), Some(now + Duration::from_secs(9) + Duration::from_millis(80)));

@@ -176,7 +176,13 @@ pub(crate) async fn keep_up(
                     stream = held.id(),
                     "no answer from Redis for a lease: the followed stream is let go, its readers told `lagged`"
                 );
-                cluster.done_following(held.id(), &notices).await;
+                drop(held);
+                // Its notices are stopped once Redis answers again: an unsubscribe sent while Redis is away
+                // leaves the notices connection waiting on a confirmation that never comes.
+                while !cluster.steady.reaches_redis() {
+                    tokio::time::sleep(LOOK_EVERY).await;
+                }
+                cluster.done_following(&id, &notices).await;
                 return;
             }
         }

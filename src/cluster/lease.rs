@@ -84,7 +84,7 @@ pub(crate) async fn renew(
 }
 
 /// Renews `node`'s lease every [`Lease::renew_every`] for as long as the runtime runs, keeping `steady` up to date; and
-/// pings the notices connection as often, so that it reconnects (and subscribes again) within a second of
+/// pings the notices connection as often, so that it reconnects (and subscribes again) within a renewal of
 /// Redis coming back, however long Redis was away: a connection manager whose reconnect attempts ran out
 /// tries again only when next used, and the notices connection is otherwise used only to subscribe.
 pub(crate) async fn keep(

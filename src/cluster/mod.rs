@@ -31,7 +31,8 @@
 //!
 //! # A writer that dies
 //!
-//! Every node holds a lease in Redis, renewed each second and lapsing after five (`lease.rs`). A node that
+//! Every node holds a lease in Redis, lapsing after `--redis-lease` (five seconds) unless renewed, and
+//! renewed five times as often (`lease.rs`). A node that
 //! follows an open stream whose writer's lease has lapsed claims the stream (a script that makes it the
 //! writer only if the dead node still is, so one node wins and the dead one is fenced) and ends it with the
 //! error `interrupted` after the last entry Redis holds, as a single node ends at restart what was open when
@@ -40,6 +41,15 @@
 //! live writers have renewed theirs before anyone judges. Nothing acknowledged is lost (acknowledgements waited for Redis), nothing a reader saw is
 //! contradicted (readers saw only what Redis held), and every node's readers get the end within seconds.
 //! A stream nobody follows is ended the same way by the first node asked for it.
+//!
+//! # Redis away
+//!
+//! Nothing handed to the writer is dropped while Redis is away: what Redis did not take waits in the
+//! writer's backlog (`backlog.rs`), in order, and goes once Redis is back. Past `--redis-write-timeout` the
+//! stream's producer is refused and the stream ends `store_unavailable`; that end is written behind the rest,
+//! so every node reads the same log and the same end. A follower that has no answer from Redis for a lease
+//! lets its stream go, telling its readers `lagged` where they are, and follows it again from Redis once
+//! Redis answers (`follow.rs`): no reader waits on a node that cannot hear the writer.
 //!
 //! # Keys
 //!

@@ -29,7 +29,7 @@ use super::connection::RedisConnection;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::backlog::{Backlog, Command, Pending};
+use super::backlog::{Backlog, Command, Failure, Pending};
 use super::script::{self, Append};
 use crate::hub::{Committed, Entry, Gone, Log, MemoryLog, StreamInfo};
 use crate::output::Outcome;
@@ -169,18 +169,22 @@ fn settle(backlog: &mut Backlog, result: redis::RedisResult<u64>, mut pending: P
         tracing::warn!(stream = %command.stream, %error, "Redis is still away and the stream is no longer held here: its appends are given up");
         return;
     }
-    if pending.failed(Instant::now(), write_timeout) {
-        tracing::error!(
-            stream = %pending.command.stream, %error,
-            "Redis has not taken the stream's appends for {write_timeout:?}: it ends `store_unavailable`, and \
-             what it has is written once Redis is back"
-        );
-        pending.command.committed.fail();
-    } else {
-        tracing::warn!(stream = %pending.command.stream, %error, "appending to Redis failed; trying again");
+    let stream = Arc::clone(&pending.command.stream);
+    match pending.failed(Instant::now(), write_timeout) {
+        Failure::First => tracing::warn!(%stream, %error, "appending to Redis failed; trying again"),
+        Failure::Again => tracing::debug!(%stream, %error, "appending to Redis failed again"),
+        Failure::TimedOut => {
+            tracing::error!(
+                %stream, %error,
+                "Redis has not taken the stream's appends for {write_timeout:?}: it ends `store_unavailable`, and \
+                 what it has is written once Redis is back"
+            );
+            pending.command.committed.fail();
+        }
     }
     backlog.put_back(pending);
 }
+
 /// The log of a stream this node owns; see the module doc.
 #[derive(Debug)]
 pub(crate) struct OwnedLog {
