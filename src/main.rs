@@ -154,6 +154,15 @@ struct Serve {
     /// of this node uses it (a later request follows it again).
     #[arg(long, env = "AGENTMUX_DROP_FOLLOWED_AFTER", default_value = "30s", value_parser = humantime::parse_duration)]
     drop_followed_after: Duration,
+    /// With `--engine redis`, how long a node's lease in Redis lasts unless renewed (renewed five times as
+    /// often); the same on every node. A writer whose lease lapsed is taken for dead, and a node that has no
+    /// answer from Redis for this long tells the readers of the streams it follows `lagged`.
+    #[arg(long, env = "AGENTMUX_REDIS_LEASE", default_value = "5s", value_parser = lease_duration)]
+    redis_lease: Duration,
+    /// With `--engine redis`, how long an append Redis does not take is tried before its stream ends with the
+    /// error `store_unavailable` (what Redis did not take is still written, in order, once it is back).
+    #[arg(long, env = "AGENTMUX_REDIS_WRITE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    redis_write_timeout: Duration,
     /// The largest request body in bytes.
     #[arg(long, env = "AGENTMUX_BODY_LIMIT", default_value_t = 8 << 20)]
     body_limit: usize,
@@ -306,6 +315,15 @@ enum LogFormat {
 }
 
 /// The keys from `--api-key` and `--api-keys-file`, each checked.
+/// `--redis-lease`: a duration of at least half a second (a shorter lease would lapse under ordinary delays).
+fn lease_duration(text: &str) -> Result<Duration, String> {
+    let lease = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if lease < Duration::from_millis(500) {
+        return Err("a lease shorter than 500ms would lapse under ordinary delays".into());
+    }
+    Ok(lease)
+}
+
 fn api_keys(serve: &Serve) -> Result<Vec<KeySpec>, String> {
     let mut keys = Vec::new();
     for (index, key) in serve.api_keys.iter().enumerate() {
@@ -479,6 +497,8 @@ fn node_config(
                 idle_timeout: serve.idle_timeout,
                 retention: Duration::ZERO,
                 let_go_after: serve.drop_followed_after,
+                lease: serve.redis_lease,
+                write_timeout: serve.redis_write_timeout,
             })
         }
         Engine::Store if serve.ephemeral => node::Engine::Memory,
