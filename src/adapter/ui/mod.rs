@@ -26,9 +26,12 @@
 //!
 //! # Degradations
 //!
-//! As in the OpenAI chunk stream, text cannot be taken back: a `replace`, `merge`, `set` or resend that
-//! leaves a text no longer starting with what was sent sends nothing for it until it extends what was sent
-//! again. A tool call's id and name stand once sent, and its arguments once available. A media message's
+//! A part's text cannot be taken back: a `replace`, `merge`, `set` or resend that leaves a text or reasoning
+//! no longer starting with what was sent ends its part and starts a new one (same id: the client keys open
+//! parts by id) carrying the whole corrected text, so the message's last part for it is the corrected text
+//! while the stale part stays before it (`adapter/sent.rs`). A tool call's arguments taken back send nothing
+//! until they extend what was sent again; `tool-input-available` carries them whole at the call's end. A
+//! tool call's id and name stand once sent, and its arguments once available. A media message's
 //! first URL stands. A cancel ends the open parts and sends `abort`; a failure sends `error`.
 
 mod part;
@@ -237,10 +240,21 @@ impl UiMessageAdapter {
     }
 
     fn text(&mut self, slot: usize, before: &Before<'_>, frames: &mut Vec<Frame>) {
+        let content = self.reducer.messages()[slot].prop_str("content").unwrap_or("");
+        // Where the new text starts in the content: past what was sent, or at 0 for a correction.
+        let (from, correction) = match self.sent[slot].text.new_text(content, before) {
+            Some(new) => (content.len() - new.len(), false),
+            None => (0, true),
+        };
+        if correction {
+            // Text taken back: the part so far ends, and a new part carries the whole corrected text.
+            self.sent[slot].text.corrected();
+            self.end_part(slot, frames);
+        }
         let state = &self.reducer.messages()[slot];
+        let new = state.prop_str("content").unwrap_or("").get(from..).unwrap_or("");
         let sent = &mut self.sent[slot];
-        let new = sent.text.new_text(state.prop_str("content").unwrap_or(""), before);
-        if new.is_empty() {
+        if new.is_empty() && !correction {
             return;
         }
         open_step(&mut self.step, frames);
@@ -249,6 +263,9 @@ impl UiMessageAdapter {
         if !std::mem::replace(&mut sent.open, true) {
             let start = if reasoning { Part::ReasoningStart { id: &id } } else { Part::TextStart { id: &id } };
             frames.push(Frame::json(None, &start));
+        }
+        if new.is_empty() {
+            return;
         }
         let delta = if reasoning {
             Part::ReasoningDelta { id: &id, delta: new }
@@ -287,7 +304,8 @@ impl UiMessageAdapter {
             sent.call = Some((id, name.to_owned()));
             self.client_tools = !sent.provider_executed;
         }
-        let new = sent.text.new_text(state.prop_str("arguments").unwrap_or(""), before);
+        // Arguments taken back send nothing: `tool-input-available` carries them whole when the call ends.
+        let new = sent.text.new_text(state.prop_str("arguments").unwrap_or(""), before).unwrap_or("");
         if let (false, Some((call_id, _))) = (new.is_empty(), &sent.call) {
             frames.push(Frame::json(None, &Part::ToolInputDelta { tool_call_id: call_id, input_text_delta: new }));
         }
