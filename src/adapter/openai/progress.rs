@@ -360,3 +360,47 @@ fn projection_text(state: &OutputMessage, agent_tools: AgentTools) -> Option<Str
 fn tool_call_id(id: &str, index: u32) -> String {
     if id.is_empty() { format!("call_{index}") } else { id.to_owned() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::OutputMessage;
+
+    /// What `progress` sends for `message`: each piece of text, whether after a line break, whether fresh.
+    fn texts(progress: &mut Progress, message: &OutputMessage) -> Vec<(String, bool, bool)> {
+        let mut out = Vec::new();
+        progress.push(message, &mut |piece| {
+            if let Piece::Content { text, new_line, fresh } | Piece::Reasoning { text, new_line, fresh } = piece {
+                out.push((text.to_owned(), new_line, fresh));
+            }
+        });
+        out
+    }
+
+    fn delta(content: &str, action: DeltaAction) -> OutputMessage {
+        OutputMessage::text(content).with_message_id("m1").as_delta(action, None)
+    }
+
+    #[test]
+    fn text_taken_back_goes_out_again_whole_as_a_correction_and_streams_on_from_there() {
+        let mut progress = Progress::default();
+        assert_eq!(
+            texts(&mut progress, &delta("The fare is 41", DeltaAction::Append)),
+            [("The fare is 41".into(), false, false)]
+        );
+        let corrected = texts(&mut progress, &delta("The fare is 42", DeltaAction::Replace));
+        assert_eq!(corrected, [("The fare is 42".into(), true, true)], "whole, fresh, on a new line");
+        assert_eq!(texts(&mut progress, &delta(" EUR.", DeltaAction::Append)), [(" EUR.".into(), false, false)]);
+        let extended = texts(&mut progress, &delta("The fare is 42 EUR. Book now", DeltaAction::Replace));
+        assert_eq!(extended, [(" Book now".into(), false, false)], "a replace that extends is a delta");
+    }
+
+    #[test]
+    fn a_correction_to_the_empty_text_goes_out_with_the_next_text() {
+        let mut progress = Progress::default();
+        texts(&mut progress, &delta("Wrong", DeltaAction::Append));
+        assert_eq!(texts(&mut progress, &delta("", DeltaAction::Replace)), []);
+        assert_eq!(texts(&mut progress, &delta("Right", DeltaAction::Append)), [("Right".into(), true, true)]);
+        assert_eq!(texts(&mut progress, &delta("!", DeltaAction::Append)), [("!".into(), false, false)]);
+    }
+}
