@@ -113,6 +113,16 @@ async fn a_replaced_text_ends_corrected_in_the_ui_ag_ui_and_anthropic_clients() 
     for result in &ui {
         assert!(result["error"].is_null(), "{result}");
         assert_eq!(last_ui_text(&result["message"]), Some(last.as_str()), "{result}");
+        // The stale part stays, marked so that a page can hide it; the corrected one is not marked.
+        let marks: Vec<(&str, bool)> = result["message"]["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["type"] == "text")
+            .map(|p| (p["text"].as_str().unwrap_or(""), p["providerMetadata"]["agentmux"]["superseded"] == true))
+            .collect();
+        let stale = ("The cheapest fare is 41", true);
+        assert_eq!(marks[1..], [stale, (last.as_str(), false)], "{result}");
     }
     let ag_ui = &by_name(ag_ui, "name")["live"];
     assert!(ag_ui["failed"].is_null(), "{ag_ui}");

@@ -29,7 +29,9 @@
 //! A part's text cannot be taken back: a `replace`, `merge`, `set` or resend that leaves a text or reasoning
 //! no longer starting with what was sent ends its part and starts a new one (same id: the client keys open
 //! parts by id) carrying the whole corrected text, so the message's last part for it is the corrected text
-//! while the stale part stays before it (`adapter/sent.rs`). A tool call's arguments taken back send nothing
+//! while the stale part stays before it (`adapter/sent.rs`), marked, if it was still open, by its end's
+//! `providerMetadata`
+//! (`{"agentmux": {"superseded": true}}`, which the client keeps on the part) so a page can hide it. A tool call's arguments taken back send nothing
 //! until they extend what was sent again; `tool-input-available` carries them whole at the call's end. A
 //! tool call's id and name stand once sent, and its arguments once available. A media message's
 //! first URL stands. A cancel ends the open parts and sends `abort`; a failure sends `error`.
@@ -118,6 +120,8 @@ struct Sent {
     input_done: bool,
     /// A tool call's output, or a media message's file part, went out.
     once: bool,
+    /// The part ending now is one a correction replaces: its end says so.
+    superseded: bool,
 }
 
 impl UiMessageAdapter {
@@ -161,8 +165,14 @@ impl UiMessageAdapter {
         }
         let id = part_id(state, slot);
         match sent.channel {
-            Channel::Text => frames.push(Frame::json(None, &Part::TextEnd { id: &id })),
-            Channel::Reasoning => frames.push(Frame::json(None, &Part::ReasoningEnd { id: &id })),
+            Channel::Text => {
+                let provider_metadata = part::superseded(std::mem::take(&mut sent.superseded));
+                frames.push(Frame::json(None, &Part::TextEnd { id: &id, provider_metadata }));
+            }
+            Channel::Reasoning => {
+                let provider_metadata = part::superseded(std::mem::take(&mut sent.superseded));
+                frames.push(Frame::json(None, &Part::ReasoningEnd { id: &id, provider_metadata }));
+            }
             Channel::Tool => {
                 let Some((call_id, name)) = &sent.call else { return };
                 sent.input_done = true;
@@ -249,7 +259,9 @@ impl UiMessageAdapter {
         if correction {
             // Text taken back: the part so far ends, and a new part carries the whole corrected text.
             self.sent[slot].text.corrected();
+            self.sent[slot].superseded = true;
             self.end_part(slot, frames);
+            self.sent[slot].superseded = false;
         }
         let state = &self.reducer.messages()[slot];
         let new = state.prop_str("content").unwrap_or("").get(from..).unwrap_or("");
