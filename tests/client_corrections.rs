@@ -74,14 +74,9 @@ async fn a_replaced_text_ends_corrected_in_the_ui_ag_ui_and_anthropic_clients() 
     let server = TestServer::start().await;
     let client = reqwest::Client::new();
     let id = create_stream(&client, &server).await;
-    let batch: Vec<Value> = common::messages(CASE).iter().map(|m| serde_json::to_value(m).expect("JSON")).collect();
-    let batch: Vec<Value> = batch
-        .into_iter()
-        .map(|mut m| {
-            m.as_object_mut().map(|o| o.remove("metadata"));
-            m
-        })
-        .collect();
+    let input = String::from_utf8(common::read(CASE, "input.jsonl")).expect("utf-8");
+    let batch: Vec<Value> =
+        input.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("JSON")).collect();
     let (status, body) = post_json(&client, &server.url(&format!("/v1/streams/{id}/messages")), &json!(batch)).await;
     assert_eq!(status, 200, "{body}");
     let (status, _) = post_empty(&client, &server.url(&format!("/v1/streams/{id}/end"))).await;
