@@ -300,6 +300,11 @@ struct Serve {
     /// several, or `*` to let any page read (not write). The variable takes several, comma-separated.
     #[arg(long = "cors-origin", env = "AGENTMUX_CORS_ORIGINS", value_delimiter = ',')]
     cors_origins: Vec<String>,
+    /// A name (beside the loopback ones) a browser may reach the service by without API keys, such as the name
+    /// a local reverse proxy forwards as `Host` (`agents.internal`); repeat it for several. The variable takes
+    /// several, comma-separated.
+    #[arg(long = "public-host", env = "AGENTMUX_PUBLIC_HOSTS", value_delimiter = ',')]
+    public_hosts: Vec<String>,
     /// How log lines look: `text` for people, `json` (one object per line) for collectors.
     #[arg(long, env = "AGENTMUX_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -401,7 +406,7 @@ fn run_serve(serve: Serve) -> ExitCode {
         Ok(keys) => keys,
         Err(e) => return fail(&e),
     };
-    let cors_origins = match Origins::new(&serve.cors_origins) {
+    let cors_origins = match Origins::new(&serve.cors_origins).and_then(|o| o.with_public_hosts(&serve.public_hosts)) {
         Ok(origins) => origins,
         Err(e) => return fail(&e),
     };

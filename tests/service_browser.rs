@@ -216,4 +216,17 @@ async fn a_rebound_name_reaches_nothing_without_keys() {
         .await
         .expect("an answer");
     assert_eq!(answer.status(), 201, "with keys, a key is what counts, not the name");
+
+    // A name the operator gave the keyless service (`--public-host`, a local reverse proxy's) is its own.
+    let origins = agentmux::http::Origins::default().with_public_hosts(&["agents.internal".into()]).expect("a name");
+    let named = Settings { cors_origins: origins, ..Settings::default() };
+    let server = TestServer::with(HubConfig::default(), named, Agents::builtin()).await;
+    let host = format!("agents.internal:{}", server.addr.port());
+    let page = |host: &str| {
+        let request = client.post(server.url("/v1/streams")).header("host", host);
+        request.header("origin", format!("http://{host}")).send()
+    };
+    assert_eq!(page(&host).await.expect("an answer").status(), 201, "a page on the public name may write");
+    let rebound = format!("rebind.attacker.example:{}", server.addr.port());
+    assert_eq!(page(&rebound).await.expect("an answer").status(), 421, "other names are still refused");
 }

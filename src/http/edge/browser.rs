@@ -25,8 +25,9 @@
 //! it write and read. What gives it away is the `Host` its browser sends, the page's own name. So without
 //! keys a request from a browser (it carries `Origin` or `Sec-Fetch-Site`, which no page can forge or leave
 //! out) whose `Host` is not a loopback name (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`) is refused
-//! with 421 `misdirected_host`, unless the operator opened the service on purpose (`--insecure-no-auth`,
-//! [`Origins::any_host`]). Other clients (SDKs, curl, a proxy of this machine's) are not browsers and are
+//! with 421 `misdirected_host`, unless it is a name the operator gave the service (`--public-host`, say the
+//! name a local reverse proxy forwards; [`Origins::with_public_hosts`]) or the operator opened the service
+//! on purpose (`--insecure-no-auth`, [`Origins::any_host`]). Other clients (SDKs, curl, a proxy of this machine's) are not browsers and are
 //! served whatever their `Host`. With keys, a request needs a key or a token whatever its `Host`.
 
 use std::collections::HashSet;
@@ -49,6 +50,8 @@ pub struct Origins {
     any_reads: bool,
     /// Serve any `Host` without keys (see the module doc); loopback names only otherwise.
     any_host: bool,
+    /// Names besides the loopback ones a keyless service is reached by (`--public-host`), lower-case, no port.
+    public_hosts: Vec<String>,
     /// Unlisted origins already named in the log (at most [`LOGGED_ORIGINS`]).
     logged: Arc<Mutex<HashSet<HeaderValue>>>,
 }
@@ -63,6 +66,31 @@ impl Origins {
     pub fn any_host(mut self) -> Origins {
         self.any_host = true;
         self
+    }
+
+    /// The same, also answering pages that reach a keyless service by one of `hosts` (`--public-host`: bare
+    /// names, such as `agents.internal`, without a scheme or a port).
+    ///
+    /// ```
+    /// use agentmux::http::Origins;
+    ///
+    /// assert!(Origins::default().with_public_hosts(&["agents.internal".into()]).is_ok());
+    /// assert!(Origins::default().with_public_hosts(&["http://agents.internal".into()]).is_err());
+    /// ```
+    pub fn with_public_hosts(mut self, hosts: &[String]) -> Result<Origins, String> {
+        for host in hosts {
+            let name = host.trim().trim_end_matches('.').to_ascii_lowercase();
+            let valid = !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.'))
+                && !name.starts_with(['-', '.']);
+            if !valid {
+                return Err(format!(
+                    "--public-host {host:?} is not a host name (letters, digits, '-' and '.'; no scheme, no port)"
+                ));
+            }
+            self.public_hosts.push(name);
+        }
+        Ok(self)
     }
 
     /// From the flag's values: each an exact origin (scheme, host and port, no path), or `*`.
@@ -135,11 +163,12 @@ fn reads(parts: &Parts) -> bool {
 pub(crate) async fn guard(State((origins, keyed)): State<(Origins, bool)>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     let from_a_page = headers.contains_key(ORIGIN) || headers.contains_key("sec-fetch-site");
-    if !keyed && !origins.any_host && from_a_page && !loopback_host(headers.get(HOST)) {
+    if !keyed && !origins.any_host && from_a_page && !known_host(headers.get(HOST), &origins.public_hosts) {
         return HttpError::new(
             StatusCode::MISDIRECTED_REQUEST,
             "invalid_request_error",
-            "this service has no API key and answers loopback names only (localhost, 127.0.0.1, [::1])",
+            "this service has no API key and answers loopback names (localhost, 127.0.0.1, [::1]) and the names \
+             given with --public-host only",
             None,
             "misdirected_host",
         )
@@ -152,8 +181,9 @@ pub(crate) async fn guard(State((origins, keyed)): State<(Origins, bool)>, reque
 }
 
 /// Whether `Host` names this machine's loopback: `localhost` or a name under it, an address in
-/// `127.0.0.0/8`, or `[::1]`, with any port. A request without `Host` (HTTP/1.0) came from no browser page.
-fn loopback_host(host: Option<&HeaderValue>) -> bool {
+/// `127.0.0.0/8`, or `[::1]`, or one of `public` (`--public-host`), with any port. A request without `Host`
+/// (HTTP/1.0) came from no browser page.
+fn known_host(host: Option<&HeaderValue>, public: &[String]) -> bool {
     let Some(host) = host else { return true };
     let Ok(host) = host.to_str() else { return false };
     let name = match host.strip_prefix('[') {
@@ -163,7 +193,8 @@ fn loopback_host(host: Option<&HeaderValue>) -> bool {
             .map_or(host, |(name, port)| if port.bytes().all(|b| b.is_ascii_digit()) { name } else { host }),
     };
     let name = name.trim_end_matches('.').to_ascii_lowercase();
-    name == "localhost"
+    public.contains(&name)
+        || name == "localhost"
         || name.ends_with(".localhost")
         || name.parse::<std::net::IpAddr>().is_ok_and(|address| address.is_loopback())
 }
@@ -265,11 +296,15 @@ mod tests {
     #[test]
     fn the_service_s_own_pages_are_same_origin() {
         for loopback in ["127.0.0.1:8080", "localhost:1", "LOCALHOST", "app.localhost:3000", "[::1]:80", "127.9.9.9"] {
-            assert!(super::loopback_host(Some(&HeaderValue::from_static(loopback))), "{loopback}");
+            assert!(super::known_host(Some(&HeaderValue::from_static(loopback)), &[]), "{loopback}");
         }
         for elsewhere in ["rebind.attacker.example:8080", "10.0.0.1:8080", "[2001:db8::1]:80", "localhost.evil.com"] {
-            assert!(!super::loopback_host(Some(&HeaderValue::from_static(elsewhere))), "{elsewhere}");
+            assert!(!super::known_host(Some(&HeaderValue::from_static(elsewhere)), &[]), "{elsewhere}");
         }
+        let public = Origins::default().with_public_hosts(&["Agents.Internal".into()]).expect("a name").public_hosts;
+        assert!(super::known_host(Some(&HeaderValue::from_static("agents.internal:8443")), &public));
+        assert!(super::known_host(Some(&HeaderValue::from_static("AGENTS.internal.")), &public));
+        assert!(!super::known_host(Some(&HeaderValue::from_static("rebind.attacker.example")), &public));
         let host = HeaderValue::from_static("127.0.0.1:8080");
         assert!(same_origin(&HeaderValue::from_static("http://127.0.0.1:8080"), Some(&host)));
         assert!(!same_origin(&HeaderValue::from_static("http://127.0.0.1:9999"), Some(&host)));
