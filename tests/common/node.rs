@@ -1,5 +1,5 @@
 //! Node clients for the tests: Node 20 or later (Debian's `nodejs` and `npm`, installed with apt-get when
-//! `node` is missing) and the npm packages the tests drive (the `ai` package at two majors, `@ag-ui/client`, `@anthropic-ai/sdk`, `openai`),
+//! `node` is missing) and the npm packages the tests drive (the `ai` package at two majors, `@ag-ui/client`, `@anthropic-ai/sdk`, `openai`, the AI SDK's `@ai-sdk/openai` and `@ai-sdk/anthropic`),
 //! installed into `target/node-clients` the first time and reused; a lock file keeps two test processes from
 //! installing at once. Nothing is skipped: without Node or the registry a test fails and says why. Scripts
 //! live in `tests/node/` and run from `target/node-clients`, so their imports find the packages; they talk to
@@ -23,6 +23,7 @@ const PACKAGES: &[(&str, &str, &str)] = &[
     ("@anthropic-ai/sdk", "@anthropic-ai/sdk", "1"),
     ("openai", "openai", "7"),
     ("@ai-sdk/openai", "@ai-sdk/openai", "4"),
+    ("@ai-sdk/anthropic", "@ai-sdk/anthropic", "4"),
 ];
 
 fn target() -> PathBuf {

@@ -12,8 +12,10 @@
 //! `@ai-sdk/anthropic`) read `error.type` and `error.message`. Its types follow the status, as Anthropic
 //! answers them: 400 `invalid_request_error`, 401 `authentication_error`, 403 `permission_error`, 404
 //! `not_found_error`, 413 `request_too_large`, 429 `rate_limit_error`, 503 and 529 `overloaded_error`, 504
-//! `timeout_error`, any other 4xx `invalid_request_error` and 5xx `api_error`. Anthropic has no `param`:
-//! the field at fault leads the message (`messages[2].role: ...`), as Anthropic's own messages name theirs.
+//! `timeout_error`, any other 4xx `invalid_request_error` and 5xx `api_error`. agentmux's own `code` goes
+//! in `details.error_code`, where both SDKs read Anthropic's (`error.errorCode` in `@anthropic-ai/sdk`).
+//! Anthropic has no `param`: the field at fault leads the message (`messages[2].role: ...`), as
+//! Anthropic's own messages name theirs.
 
 use std::collections::HashMap;
 
@@ -66,7 +68,10 @@ impl ErrorShape {
                     }
                     _ => error.message.clone(),
                 };
-                let body = json!({"type": "error", "error": {"type": anthropic_type(status), "message": message}});
+                let mut body = json!({"type": "error", "error": {"type": anthropic_type(status), "message": message}});
+                if let Some(code) = &error.code {
+                    body["error"]["details"] = json!({"error_code": code});
+                }
                 Bytes::from(body.to_string())
             }
         }
