@@ -110,10 +110,10 @@ mod tests {
     fn anthropic_names_the_type_by_status_and_the_field_in_the_message() {
         let body = ErrorShape::Anthropic.render(StatusCode::NOT_FOUND, &error(Some("model")));
         let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
-        assert_eq!(
-            body,
-            json!({"type": "error", "error": {"type": "not_found_error", "message": "model: no such model"}})
-        );
+        let expected = json!({"type": "error", "error": {
+            "type": "not_found_error", "message": "model: no such model", "details": {"error_code": "model_not_found"},
+        }});
+        assert_eq!(body, expected);
         let kinds: Vec<&str> = [400, 401, 403, 409, 413, 429, 500, 503]
             .into_iter()
             .map(|s| anthropic_type(StatusCode::from_u16(s).expect("a status")))
