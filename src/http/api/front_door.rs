@@ -351,6 +351,6 @@ fn names(app: &App, stream: &str, thread: Option<&str>) -> HeaderMap {
 
 /// `error`, answered with the run's `names`.
 fn with_names(mut error: HttpError, names: HeaderMap) -> HttpError {
-    error.headers.extend(names);
+    error.headers.get_or_insert_default().extend(names);
     error
 }
