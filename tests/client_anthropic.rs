@@ -203,7 +203,8 @@ async fn a_busy_thread_s_409_names_the_running_stream() {
     let running = reqwest::Client::new()
         .post(server.url("/v1/messages"))
         .header("x-agentmux-thread-id", "t-busy")
-        .json(&json!({"model": "demo", "stream": true, "max_tokens": 64, "messages": [{"role": "user", "content": "go"}]}))
+        .json(&json!({"model": "demo", "stream": true, "max_tokens": 64,
+            "messages": [{"role": "user", "content": "go"}]}))
         .send()
         .await
         .expect("start the demo");

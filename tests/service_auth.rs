@@ -1,6 +1,6 @@
-//! Keys and stream tokens over real sockets (`src/http/edge/auth.rs`): with keys configured, every rule of who may
-//! do what, each refusal in the OpenAI envelope (Anthropic's shape on `/v1/messages`); without keys, tokens issued and accepted and nothing asked
-//! for. The binary itself refuses to serve a non-loopback address without keys unless told
+//! Keys and stream tokens over real sockets (`src/http/edge/auth.rs`): with keys configured, every rule of who may do
+//! what, each refusal in the OpenAI envelope (Anthropic's shape on `/v1/messages`); without keys, tokens issued and
+//! accepted and nothing asked for. The binary itself refuses to serve a non-loopback address without keys unless told
 //! `--insecure-no-auth`.
 
 mod common;

@@ -10,8 +10,8 @@
 //! `tool_use` block per call handed to the client), then `message_delta` with the `stop_reason` (`end_turn`,
 //! `max_tokens`, `tool_use`, `refusal` for a content filter) and the outcome's usage (`output_tokens`, which
 //! both SDKs need, and `input_tokens` with the cache's counts, which both take from `message_delta` too: the
-//! prompt's size is known only once the run ends, so `message_start` says 0), and `message_stop`. A new kind of content closes the open block and opens the next; text after a tool call
-//! opens a new text block.
+//! prompt's size is known only once the run ends, so `message_start` says 0), and `message_stop`. A new
+//! kind of content closes the open block and opens the next; text after a tool call opens a new text block.
 //!
 //! An `error` message, a failed or cancelled stream, and a reader whose history is gone end with `event:
 //! error` (`{"type": "error", "error": {"type", "message"}}`, the type `api_error`, `cancelled` or
@@ -148,9 +148,10 @@ impl Block {
     }
 }
 
-/// `usage` in Anthropic's words (`output_tokens` alone when the agent said none): its `input_tokens` are the prompt's tokens the cache did not serve, so the
-/// cache's reads and writes (`cache_read_input_tokens`, `cache_creation_input_tokens`, when the model said
-/// them) come off the prompt's count, which holds them all (as the Anthropic upstream adds them up).
+/// `usage` in Anthropic's words (`output_tokens` alone when the agent said none): its `input_tokens` are
+/// the prompt's tokens the cache did not serve, so the cache's reads and writes (`cache_read_input_tokens`,
+/// `cache_creation_input_tokens`, when the model said them) come off the prompt's count, which holds them
+/// all (as the Anthropic upstream adds them up).
 fn anthropic_usage(usage: Option<&Usage>) -> Value {
     let Some(usage) = usage else { return json!({"output_tokens": 0}) };
     let details = usage.prompt_tokens_details;

@@ -1,9 +1,9 @@
 //! [`router`]: every endpoint `api/` gathers, each behind the layers of `edge/` that every request meets.
 //!
-//! From the outside in: the access log and the request counted (`edge/trace.rs`), CORS for the listed
-//! origins, the head limits and the envelope on every error, in the shape each endpoint declares (`edge/limits.rs`), what a page from another
-//! origin may not do (`edge/browser.rs`), the credential (`edge/auth.rs`); on a node of a cluster, a write to
-//! a stream another node writes goes there (`edge/forward.rs`) before any handler sees it.
+//! From the outside in: the access log and the request counted (`edge/trace.rs`), CORS for the listed origins, the
+//! head limits and the envelope on every error, in the shape each endpoint declares (`edge/limits.rs`), what a page
+//! from another origin may not do (`edge/browser.rs`), the credential (`edge/auth.rs`); on a node of a cluster, a
+//! write to a stream another node writes goes there (`edge/forward.rs`) before any handler sees it.
 
 use std::sync::Arc;
 

@@ -1,10 +1,10 @@
 // The AI SDK's Anthropic provider (`@ai-sdk/anthropic`) with the `ai` package, against agentmux's
 // `/v1/messages`, as its docs use it: `generateText` and `streamText`.
 //
-// Usage: node ai_sdk_anthropic.mjs CONFIG.json, CONFIG = {"base": URL ending in /v1, "runs": [{"name",
-// "model", "stream": bool, "headers"?}]}. Prints one JSON array: per run its text, finish reason, usage (input and output
-// tokens as the SDK counts them), and the error the SDK raised or put in the stream (its message, and for an
-// HTTP error its status and the run's names from the headers), if any.
+// Usage: node ai_sdk_anthropic.mjs CONFIG.json, CONFIG = {"base": URL ending in /v1, "runs": [{"name", "model",
+// "stream": bool, "headers"?}]}. Prints one JSON array: per run its text, finish reason, usage (input and output
+// tokens as the SDK counts them), and the error the SDK raised or put in the stream (its message, and for an HTTP
+// error its status and the run's names from the headers), if any.
 
 import { readFileSync } from 'node:fs';
 import { generateText, streamText } from 'ai';

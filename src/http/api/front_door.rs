@@ -307,9 +307,9 @@ impl Run {
         Ok(response)
     }
 
-    /// With `streaming`, the [`Run::answer`] in `format`; without, `whole`'s answer once the run has ended,
-    /// named as a run's answer is (an `Err` from `whole` too: the run's failure, answered with its names). The client going away while
-    /// the run goes on cancels it when it asked for that.
+    /// With `streaming`, the [`Run::answer`] in `format`; without, `whole`'s answer once the run has ended, named
+    /// as a run's answer is (an `Err` from `whole` too: the run's failure, answered with its names). The client
+    /// going away while the run goes on cancels it when it asked for that.
     pub(crate) async fn respond(
         self,
         streaming: bool,
