@@ -48,7 +48,8 @@ async fn read_sse(body: Vec<u8>) -> Accumulated {
 
 #[tokio::test]
 async fn every_golden_chunk_parses_as_async_openai_types() {
-    // Cases whose deltas take text back: streamed text is a documented prefix of the final text.
+    // Cases whose deltas take text back: the corrected text goes out again on a new line, so the streamed
+    // text ends with the final text's last line, after the stale one.
     let degraded = ["replace-and-merge"];
     for case in common::cases() {
         let response_body = common::read(&case, "openai.json");
@@ -98,6 +99,11 @@ async fn every_golden_chunk_parses_as_async_openai_types() {
                     let final_content = choice.message.content.clone().unwrap_or_default();
                     if degraded.contains(&case.as_str()) {
                         assert_ne!(content, final_content, "{case}: the degradation this case shows");
+                        let last_line = final_content.lines().last().unwrap_or_default();
+                        assert!(
+                            content.ends_with(&format!("\n{last_line}")),
+                            "{case}/{file}: ends corrected: {content:?}"
+                        );
                     } else {
                         assert_eq!(content, final_content, "{case}/{file}");
                     }

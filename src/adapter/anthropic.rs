@@ -12,6 +12,8 @@
 //! both SDKs need, and `input_tokens` with the cache's counts, which both take from `message_delta` too: the
 //! prompt's size is known only once the run ends, so `message_start` says 0), and `message_stop`. A new
 //! kind of content closes the open block and opens the next; text after a tool call opens a new text block.
+//! A block's text cannot be taken back: a correction (a message whose text no longer starts with what was
+//! sent, `progress.rs`) opens a new block carrying the message's whole corrected text.
 //!
 //! An `error` message, a failed or cancelled stream, and a reader whose history is gone end with `event:
 //! error` (`{"type": "error", "error": {"type", "message"}}`, the type `api_error`, `cancelled` or
@@ -210,12 +212,13 @@ impl Blocks {
 
     fn piece(&mut self, piece: Piece<'_>, frames: &mut Vec<Frame>) {
         match piece {
-            Piece::Content { text, new_line } | Piece::Reasoning { text, new_line } => {
+            Piece::Content { text, new_line, fresh } | Piece::Reasoning { text, new_line, fresh } => {
                 let thinking = matches!(piece, Piece::Reasoning { .. });
-                let text = if new_line { format!("\n{text}") } else { text.to_owned() };
+                // A correction opens a block of its own, which needs no line break first.
+                let text = if new_line && !fresh { format!("\n{text}") } else { text.to_owned() };
                 let index = match self.open.map(|index| (index, &self.content[index])) {
-                    Some((index, Block::Text(_))) if !thinking => index,
-                    Some((index, Block::Thinking(_))) if thinking => index,
+                    Some((index, Block::Text(_))) if !thinking && !fresh => index,
+                    Some((index, Block::Thinking(_))) if thinking && !fresh => index,
                     _ if thinking => self.open(Block::Thinking(String::new()), frames),
                     _ => self.open(Block::Text(String::new()), frames),
                 };

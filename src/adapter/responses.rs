@@ -7,7 +7,8 @@
 //! `summary_text` part) for reasoning, a `function_call` item per call handed to the client. Each item opens
 //! with `response.output_item.added` (and its part's `…part.added`), streams its deltas, and closes with its
 //! `…done` events carrying the whole text, then `response.output_item.done`. Another kind of content closes the
-//! open item and opens the next.
+//! open item and opens the next, and so does a correction (text taken back, `progress.rs`): the corrected
+//! message's whole text goes out in a new item.
 //!
 //! The stream opens with `response.created` and `response.in_progress` and ends with `response.completed`
 //! (the whole response: every item and the usage); `response.incomplete` when the token limit cut it
@@ -246,12 +247,13 @@ impl Items {
 
     fn piece(&mut self, piece: Piece<'_>, frames: &mut Vec<Frame>) {
         match piece {
-            Piece::Content { text, new_line } | Piece::Reasoning { text, new_line } => {
+            Piece::Content { text, new_line, fresh } | Piece::Reasoning { text, new_line, fresh } => {
                 let reasoning = matches!(piece, Piece::Reasoning { .. });
-                let text = if new_line { format!("\n{text}") } else { text.to_owned() };
+                // A correction opens an item of its own, which needs no line break first.
+                let text = if new_line && !fresh { format!("\n{text}") } else { text.to_owned() };
                 let index = match self.open.map(|index| (index, &self.items[index])) {
-                    Some((index, Item::Message { .. })) if !reasoning => index,
-                    Some((index, Item::Reasoning { .. })) if reasoning => index,
+                    Some((index, Item::Message { .. })) if !reasoning && !fresh => index,
+                    Some((index, Item::Reasoning { .. })) if reasoning && !fresh => index,
                     _ if reasoning => {
                         self.open(Item::Reasoning { id: self.item_id("rs"), text: String::new() }, frames)
                     }

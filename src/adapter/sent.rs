@@ -3,8 +3,11 @@
 //!
 //! A message's main text (a text's or a thinking's content, a tool call's arguments) goes out as deltas. What
 //! is new after a message is the text past what was sent, when the text still starts with it. A `replace`,
-//! `merge`, `set`, a resend or a `type_change` that leaves the text not starting with what was sent sends
-//! nothing (the client keeps what it has), until the text extends what was sent again. An append at the main
+//! `merge`, `set`, a resend or a `type_change` that leaves the text not starting with what was sent is a
+//! correction ([`SentText::new_text`] answers `None`): a text or reasoning then goes out again whole as a new
+//! part or message (the client cannot drop what it has, but what it shows last is the corrected text) and
+//! the adapter says so with [`SentText::corrected`]; a tool call's arguments, which cannot be sent twice, send
+//! nothing until they extend what was sent again. An append at the main
 //! field of a message in step with its client takes a fast path: the fragment is what is new, with no
 //! comparison, so a long answer streamed in small deltas costs O(fragment) per delta, not O(text).
 
@@ -52,23 +55,29 @@ impl SentText {
         }
     }
 
-    /// What of `text` (the message's text now) is new to the client, noting it as sent.
-    pub(crate) fn new_text<'a>(&mut self, text: &'a str, before: &Before<'a>) -> &'a str {
+    /// What of `text` (the message's text now) is new to the client, noting it as sent; `None` when `text` no
+    /// longer starts with what was sent, which stays noted until [`SentText::corrected`].
+    pub(crate) fn new_text<'a>(&mut self, text: &'a str, before: &Before<'a>) -> Option<&'a str> {
         let before = match before {
-            Before::Fragment(fragment) => return fragment,
+            Before::Fragment(fragment) => return Some(fragment),
             Before::Text(before) => before.as_deref(),
         };
         let sent = self.stale.as_deref().or(before).unwrap_or("");
         match text.strip_prefix(sent) {
             Some(rest) => {
                 self.stale = None;
-                rest
+                Some(rest)
             }
             None => {
                 self.stale = Some(sent.to_owned());
-                ""
+                None
             }
         }
+    }
+
+    /// The message's whole text (as it is now) went out again, correcting what was sent: in step from here.
+    pub(crate) fn corrected(&mut self) {
+        self.stale = None;
     }
 }
 
@@ -78,22 +87,32 @@ mod tests {
     use crate::output::{DeltaAction, OutputMessage};
 
     #[test]
-    fn appends_take_the_fast_path_and_a_replace_that_takes_text_back_sends_nothing_until_it_extends_again() {
+    fn appends_take_the_fast_path_and_a_replace_that_takes_text_back_is_a_correction() {
         let mut sent = SentText::default();
         let first = OutputMessage::text("The fare is 41");
-        assert_eq!(sent.new_text("The fare is 41", &sent.before(None, &first)), "The fare is 41");
+        assert_eq!(sent.new_text("The fare is 41", &sent.before(None, &first)), Some("The fare is 41"));
         let state = first.clone();
         let more = OutputMessage::text(" EUR").as_delta(DeltaAction::Append, None);
         let before = sent.before(Some(&state), &more);
         assert!(matches!(before, Before::Fragment(" EUR")));
-        assert_eq!(sent.new_text("The fare is 41 EUR", &before), " EUR");
+        assert_eq!(sent.new_text("The fare is 41 EUR", &before), Some(" EUR"));
         let state = OutputMessage::text("The fare is 41 EUR");
         let replace = OutputMessage::text("The fare is 42").as_delta(DeltaAction::Replace, None);
         let before = sent.before(Some(&state), &replace);
-        assert_eq!(sent.new_text("The fare is 42", &before), "", "taken back: nothing");
+        assert_eq!(sent.new_text("The fare is 42", &before), None, "taken back: a correction");
         let state = OutputMessage::text("The fare is 42");
         let again = OutputMessage::text("The fare is 41 EUR, or less").as_delta(DeltaAction::Replace, None);
         let before = sent.before(Some(&state), &again);
-        assert_eq!(sent.new_text("The fare is 41 EUR, or less", &before), ", or less", "extends what was sent");
+        assert_eq!(sent.new_text("The fare is 41 EUR, or less", &before), Some(", or less"), "uncorrected: extends");
+        let state = OutputMessage::text("The fare is 41 EUR, or less");
+        let replace = OutputMessage::text("The fare is 42").as_delta(DeltaAction::Replace, None);
+        let before = sent.before(Some(&state), &replace);
+        assert_eq!(sent.new_text("The fare is 42", &before), None);
+        sent.corrected();
+        let state = OutputMessage::text("The fare is 42");
+        let more = OutputMessage::text(" EUR").as_delta(DeltaAction::Append, None);
+        let before = sent.before(Some(&state), &more);
+        assert!(matches!(before, Before::Fragment(" EUR")), "in step again after the correction");
+        assert_eq!(sent.new_text("The fare is 42 EUR", &before), Some(" EUR"));
     }
 }

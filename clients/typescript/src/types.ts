@@ -435,16 +435,20 @@ export interface StreamEnd {
    * What went wrong, for status `error`.
    */
   error?: ErrorProps | null;
+  /**
+   * Which upstream and model answered, when the catalogue chose ([`super::Outcome::served_by`]).
+   */
+  served_by?: ServedBy | null;
 }
 /**
- * Token counts, all three as OpenAI clients require.
+ * Token counts, all three as OpenAI clients require, and the prompt's cache use when the model reports it.
  *
  * This interface was referenced by `Definitions`'s JSON-Schema
  * via the `definition` "Usage".
  */
 export interface Usage {
   /**
-   * Tokens in the prompt.
+   * Tokens in the prompt, cached ones included.
    */
   prompt_tokens: number;
   /**
@@ -455,6 +459,43 @@ export interface Usage {
    * The sum.
    */
   total_tokens: number;
+  /**
+   * How much of the prompt was read from or written to the provider's cache (OpenAI's field name); absent
+   * when the model did not say.
+   */
+  prompt_tokens_details?: PromptTokensDetails | null;
+}
+/**
+ * The prompt's cache use.
+ *
+ * This interface was referenced by `Definitions`'s JSON-Schema
+ * via the `definition` "PromptTokensDetails".
+ */
+export interface PromptTokensDetails {
+  /**
+   * Prompt tokens read from the cache.
+   */
+  cached_tokens: number;
+  /**
+   * Prompt tokens written to the cache (Anthropic's `cache_creation_input_tokens`), when said.
+   */
+  cache_creation_tokens?: number | null;
+}
+/**
+ * The upstream and model that answered a run the catalogue routed.
+ *
+ * This interface was referenced by `Definitions`'s JSON-Schema
+ * via the `definition` "ServedBy".
+ */
+export interface ServedBy {
+  /**
+   * The upstream's name (`openai` of `openai/gpt-4o`); absent for a registered agent or the unnamed upstream.
+   */
+  upstream?: string | null;
+  /**
+   * The model as that upstream (or registered agent) knows it (`gpt-4o`).
+   */
+  model: string;
 }
 /**
  * `message_start`: before the first chunk of a message that arrives in deltas.
@@ -552,9 +593,14 @@ export interface Outcome {
    * What went wrong, for status `error`.
    */
   error?: ErrorProps | null;
+  /**
+   * Which upstream and model answered (for a failed run, whose failure ended it), when the catalogue chose
+   * (a `NAME/model` or an alias).
+   */
+  served_by?: ServedBy | null;
 }
 /**
- * Token counts, all three as OpenAI clients require.
+ * Token counts, all three as OpenAI clients require, and the prompt's cache use when the model reports it.
  *
  * This interface was referenced by `Definitions`'s JSON-Schema
  * via the `definition` "Usage".

@@ -22,8 +22,12 @@
 //!
 //! Every message, reasoning, tool call and step still open is closed before `RUN_FINISHED`, as the client's
 //! verifier requires. A message whose type changes continues under a new AG-UI id (`<id>~<n>`), since an
-//! AG-UI message keeps its role. What cannot be expressed (text taken back by a `replace`) is as in the UI
-//! message stream: see `adapter/sent.rs`.
+//! AG-UI message keeps its role. Text cannot be taken back (`adapter/sent.rs`): a text or reasoning whose
+//! text no longer starts with what was sent (a `replace`, `merge`, `set`, resend) ends, and its whole
+//! corrected text goes out as a new message under the next id (`<id>~<n>`), after the stale one. Not a
+//! `MESSAGES_SNAPSHOT`: `@ag-ui/client` drops every message a snapshot leaves out, the user's among them, and
+//! the adapter does not hold the conversation. A tool call's arguments taken back send nothing until they
+//! extend what was sent again.
 
 mod event;
 
@@ -94,7 +98,7 @@ enum Channel {
 #[derive(Debug, Default)]
 struct Sent {
     channel: Channel,
-    /// How many times its type changed: its AG-UI id changes with it.
+    /// How many times its type changed or its text was corrected: its AG-UI id changes with it.
     generation: u32,
     /// A text, reasoning or tool call started and not ended.
     open: bool,
@@ -195,11 +199,23 @@ impl AgUiAdapter {
     }
 
     fn text(&mut self, slot: usize, before: &Before<'_>, frames: &mut Vec<Frame>) {
+        let content = self.reducer.messages()[slot].prop_str("content").unwrap_or("");
+        // Where the new text starts in the content: past what was sent, or at 0 for a correction.
+        let (from, correction) = match self.sent[slot].text.new_text(content, before) {
+            Some(new) => (content.len() - new.len(), false),
+            None => (0, true),
+        };
+        if correction {
+            // Text taken back: the message so far ends, and a new one (a new id) carries the whole text.
+            self.sent[slot].text.corrected();
+            self.end(slot, frames);
+            self.sent[slot].generation += 1;
+        }
         let id = self.id(slot);
         let state = &self.reducer.messages()[slot];
+        let new = state.prop_str("content").unwrap_or("").get(from..).unwrap_or("");
         let sent = &mut self.sent[slot];
-        let new = sent.text.new_text(state.prop_str("content").unwrap_or(""), before);
-        if new.is_empty() {
+        if new.is_empty() && !correction {
             return;
         }
         let reasoning = sent.channel == Channel::Reasoning;
@@ -210,6 +226,9 @@ impl AgUiAdapter {
             } else {
                 frames.push(Frame::json(None, &Event::TextMessageStart { message_id: &id, role: "assistant" }));
             }
+        }
+        if new.is_empty() {
+            return;
         }
         let event = if reasoning {
             Event::ReasoningMessageContent { message_id: &id, delta: new }
@@ -240,7 +259,8 @@ impl AgUiAdapter {
             // Its arguments were ended: what comes later cannot be added.
             return;
         }
-        let new = sent.text.new_text(state.prop_str("arguments").unwrap_or(""), before);
+        // Arguments taken back send nothing (a call cannot start twice) until they extend what was sent.
+        let new = sent.text.new_text(state.prop_str("arguments").unwrap_or(""), before).unwrap_or("");
         if let (false, Some((call_id, _))) = (new.is_empty(), &sent.call) {
             frames.push(Frame::json(None, &Event::ToolCallArgs { tool_call_id: call_id, delta: new }));
         }

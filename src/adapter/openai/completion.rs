@@ -68,7 +68,7 @@ impl OpenAiCompletion {
             if text.is_empty() {
                 continue;
             }
-            if separator.next(slot, block, &text) {
+            if separator.next(slot, block, false, &text) {
                 out.push('\n');
             }
             out.push_str(&text);

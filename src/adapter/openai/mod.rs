@@ -11,10 +11,14 @@
 //! # Degradations
 //!
 //! A chunk stream only ever adds. What agentmux cannot express in it, and what it does instead:
-//! - a `replace`, `merge` or `set` (or a resend, or a `type_change`) that leaves text no longer starting with
-//!   what was sent: nothing more is sent for that message until its text extends what was sent again; the
-//!   non-streaming response uses the final text;
-//! - a loading message that turns `done` or is replaced: its text went out once and is not repeated;
+//! - a `replace`, `merge` or `set` (or a resend, or a `type_change`) that leaves a message's content or
+//!   reasoning no longer starting with what was sent: its whole corrected text goes out again, on a new line
+//!   after what was sent (a client cannot drop the stale text, but it reads the corrected text last), and the
+//!   message streams on from there; a correction to the empty text goes out with the message's next text.
+//!   The non-streaming response uses the final text only. A tool call's arguments taken back send nothing
+//!   until they extend what was sent again;
+//! - a loading message that turns `done` sends nothing more; one whose text is replaced sends its new text as
+//!   a correction;
 //! - a tool call whose `id` or `name` changes after its first delta: the first ones stand;
 //! - a tool call the agent runs itself (`server_side`) and its `tool_result` are never `tool_calls`: they are
 //!   reasoning lines, or nothing ([`AgentTools`]);

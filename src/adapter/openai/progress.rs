@@ -12,9 +12,13 @@
 //! deltas, as OpenAI sends them.
 //!
 //! A chunk stream cannot take text back. When a `replace`, `merge`, `set`, a whole-message resend or a
-//! `type_change` leaves a message's text no longer starting with what was sent, nothing is sent for it (the
-//! client keeps the stale text), and sending resumes only if its text again extends what was sent. A message
-//! that changes channel (a loading message that becomes text) starts afresh in the new channel. An append at a
+//! `type_change` leaves a message's content or reasoning no longer starting with what was sent, the whole new
+//! text goes out again as a correction (`fresh` on the piece): the Anthropic and Responses adapters show it as
+//! a new block or item, the chat chunk stream on a new line after what was sent, so what a client shows last
+//! is the corrected text, never the stale one (`docs/clients.md`, "Degradations"). A correction to the empty
+//! text waits: the message's next text goes out fresh. A tool call's arguments cannot be sent twice: there
+//! nothing is sent until its arguments again extend what was sent. A message that changes channel (a loading
+//! message that becomes text) starts afresh in the new channel. An append at a
 //! message's main field takes a fast path: the fragment is the new text, no comparison needed, so a long
 //! answer streamed in small deltas costs O(fragment) per delta, not O(text).
 
@@ -28,10 +32,11 @@ use super::projection::{Projection, project};
 /// Something to send.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Piece<'a> {
-    /// More assistant content; `new_line` asks for a line break before it (see [`Separator`]).
-    Content { text: &'a str, new_line: bool },
-    /// More reasoning; `new_line` as for content.
-    Reasoning { text: &'a str, new_line: bool },
+    /// More assistant content; `new_line` asks for a line break before it (see [`Separator`]); `fresh` says
+    /// it is a message's whole text, correcting what was sent of it (see the module doc).
+    Content { text: &'a str, new_line: bool, fresh: bool },
+    /// More reasoning; `new_line` and `fresh` as for content.
+    Reasoning { text: &'a str, new_line: bool, fresh: bool },
     /// The first delta of a tool call.
     ToolHeader { index: u32, id: &'a str, name: &'a str },
     /// More of a tool call's arguments.
@@ -60,6 +65,8 @@ struct Sent {
     header: Option<Header>,
     /// A tool call that will get no more deltas: sent whole, or its `message_end` seen.
     closed: bool,
+    /// A correction to the empty text was not sent yet: the next text goes out `fresh`.
+    correction: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -174,6 +181,12 @@ impl Progress {
                         sent.stale = None;
                         rest
                     }
+                    // Text taken back: the whole text goes out again as a correction.
+                    None if channel != Channel::Tool => {
+                        sent.stale = None;
+                        sent.correction = true;
+                        &*text
+                    }
                     None => {
                         sent.stale = Some(sent_text.to_owned());
                         ""
@@ -185,14 +198,15 @@ impl Progress {
         if new.is_empty() {
             return;
         }
+        let fresh = std::mem::take(&mut sent.correction);
         match channel {
             Channel::Content => {
-                let new_line = self.content.next(slot, block, new);
-                emit(Piece::Content { text: new, new_line });
+                let new_line = self.content.next(slot, block, fresh, new);
+                emit(Piece::Content { text: new, new_line, fresh });
             }
             Channel::Reasoning => {
-                let new_line = self.reasoning.next(slot, block, new);
-                emit(Piece::Reasoning { text: new, new_line });
+                let new_line = self.reasoning.next(slot, block, fresh, new);
+                emit(Piece::Reasoning { text: new, new_line, fresh });
             }
             Channel::Tool => {
                 if let Some(index) = sent.header.as_ref().map(|h| h.index) {
@@ -306,7 +320,8 @@ impl Progress {
 ///
 /// A break goes in when the text comes from another message than the last text did, one of the two is a
 /// block (reasoning messages, media links), and neither the text before ends a line nor the new text starts
-/// one. The non-streaming aggregate joins final texts with the same rule, so both read alike.
+/// one; and before a correction (a message's whole text sent again) unless a line ends there. The
+/// non-streaming aggregate joins final texts with the same rule, so both read alike.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Separator {
     /// The last text's message, whether it was a block, and whether it ended a line.
@@ -314,10 +329,10 @@ pub(crate) struct Separator {
 }
 
 impl Separator {
-    /// Records `text` from message `slot`; true when a line break must go before it.
-    pub(crate) fn next(&mut self, slot: usize, block: bool, text: &str) -> bool {
+    /// Records `text` from message `slot` (`fresh`: a correction); true when a line break must go before it.
+    pub(crate) fn next(&mut self, slot: usize, block: bool, fresh: bool, text: &str) -> bool {
         let new_line = matches!(self.last, Some((last, last_block, ends_line))
-            if last != slot && (block || last_block) && !ends_line)
+            if (fresh || (last != slot && (block || last_block))) && !ends_line)
             && !text.starts_with('\n');
         self.last = Some((slot, block, text.ends_with('\n')));
         new_line
@@ -344,4 +359,48 @@ fn projection_text(state: &OutputMessage, agent_tools: AgentTools) -> Option<Str
 /// A tool call's id, or `call_<index>` when the producer gave none.
 fn tool_call_id(id: &str, index: u32) -> String {
     if id.is_empty() { format!("call_{index}") } else { id.to_owned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::OutputMessage;
+
+    /// What `progress` sends for `message`: each piece of text, whether after a line break, whether fresh.
+    fn texts(progress: &mut Progress, message: &OutputMessage) -> Vec<(String, bool, bool)> {
+        let mut out = Vec::new();
+        progress.push(message, &mut |piece| {
+            if let Piece::Content { text, new_line, fresh } | Piece::Reasoning { text, new_line, fresh } = piece {
+                out.push((text.to_owned(), new_line, fresh));
+            }
+        });
+        out
+    }
+
+    fn delta(content: &str, action: DeltaAction) -> OutputMessage {
+        OutputMessage::text(content).with_message_id("m1").as_delta(action, None)
+    }
+
+    #[test]
+    fn text_taken_back_goes_out_again_whole_as_a_correction_and_streams_on_from_there() {
+        let mut progress = Progress::default();
+        assert_eq!(
+            texts(&mut progress, &delta("The fare is 41", DeltaAction::Append)),
+            [("The fare is 41".into(), false, false)]
+        );
+        let corrected = texts(&mut progress, &delta("The fare is 42", DeltaAction::Replace));
+        assert_eq!(corrected, [("The fare is 42".into(), true, true)], "whole, fresh, on a new line");
+        assert_eq!(texts(&mut progress, &delta(" EUR.", DeltaAction::Append)), [(" EUR.".into(), false, false)]);
+        let extended = texts(&mut progress, &delta("The fare is 42 EUR. Book now", DeltaAction::Replace));
+        assert_eq!(extended, [(" Book now".into(), false, false)], "a replace that extends is a delta");
+    }
+
+    #[test]
+    fn a_correction_to_the_empty_text_goes_out_with_the_next_text() {
+        let mut progress = Progress::default();
+        texts(&mut progress, &delta("Wrong", DeltaAction::Append));
+        assert_eq!(texts(&mut progress, &delta("", DeltaAction::Replace)), []);
+        assert_eq!(texts(&mut progress, &delta("Right", DeltaAction::Append)), [("Right".into(), true, true)]);
+        assert_eq!(texts(&mut progress, &delta("!", DeltaAction::Append)), [("!".into(), false, false)]);
+    }
 }

@@ -119,11 +119,11 @@ impl Adapter for OpenAiAdapter {
 /// The frame for one piece of news; for an error, the caller ends the stream after it.
 fn render(options: &OpenAiOptions, piece: Piece<'_>) -> Frame {
     match piece {
-        Piece::Content { text, new_line } => {
+        Piece::Content { text, new_line, .. } => {
             let text = with_new_line(text, new_line);
             chunk(options, Delta { content: Some(Some(&text)), ..Delta::default() }, None)
         }
-        Piece::Reasoning { text, new_line } => {
+        Piece::Reasoning { text, new_line, .. } => {
             let text = with_new_line(text, new_line);
             let (reasoning_content, reasoning) = options.reasoning.split(&text);
             chunk(options, Delta { reasoning_content, reasoning, ..Delta::default() }, None)

@@ -26,9 +26,14 @@
 //!
 //! # Degradations
 //!
-//! As in the OpenAI chunk stream, text cannot be taken back: a `replace`, `merge`, `set` or resend that
-//! leaves a text no longer starting with what was sent sends nothing for it until it extends what was sent
-//! again. A tool call's id and name stand once sent, and its arguments once available. A media message's
+//! A part's text cannot be taken back: a `replace`, `merge`, `set` or resend that leaves a text or reasoning
+//! no longer starting with what was sent ends its part and starts a new one (same id: the client keys open
+//! parts by id) carrying the whole corrected text, so the message's last part for it is the corrected text
+//! while the stale part stays before it (`adapter/sent.rs`), marked, if it was still open, by its end's
+//! `providerMetadata`
+//! (`{"agentmux": {"superseded": true}}`, which the client keeps on the part) so a page can hide it. A tool call's arguments taken back send nothing
+//! until they extend what was sent again; `tool-input-available` carries them whole at the call's end. A
+//! tool call's id and name stand once sent, and its arguments once available. A media message's
 //! first URL stands. A cancel ends the open parts and sends `abort`; a failure sends `error`.
 
 mod part;
@@ -115,6 +120,8 @@ struct Sent {
     input_done: bool,
     /// A tool call's output, or a media message's file part, went out.
     once: bool,
+    /// The part ending now is one a correction replaces: its end says so.
+    superseded: bool,
 }
 
 impl UiMessageAdapter {
@@ -158,8 +165,14 @@ impl UiMessageAdapter {
         }
         let id = part_id(state, slot);
         match sent.channel {
-            Channel::Text => frames.push(Frame::json(None, &Part::TextEnd { id: &id })),
-            Channel::Reasoning => frames.push(Frame::json(None, &Part::ReasoningEnd { id: &id })),
+            Channel::Text => {
+                let provider_metadata = part::superseded(std::mem::take(&mut sent.superseded));
+                frames.push(Frame::json(None, &Part::TextEnd { id: &id, provider_metadata }));
+            }
+            Channel::Reasoning => {
+                let provider_metadata = part::superseded(std::mem::take(&mut sent.superseded));
+                frames.push(Frame::json(None, &Part::ReasoningEnd { id: &id, provider_metadata }));
+            }
             Channel::Tool => {
                 let Some((call_id, name)) = &sent.call else { return };
                 sent.input_done = true;
@@ -237,10 +250,23 @@ impl UiMessageAdapter {
     }
 
     fn text(&mut self, slot: usize, before: &Before<'_>, frames: &mut Vec<Frame>) {
+        let content = self.reducer.messages()[slot].prop_str("content").unwrap_or("");
+        // Where the new text starts in the content: past what was sent, or at 0 for a correction.
+        let (from, correction) = match self.sent[slot].text.new_text(content, before) {
+            Some(new) => (content.len() - new.len(), false),
+            None => (0, true),
+        };
+        if correction {
+            // Text taken back: the part so far ends, and a new part carries the whole corrected text.
+            self.sent[slot].text.corrected();
+            self.sent[slot].superseded = true;
+            self.end_part(slot, frames);
+            self.sent[slot].superseded = false;
+        }
         let state = &self.reducer.messages()[slot];
+        let new = state.prop_str("content").unwrap_or("").get(from..).unwrap_or("");
         let sent = &mut self.sent[slot];
-        let new = sent.text.new_text(state.prop_str("content").unwrap_or(""), before);
-        if new.is_empty() {
+        if new.is_empty() && !correction {
             return;
         }
         open_step(&mut self.step, frames);
@@ -249,6 +275,9 @@ impl UiMessageAdapter {
         if !std::mem::replace(&mut sent.open, true) {
             let start = if reasoning { Part::ReasoningStart { id: &id } } else { Part::TextStart { id: &id } };
             frames.push(Frame::json(None, &start));
+        }
+        if new.is_empty() {
+            return;
         }
         let delta = if reasoning {
             Part::ReasoningDelta { id: &id, delta: new }
@@ -287,7 +316,8 @@ impl UiMessageAdapter {
             sent.call = Some((id, name.to_owned()));
             self.client_tools = !sent.provider_executed;
         }
-        let new = sent.text.new_text(state.prop_str("arguments").unwrap_or(""), before);
+        // Arguments taken back send nothing: `tool-input-available` carries them whole when the call ends.
+        let new = sent.text.new_text(state.prop_str("arguments").unwrap_or(""), before).unwrap_or("");
         if let (false, Some((call_id, _))) = (new.is_empty(), &sent.call) {
             frames.push(Frame::json(None, &Part::ToolInputDelta { tool_call_id: call_id, input_text_delta: new }));
         }

@@ -26,6 +26,9 @@ pub(super) enum Part<'a> {
     },
     TextEnd {
         id: &'a str,
+        /// `{"agentmux": {"superseded": true}}` on a part a correction replaced (see [`superseded`]).
+        #[serde(rename = "providerMetadata", skip_serializing_if = "Option::is_none")]
+        provider_metadata: Option<Value>,
     },
     ReasoningStart {
         id: &'a str,
@@ -36,6 +39,9 @@ pub(super) enum Part<'a> {
     },
     ReasoningEnd {
         id: &'a str,
+        /// As for [`Part::TextEnd`].
+        #[serde(rename = "providerMetadata", skip_serializing_if = "Option::is_none")]
+        provider_metadata: Option<Value>,
     },
     #[serde(rename_all = "camelCase")]
     ToolInputStart {
@@ -117,4 +123,10 @@ pub(super) struct DataPart<'a> {
 
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+/// The `providerMetadata` of a part's end: for a part whose text a correction took back, a mark the page can
+/// hide it by (`part.providerMetadata?.agentmux?.superseded`); the client keeps it on the part.
+pub(super) fn superseded(superseded: bool) -> Option<Value> {
+    superseded.then(|| serde_json::json!({"agentmux": {"superseded": true}}))
 }
