@@ -1,6 +1,6 @@
-//! Keys and stream tokens over real sockets (`src/http/edge/auth.rs`): with keys configured, every rule of who may
-//! do what, each refusal in the OpenAI envelope; without keys, tokens issued and accepted and nothing asked
-//! for. The binary itself refuses to serve a non-loopback address without keys unless told
+//! Keys and stream tokens over real sockets (`src/http/edge/auth.rs`): with keys configured, every rule of who may do
+//! what, each refusal in the OpenAI envelope (Anthropic's shape on `/v1/messages`); without keys, tokens issued and
+//! accepted and nothing asked for. The binary itself refuses to serve a non-loopback address without keys unless told
 //! `--insecure-no-auth`.
 
 mod common;
@@ -427,4 +427,27 @@ async fn tokens_outlive_a_restart_with_the_store() {
     assert_eq!(theirs.status(), 404, "and still belongs to its key");
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// On `/v1/messages` the auth guard's refusals, raised before any handler, come in Anthropic's shape (which
+/// the Anthropic SDKs read) with the same statuses and headers; other routes keep the OpenAI envelope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_on_the_messages_endpoint_are_in_anthropic_s_shape() {
+    let server = keyed().await;
+    let client = reqwest::Client::new();
+    let body = json!({"model": "echo", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, refused, challenge) = send(client.post(server.url("/v1/messages")).json(&body), None).await;
+    assert_eq!((status, challenge.as_deref()), (401, Some("Bearer")), "{refused}");
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(refused["error"]["type"], "authentication_error", "{refused}");
+    assert_eq!(refused["error"]["details"]["error_code"], "missing_credentials", "{refused}");
+    assert!(refused["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{refused}");
+    let (status, refused, _) = send(client.post(server.url("/v1/messages")).json(&body), Some("sk-unknown")).await;
+    assert_eq!((status, &refused["error"]["type"]), (401, &json!("authentication_error")), "{refused}");
+    // The same refusal elsewhere is OpenAI's.
+    let (status, refused, _) = send(client.post(server.url("/v1/chat/completions")).json(&body), None).await;
+    assert_eq!(status, 401);
+    assert_eq!(refused["error"]["code"], "missing_credentials", "{refused}");
+    assert!(refused.get("type").is_none(), "{refused}");
+    server.stop().await.expect("stops");
 }

@@ -208,8 +208,10 @@ async fn the_anthropic_and_responses_doors_take_the_thread_header() {
         {"role": "user", "content": "q"}, {"role": "assistant", "content": "I am the model"}]});
     let (status, _, body) = post(&server, "/v1/messages", &header, spoof).await;
     assert_eq!(status, 400, "{body}");
-    let error: Value = serde_json::from_str(&body).expect("an error envelope");
-    assert_eq!(error["error"]["param"], "messages[1]", "{body}");
+    // In Anthropic's shape, which has no `param`: the message leads with it.
+    let error: Value = serde_json::from_str(&body).expect("an Anthropic error");
+    assert_eq!(error["error"]["type"], "invalid_request_error", "{body}");
+    assert!(error["error"]["message"].as_str().is_some_and(|m| m.starts_with("messages[1]")), "{body}");
     let (status, _, body) = post(&server, "/v1/messages", &[("x-agentmux-thread-id", "no spaces")], message("x")).await;
     assert_eq!(status, 400, "{body}");
     let (status, _, body) = post(&server, "/v1/ag-ui", &[], ag_ui("bad id!", json!([ag_user("u", "x")]))).await;

@@ -6,7 +6,8 @@
 //! `agentmux.openai.sse` (the hub runs on a stepping clock and counting ids, so they are the same on every
 //! run; on a mismatch the output is left under `target/golden-actual/upstream/`).
 //!
-//! Then, over HTTP: statuses before the first byte, the key never leaking, the request sent upstream, a
+//! Then, over HTTP: statuses before the first byte (named with the run's stream by every front door), the
+//! key never leaking, the request sent upstream, a
 //! cancel closing the upstream connection within a second, the tool loop with two registered tools (one
 //! failing) and its round limit, invalid arguments, a client's tool handed over, and text-mode tool calling.
 
@@ -439,4 +440,49 @@ async fn text_mode_models_call_tools_through_their_text() {
     let events = cui_events(response).await;
     let error = events.iter().find(|e| e["type"] == "error").unwrap_or_else(|| panic!("{events:?}"));
     assert_eq!(error["props"]["code"], "parse_error");
+}
+
+/// A run the upstream refused before its first byte is answered with the upstream's status by every front
+/// door, and that answer names the run (its stream and a read token) as a successful one would: the stream
+/// exists, and holds the error. On `/v1/messages` the body is in Anthropic's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_front_door_names_the_run_on_an_error_after_its_stream_exists() {
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let doors = [
+        ("/v1/chat/completions", json!({"model": "m", "stream": true, "messages": user})),
+        ("/v1/chat/completions", json!({"model": "m", "messages": user})),
+        ("/v1/responses", json!({"model": "m", "input": "hi"})),
+        ("/v1/messages", json!({"model": "m", "max_tokens": 64, "messages": user})),
+        ("/v1/messages", json!({"model": "m", "max_tokens": 64, "stream": true, "messages": user})),
+        (
+            "/v1/ui/chat",
+            json!({"id": "page-1", "model": "m", "trigger": "submit-message", "messages": [
+                {"id": "m1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]}),
+        ),
+        (
+            "/v1/ag-ui",
+            json!({"threadId": "ag-1", "runId": "r", "messages": [{"id": "u1", "role": "user", "content": "hi"}],
+                   "tools": [], "context": [], "state": {}, "forwardedProps": {"model": "m"}}),
+        ),
+    ];
+    let upstream = FakeUpstream::start(doors.iter().map(|_| Reply::fixture("error-429")).collect()).await;
+    let server = server_with(UpstreamAgent::new(config(&upstream), Tools::new()).expect("agent")).await;
+    let client = reqwest::Client::new();
+    for (path, body) in doors {
+        let response = client.post(server.url(path)).json(&body).send().await.expect("POST");
+        assert_eq!(response.status(), 429, "{path} {body}");
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let (stream, token) = (header("x-agentmux-stream-id"), header("x-agentmux-read-token"));
+        let answer: Value = response.json().await.expect("a JSON error");
+        let stream = stream.unwrap_or_else(|| panic!("{path}: no x-agentmux-stream-id: {answer}"));
+        assert!(token.is_some_and(|t| t.starts_with("amr.")), "{path}: no read token: {answer}");
+        let (status, _) = get_json(&client, &server.url(&format!("/v1/streams/{stream}"))).await;
+        assert_eq!(status, 200, "{path}: the named stream exists");
+        if path == "/v1/messages" {
+            assert_eq!(answer["type"], "error", "{answer}");
+            assert_eq!(answer["error"]["type"], "rate_limit_error", "{answer}");
+        } else {
+            assert_envelope(&answer, None, "rate_limit_exceeded");
+        }
+    }
 }

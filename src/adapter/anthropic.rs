@@ -8,10 +8,12 @@
 //! blocks: `message_start` (with `content: []`), then blocks one at a time (`content_block_start`,
 //! `content_block_delta`…, `content_block_stop`: a text block for content, a thinking block for reasoning, a
 //! `tool_use` block per call handed to the client), then `message_delta` with the `stop_reason` (`end_turn`,
-//! `max_tokens`, `tool_use`, `refusal` for a content filter) and `usage.output_tokens` (which both SDKs need),
-//! and `message_stop`. A new kind of content closes the open block and opens the next; text after a tool call
-//! opens a new text block. A block's text cannot be taken back: a correction (a message whose text no longer
-//! starts with what was sent, `progress.rs`) opens a new block carrying the message's whole corrected text.
+//! `max_tokens`, `tool_use`, `refusal` for a content filter) and the outcome's usage (`output_tokens`, which
+//! both SDKs need, and `input_tokens` with the cache's counts, which both take from `message_delta` too: the
+//! prompt's size is known only once the run ends, so `message_start` says 0), and `message_stop`. A new
+//! kind of content closes the open block and opens the next; text after a tool call opens a new text block.
+//! A block's text cannot be taken back: a correction (a message whose text no longer starts with what was
+//! sent, `progress.rs`) opens a new block carrying the message's whole corrected text.
 //!
 //! An `error` message, a failed or cancelled stream, and a reader whose history is gone end with `event:
 //! error` (`{"type": "error", "error": {"type", "message"}}`, the type `api_error`, `cancelled` or
@@ -26,7 +28,7 @@ use super::frame::Frame;
 use super::machine::Adapter;
 use super::openai::AgentTools;
 use super::openai::progress::{Piece, Progress};
-use crate::output::{EndStatus, ErrorProps, FinishReason, Outcome, OutputMessage};
+use crate::output::{EndStatus, ErrorProps, FinishReason, Outcome, OutputMessage, Usage};
 
 /// What the adapter needs beyond the messages: fixed per stream, so output is deterministic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +76,8 @@ struct Blocks {
     /// The block of each tool call, by the tool call's index.
     tools: Vec<usize>,
     stop_reason: Option<&'static str>,
-    output_tokens: u64,
+    /// The usage `message_delta` said, for [`AnthropicAdapter::message`].
+    usage: Value,
     done: bool,
 }
 
@@ -105,7 +108,7 @@ impl AnthropicAdapter {
             aggregating,
             tools: Vec::new(),
             stop_reason: None,
-            output_tokens: 0,
+            usage: json!({"input_tokens": 0, "output_tokens": 0}),
             done: false,
         };
         AnthropicAdapter { progress: Progress::new(AgentTools::Reasoning), blocks }
@@ -115,11 +118,12 @@ impl AnthropicAdapter {
     /// adapter made with [`AnthropicAdapter::aggregating`] only has the blocks' content.
     pub fn message(&self) -> Value {
         let content: Vec<Value> = self.blocks.content.iter().map(Block::whole).collect();
-        self.blocks.envelope(
-            content,
-            self.blocks.stop_reason,
-            json!({"input_tokens": 0, "output_tokens": self.blocks.output_tokens}),
-        )
+        // The message always says its input, 0 when the agent did not.
+        let mut usage = json!({"input_tokens": 0});
+        if let (Some(usage), Some(said)) = (usage.as_object_mut(), self.blocks.usage.as_object()) {
+            usage.extend(said.clone());
+        }
+        self.blocks.envelope(content, self.blocks.stop_reason, usage)
     }
 }
 
@@ -144,6 +148,26 @@ impl Block {
             }
         }
     }
+}
+
+/// `usage` in Anthropic's words (`output_tokens` alone when the agent said none): its `input_tokens` are
+/// the prompt's tokens the cache did not serve, so the cache's reads and writes (`cache_read_input_tokens`,
+/// `cache_creation_input_tokens`, when the model said them) come off the prompt's count, which holds them
+/// all (as the Anthropic upstream adds them up).
+fn anthropic_usage(usage: Option<&Usage>) -> Value {
+    let Some(usage) = usage else { return json!({"output_tokens": 0}) };
+    let details = usage.prompt_tokens_details;
+    let read = details.map_or(0, |d| d.cached_tokens);
+    let creation = details.and_then(|d| d.cache_creation_tokens);
+    let input = usage.prompt_tokens.saturating_sub(read).saturating_sub(creation.unwrap_or(0));
+    let mut json = json!({"input_tokens": input, "output_tokens": usage.completion_tokens});
+    if details.is_some() {
+        json["cache_read_input_tokens"] = read.into();
+    }
+    if let Some(creation) = creation {
+        json["cache_creation_input_tokens"] = creation.into();
+    }
+    json
 }
 
 impl Blocks {
@@ -271,18 +295,10 @@ impl Adapter for AnthropicAdapter {
             FinishReason::ToolCalls => "tool_use",
             FinishReason::ContentFilter => "refusal",
         };
-        let output_tokens = outcome.usage.as_ref().map_or(0, |u| u.completion_tokens);
-        let mut usage = json!({"output_tokens": output_tokens});
-        // The prompt's cache use, as Anthropic's own `message_delta` usage says it, when the model said it.
-        if let Some(details) = outcome.usage.and_then(|u| u.prompt_tokens_details) {
-            usage["cache_read_input_tokens"] = details.cached_tokens.into();
-            if let Some(creation) = details.cache_creation_tokens {
-                usage["cache_creation_input_tokens"] = creation.into();
-            }
-        }
+        let usage = anthropic_usage(outcome.usage.as_ref());
         let blocks = &mut self.blocks;
         blocks.stop(frames);
-        (blocks.stop_reason, blocks.output_tokens, blocks.done) = (Some(stop_reason), output_tokens, true);
+        (blocks.stop_reason, blocks.usage, blocks.done) = (Some(stop_reason), usage.clone(), true);
         let delta = json!({
             "type": "message_delta",
             "delta": {"stop_reason": stop_reason, "stop_sequence": null},

@@ -1,9 +1,9 @@
-//! Node clients for the tests: Node 20 or later (Debian's `nodejs` and `npm`, installed with apt-get when
-//! `node` is missing) and the npm packages the tests drive (the `ai` package at two majors, `@ag-ui/client`, `@anthropic-ai/sdk`, `openai`),
-//! installed into `target/node-clients` the first time and reused; a lock file keeps two test processes from
-//! installing at once. Nothing is skipped: without Node or the registry a test fails and says why. Scripts
-//! live in `tests/node/` and run from `target/node-clients`, so their imports find the packages; they talk to
-//! 127.0.0.1 only (npm is the one thing that goes to the network).
+//! Node clients for the tests: Node 20 or later (Debian's `nodejs` and `npm`, installed with apt-get when `node` is
+//! missing) and the npm packages the tests drive (the `ai` package at two majors, `@ag-ui/client`, `@anthropic-ai/sdk`,
+//! `openai`, the AI SDK's `@ai-sdk/openai` and `@ai-sdk/anthropic`), installed into `target/node-clients` the first
+//! time and reused; a lock file keeps two test processes from installing at once. Nothing is skipped: without Node or
+//! the registry a test fails and says why. Scripts live in `tests/node/` and run from `target/node-clients`, so their
+//! imports find the packages; they talk to 127.0.0.1 only (npm is the one thing that goes to the network).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -23,6 +23,7 @@ const PACKAGES: &[(&str, &str, &str)] = &[
     ("@anthropic-ai/sdk", "@anthropic-ai/sdk", "1"),
     ("openai", "openai", "7"),
     ("@ai-sdk/openai", "@ai-sdk/openai", "4"),
+    ("@ai-sdk/anthropic", "@ai-sdk/anthropic", "4"),
 ];
 
 fn target() -> PathBuf {

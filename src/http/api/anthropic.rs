@@ -22,26 +22,30 @@ use super::front_door::{FrontDoor, OfferedTool, SchemaField, Threading, aggregat
 use crate::adapter::{AnthropicAdapter, AnthropicOptions, ApiError};
 use crate::conversation::{AnthropicMessage, anthropic_to_chat};
 use crate::http::edge::error::HttpError;
+use crate::http::edge::shape::ErrorShape;
 use crate::output::{EndStatus, ErrorProps};
 use crate::render::Format;
 
 /// `POST /v1/messages`, and what the OpenAPI document says of it.
 pub(crate) fn endpoints() -> Vec<Endpoint> {
-    vec![endpoint(
-        Method::POST,
-        "/v1/messages",
-        post(messages),
-        op(
-            "Anthropic Messages",
-            "front doors",
-            Some((Foreign("An Anthropic Messages request"), true)),
-            vec![(
-                200,
-                "A message, or its stream events with stream: true",
-                vec![Foreign("An Anthropic message"), EventStream],
-            )],
-        ),
-    )]
+    vec![
+        endpoint(
+            Method::POST,
+            "/v1/messages",
+            post(messages),
+            op(
+                "Anthropic Messages",
+                "front doors",
+                Some((Foreign("An Anthropic Messages request"), true)),
+                vec![(
+                    200,
+                    "A message, or its stream events with stream: true",
+                    vec![Foreign("An Anthropic message"), EventStream],
+                )],
+            ),
+        )
+        .with_errors(ErrorShape::Anthropic),
+    ]
 }
 
 /// A Messages request: what agentmux reads of it; the rest goes to the agent as options.
@@ -80,8 +84,7 @@ pub(crate) async fn messages(mut door: FrontDoor) -> Result<Response, HttpError>
         if let Some(error) = failure {
             let cancelled = outcome.status == EndStatus::Cancelled;
             let status = if cancelled { StatusCode::CONFLICT } else { StatusCode::INTERNAL_SERVER_ERROR };
-            // Answered as it is, without the run's names.
-            return Err(HttpError { status, error, retry: false, retry_after: None });
+            return Err(HttpError::ended_run(status, error));
         }
         let mut adapter = AnthropicAdapter::aggregating(AnthropicOptions::from(stream.info()));
         aggregate(&mut adapter, &history, outcome);

@@ -150,7 +150,7 @@ fn complete(stream: &Stream, outcome: &crate::output::Outcome, reasoning: Reason
             } else {
                 StatusCode::INTERNAL_SERVER_ERROR
             };
-            HttpError { status, error, retry: false, retry_after: None }.into_response()
+            HttpError::ended_run(status, error).into_response()
         }
     }
 }

@@ -9,6 +9,7 @@ use schemars::Schema;
 use schemars::generate::SchemaGenerator;
 
 use crate::http::app::App;
+use crate::http::edge::shape::ErrorShape;
 
 /// A schema, as a function that defines it in the document's generator and returns the reference to it.
 pub(crate) type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
@@ -44,6 +45,8 @@ pub(crate) struct Endpoint {
     pub(crate) path: &'static str,
     pub(crate) handler: MethodRouter<App>,
     pub(crate) operation: Operation,
+    /// The shape its errors are answered in (OpenAI's envelope unless it says otherwise).
+    pub(crate) errors: ErrorShape,
 }
 
 /// An endpoint.
@@ -53,7 +56,14 @@ pub(crate) fn endpoint(
     handler: MethodRouter<App>,
     operation: Operation,
 ) -> Endpoint {
-    Endpoint { method, path, handler, operation }
+    Endpoint { method, path, handler, operation, errors: ErrorShape::OpenAi }
+}
+
+impl Endpoint {
+    /// The endpoint, answering its errors in `shape`.
+    pub(crate) fn with_errors(self, shape: ErrorShape) -> Endpoint {
+        Endpoint { errors: shape, ..self }
+    }
 }
 
 /// An operation: its summary, its tag, its request body (and whether it must be there), its answers.

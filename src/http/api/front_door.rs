@@ -8,7 +8,9 @@
 //!
 //! A run gets its own stream (`x-agentmux-stream-id`), so any other client can watch it through the stream
 //! endpoints; its answer carries the stream's read token (`x-agentmux-read-token`) and names its thread
-//! (`x-agentmux-thread-id`) when it has one. A client that goes away does not stop the run unless it sent
+//! (`x-agentmux-thread-id`) when it has one: every answer once the stream exists, an error too (a run that
+//! failed before it said anything, a failed or cancelled run answered whole) and a `409 thread_busy`, which
+//! names the run in the way, through [`names`]. A client that goes away does not stop the run unless it sent
 //! `x-agentmux-on-disconnect: cancel`.
 
 use std::sync::Arc;
@@ -128,6 +130,11 @@ impl FrontDoor {
                 let offset = turn.history.as_ref().map_or(0, Vec::len);
                 app.threads.run(client.as_deref(), turn).await.map_err(|error| match error {
                     ThreadError::Invalid(error) => HttpError::from(named(error, offset)),
+                    // The run in the way has a stream: named as its own answer was, so the client can watch it.
+                    ThreadError::Busy { ref stream, .. } if !stream.is_empty() => {
+                        let names = names(&app, stream, Some(thread));
+                        with_names(error.into(), names)
+                    }
                     other => other.into(),
                 })?
             }
@@ -140,8 +147,10 @@ impl FrontDoor {
         }
         // The access line names the route: the front door.
         tracing::info!(model, thread = threading.id(), "run started");
-        let on_disconnect = started(&app, &model, &stream, &headers).await?;
         let thread = threading.id().map(str::to_owned);
+        let on_disconnect = started(&app, &model, &stream, &headers)
+            .await
+            .map_err(|error| with_names(error, names(&app, stream.id(), thread.as_deref())))?;
         Ok(Run { app, stream, thread, on_disconnect })
     }
 }
@@ -289,19 +298,18 @@ impl Run {
     /// streaming answer of every front door.
     pub(crate) fn answer(self, format: Format) -> Result<Response, HttpError> {
         let Run { app, stream, thread, on_disconnect } = self;
-        let subscription = stream.subscribe(format, 0)?;
+        let names = names(&app, stream.id(), thread.as_deref());
+        let subscription = stream.subscribe(format, 0).map_err(|error| with_names(error.into(), names.clone()))?;
         let meter = app.metrics.subscriber(format.name(), "sse");
-        // The SSE response names the stream itself.
         let mut response =
             sse::response(subscription, stream.id(), app.settings.keep_alive, on_disconnect, false, meter);
-        hand_read_token(&mut response, &app, &stream);
-        name_thread(&mut response, thread.as_deref());
+        response.headers_mut().extend(names);
         Ok(response)
     }
 
-    /// With `streaming`, the [`Run::answer`] in `format`; without, `whole`'s answer once the run has ended,
-    /// named as a run's answer is (an `Err` from `whole` is answered as it is). The client going away while
-    /// the run goes on cancels it when it asked for that.
+    /// With `streaming`, the [`Run::answer`] in `format`; without, `whole`'s answer once the run has ended, named
+    /// as a run's answer is (an `Err` from `whole` too: the run's failure, answered with its names). The client
+    /// going away while the run goes on cancels it when it asked for that.
     pub(crate) async fn respond(
         self,
         streaming: bool,
@@ -316,28 +324,33 @@ impl Run {
         let mut guard = on_disconnect;
         let outcome = stream.ended().await;
         guard.disarm();
-        let mut response = whole(&stream, &outcome)?;
-        if let Ok(id) = HeaderValue::from_str(stream.id()) {
-            response.headers_mut().insert("x-agentmux-stream-id", id);
-        }
-        hand_read_token(&mut response, &app, &stream);
-        name_thread(&mut response, thread.as_deref());
+        let names = names(&app, stream.id(), thread.as_deref());
+        let mut response = whole(&stream, &outcome).map_err(|error| with_names(error, names.clone()))?;
+        response.headers_mut().extend(names);
         Ok(response)
     }
 }
 
-/// The run's read token in `x-agentmux-read-token`, beside its id: the caller may hand it to anyone who
-/// should watch the run. Never its write token: the caller did not create the stream, the service did.
-fn hand_read_token(response: &mut Response, app: &App, stream: &Stream) {
-    let token = app.credentials.token(stream.id(), Access::Read, 0);
-    if let Ok(token) = HeaderValue::from_str(&token) {
-        response.headers_mut().insert("x-agentmux-read-token", token);
+/// The headers that name a run: its stream's id, the stream's read token (the caller may hand it to anyone
+/// who should watch the run; never its write token: the caller did not create the stream, the service did),
+/// and its thread when it has one, as the request named it.
+fn names(app: &App, stream: &str, thread: Option<&str>) -> HeaderMap {
+    let mut names = HeaderMap::new();
+    if let Ok(id) = HeaderValue::from_str(stream) {
+        names.insert("x-agentmux-stream-id", id);
     }
+    let token = app.credentials.token(stream, Access::Read, 0);
+    if let Ok(token) = HeaderValue::from_str(&token) {
+        names.insert("x-agentmux-read-token", token);
+    }
+    if let Some(id) = thread.and_then(|t| HeaderValue::from_str(t).ok()) {
+        names.insert(THREAD_HEADER, id);
+    }
+    names
 }
 
-/// Names the thread in the response, as the request did.
-fn name_thread(response: &mut Response, thread: Option<&str>) {
-    if let Some(id) = thread.and_then(|t| HeaderValue::from_str(t).ok()) {
-        response.headers_mut().insert(THREAD_HEADER, id);
-    }
+/// `error`, answered with the run's `names`.
+fn with_names(mut error: HttpError, names: HeaderMap) -> HttpError {
+    error.headers.get_or_insert_default().extend(names);
+    error
 }

@@ -11,6 +11,10 @@ use serde_json::{Map, Value, json};
 
 use super::endpoint::{Content, Endpoint};
 use crate::http::edge::auth::{Access, Needs, needs};
+use crate::http::edge::shape::ErrorShape;
+
+/// What the document says of an error in Anthropic's shape.
+const ANTHROPIC_ERROR: &str = "An Anthropic error: {\"type\": \"error\", \"error\": {\"type\", \"message\"}}";
 
 /// The document of `endpoints`.
 pub(crate) fn document(endpoints: Vec<Endpoint>) -> Value {
@@ -18,7 +22,7 @@ pub(crate) fn document(endpoints: Vec<Endpoint>) -> Value {
     let error = json!({"application/json": {"schema": crate::schema::error(&mut generator).to_value()}});
     let mut paths = Map::new();
     for endpoint in endpoints {
-        let (method, path, operation) = (endpoint.method, endpoint.path, endpoint.operation);
+        let (method, path, operation, errors) = (endpoint.method, endpoint.path, endpoint.operation, endpoint.errors);
         let mut item = json!({
             "operationId": operation_id(&method, path),
             "summary": operation.summary,
@@ -43,7 +47,14 @@ pub(crate) fn document(endpoints: Vec<Endpoint>) -> Value {
             }
             responses.insert(status.to_string(), response);
         }
-        responses.insert("default".into(), json!({"description": "An error, in OpenAI's envelope", "content": error}));
+        let default = match errors {
+            ErrorShape::OpenAi => json!({"description": "An error, in OpenAI's envelope", "content": error}),
+            ErrorShape::Anthropic => json!({
+                "description": "An error, in Anthropic's shape",
+                "content": media(&[Content::Foreign(ANTHROPIC_ERROR)], &mut generator),
+            }),
+        };
+        responses.insert("default".into(), default);
         item["responses"] = Value::Object(responses);
         item["security"] = security(needs(path));
         let entry = paths.entry(path.to_owned()).or_insert_with(|| json!({}));

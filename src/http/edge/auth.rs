@@ -22,10 +22,10 @@
 //! SHA-256 digests, compared as such. Expiries are given and checked by the hub's [`Clock`] (which
 //! [`Credentials`] holds), so a test moves a token past its expiry by moving that clock, not by waiting.
 //!
-//! Refusals use the OpenAI error envelope: 401 (with `WWW-Authenticate: Bearer`) for a missing, unknown,
-//! forged or expired credential, which the OpenAI SDKs raise as `AuthenticationError`; 403 for a genuine
-//! token that does not grant this (a read token used to write, another stream's token). Neither names the
-//! credential, and no log line does.
+//! Refusals use the OpenAI error envelope (Anthropic's shape on `/v1/messages`, see `shape.rs`): 401 (with
+//! `WWW-Authenticate: Bearer`) for a missing, unknown, forged or expired credential, which the OpenAI SDKs raise as
+//! `AuthenticationError`; 403 for a genuine token that does not grant this (a read token used to write, another
+//! stream's token). Neither names the credential, and no log line does.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,4 +1,5 @@
-//! [`HttpError`]: the one place where errors become HTTP statuses and OpenAI error envelopes.
+//! [`HttpError`]: the one place where errors become HTTP statuses and OpenAI error envelopes (a route that
+//! answers in another protocol's shape has the body rendered again at the edge: `shape.rs`).
 //!
 //! Every refusal is `{"error": {"message", "type", "param", "code"}}` with a 4xx status for anything the
 //! client did wrong (`param` names the field: `messages[2].role`, `messages[3].props.url`), so OpenAI SDKs
@@ -9,9 +10,10 @@
 
 use std::time::Duration;
 
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::shape::Refused;
 use crate::adapter::ApiError;
 use crate::agent::StartError;
 use crate::conversation::ConversationError;
@@ -35,12 +37,14 @@ pub enum Room {
 pub struct HttpError {
     /// The status.
     pub status: StatusCode,
-    /// The envelope's body.
-    pub error: ApiError,
+    /// The envelope's body (boxed: a `Result` carries its error's whole size).
+    pub error: Box<ApiError>,
     /// Whether a client may retry (sets `x-should-retry`).
     pub retry: bool,
     /// When a retry may succeed (sets `retry-after`, in whole seconds rounded up).
     pub retry_after: Option<Duration>,
+    /// More headers to answer with (a run's names, once its stream exists); boxed, as most errors have none.
+    pub headers: Option<Box<HeaderMap>>,
 }
 
 impl HttpError {
@@ -48,10 +52,16 @@ impl HttpError {
     pub fn new(status: StatusCode, kind: &str, message: impl Into<String>, param: Option<String>, code: &str) -> Self {
         HttpError {
             status,
-            error: ApiError { message: message.into(), kind: kind.into(), param, code: Some(code.into()) },
+            error: Box::new(ApiError { message: message.into(), kind: kind.into(), param, code: Some(code.into()) }),
             retry: false,
             retry_after: None,
+            headers: None,
         }
+    }
+
+    /// An error a run ended with: `error` as it is, with `status`, not retried.
+    pub fn ended_run(status: StatusCode, error: ApiError) -> Self {
+        HttpError { status, error: Box::new(error), retry: false, retry_after: None, headers: None }
     }
 
     /// 503 `capacity`: the service is full; `room` says whether and when a retry can help.
@@ -185,6 +195,11 @@ impl IntoResponse for HttpError {
         let mut response = (self.status, [("content-type", "application/json")], self.error.to_json()).into_response();
         // For the access log and the refusal counter: why, without parsing the body.
         response.extensions_mut().insert(code);
+        // For the edge, which renders it again for a route that answers in another shape.
+        response.extensions_mut().insert(Refused(*self.error));
+        if let Some(headers) = self.headers {
+            response.headers_mut().extend(*headers);
+        }
         if !self.retry {
             response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
         }

@@ -12,15 +12,20 @@
 //! After: the envelope on every error. Handlers and extractors answer with [`HttpError`]; what axum answers
 //! by itself (405 for a method a route does not take, a rejection this crate did not wrap) arrives here as
 //! text or nothing, and leaves as the OpenAI envelope with the same status and headers (`Allow` stays), so
-//! an SDK raises the right exception whatever went wrong.
+//! an SDK raises the right exception whatever went wrong. Last, a route that answers errors in another
+//! protocol's shape (its [`ErrorShape`], declared with its endpoint) gets the body rendered again in that
+//! shape (`shape.rs`), whoever refused: a handler, the auth guard, these limits, axum.
+
+use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::HttpError;
+use super::shape::{ErrorShape, ErrorShapes, Refused};
 
 /// The longest request target (path and query) taken, in bytes.
 pub(crate) const URI_BYTES: usize = 8 << 10;
@@ -31,12 +36,34 @@ pub(crate) const HEADER_BYTES: usize = 32 << 10;
 /// The most headers taken: below hyper's own limit of 100, so that one more than this gets the envelope.
 pub(crate) const HEADERS: usize = 64;
 
-/// The middleware: head limits, the declared size, then the handler, then the envelope on bare errors.
-pub(crate) async fn guard(State(body_limit): State<usize>, request: Request, next: Next) -> Response {
-    if let Err(error) = check_head(&request, body_limit) {
-        return error.into_response();
+/// What the middleware needs: the body limit, and the error shape of each route.
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    pub(crate) body_limit: usize,
+    pub(crate) shapes: Arc<ErrorShapes>,
+}
+
+/// The middleware: head limits, the declared size, then the handler, then the envelope on bare errors, then
+/// the route's error shape.
+pub(crate) async fn guard(State(limits): State<Limits>, request: Request, next: Next) -> Response {
+    let shape = limits.shapes.of(request.extensions().get::<MatchedPath>().map(MatchedPath::as_str));
+    let response = match check_head(&request, limits.body_limit) {
+        Err(error) => error.into_response(),
+        Ok(()) => envelope(next.run(request).await).await,
+    };
+    reshape(response, shape)
+}
+
+/// `response` with its error's body in `shape`, when it is an error and the shape is not OpenAI's.
+fn reshape(response: Response, shape: ErrorShape) -> Response {
+    if shape == ErrorShape::OpenAi {
+        return response;
     }
-    envelope(next.run(request).await).await
+    let Some(Refused(error)) = response.extensions().get::<Refused>().cloned() else { return response };
+    let (mut parts, _) = response.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let body = shape.render(parts.status, &error);
+    Response::from_parts(parts, Body::from(body))
 }
 
 fn check_head(request: &Request, body_limit: usize) -> Result<(), HttpError> {
@@ -101,6 +128,9 @@ async fn envelope(response: Response) -> Response {
     parts.headers.remove(header::CONTENT_LENGTH);
     if let Some(code) = shaped_parts.extensions.get::<super::error::ErrorCode>() {
         parts.extensions.insert(code.clone());
+    }
+    if let Some(refused) = shaped_parts.extensions.get::<Refused>() {
+        parts.extensions.insert(refused.clone());
     }
     Response::from_parts(parts, Body::new(shaped_body))
 }

@@ -11,6 +11,7 @@
 //! - `trace.rs`: a span per request, the access log line, the request counted;
 //! - `metrics.rs`: [`Metrics`], what `GET /metrics` shows;
 //! - `error.rs`: [`HttpError`], the one mapping from errors to statuses and OpenAI error envelopes;
+//! - `shape.rs`: the error body's shape each route answers in (Anthropic's on `/v1/messages`), applied last;
 //! - `body.rs`: body limits and JSON errors that name the field;
 //! - `extract.rs`: the path, query, client and WebSocket-upgrade extractors, refusing with the envelope.
 
@@ -24,6 +25,7 @@ pub(crate) mod extract;
 pub(crate) mod forward;
 pub(crate) mod limits;
 pub(crate) mod metrics;
+pub(crate) mod shape;
 pub(crate) mod trace;
 
 pub use auth::{Access, Credentials, KeyError, KeySpec, budgets, check_key, thread_budgets};
