@@ -214,3 +214,64 @@ async fn an_input_item_type_agentmux_does_not_take_is_a_400_naming_its_index() {
     assert_eq!(status, 400, "{refused}");
     assert_envelope(&refused, Some("input[2]"), "invalid_value");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_response_belongs_to_the_key_that_made_it() {
+    let node = ServerProcess::spawn(&["--api-key", "sk-ada", "--api-key", "sk-bob"]);
+    let client = reqwest::Client::new();
+    let asked = |key: &'static str, request: reqwest::RequestBuilder| async move {
+        let response = request.bearer_auth(key).send().await.expect("a response");
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.expect("JSON"))
+    };
+    let make = client.post(node.url("/v1/responses")).json(&json!({"model": "echo", "input": "mine"}));
+    let (status, made) = asked("sk-ada", make).await;
+    assert_eq!(status, 200, "{made}");
+    let id = made["id"].as_str().expect("an id");
+    let path = node.url(&format!("/v1/responses/{id}"));
+    assert_eq!(asked("sk-bob", client.get(&path)).await.0, 404);
+    assert_eq!(asked("sk-bob", client.get(format!("{path}/input_items"))).await.0, 404);
+    assert_eq!(asked("sk-bob", client.delete(&path)).await.0, 404);
+    let continued = json!({"model": "echo", "input": "yours?", "previous_response_id": id});
+    let (status, refused) = asked("sk-bob", client.post(node.url("/v1/responses")).json(&continued)).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_envelope(&refused, Some("previous_response_id"), "previous_response_not_found");
+    let (status, kept) = asked("sk-ada", client.get(&path)).await;
+    assert_eq!((status, kept["output"][0]["content"][0]["text"].as_str()), (200, Some("mine")), "{kept}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_response_reads_as_in_progress_and_streams_from_its_start() {
+    let mut slow = Reply::text(&["a", "b", "c", "d"]);
+    slow.delay = Duration::from_millis(300);
+    let upstream = FakeUpstream::start(vec![slow]).await;
+    let node = ServerProcess::spawn(&["--upstream-url", &upstream.base]);
+    let client = reqwest::Client::new();
+    let request = json!({"model": "fake", "input": "Slowly.", "stream": true});
+    let mut running = client.post(node.url("/v1/responses")).json(&request).send().await.expect("a stream");
+    assert_eq!(running.status(), 200);
+    let first = running.chunk().await.expect("a chunk").expect("the first event");
+    let first = String::from_utf8_lossy(&first).into_owned();
+    let id = first.split("\"id\":\"").nth(1).and_then(|rest| rest.split('"').next()).expect("the response id");
+    assert!(id.starts_with("resp_"), "{first}");
+
+    let (status, now) = get_json(&client, &node.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!((status, now["status"].as_str()), (200, Some("in_progress")), "{now}");
+    let watched = client.get(node.url(&format!("/v1/responses/{id}?stream=true"))).send().await.expect("a stream");
+    assert_eq!(watched.status(), 200);
+    let body = String::from_utf8(common::http::read_body(watched).await).expect("UTF-8");
+    let events: Vec<Value> = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).expect("JSON data"))
+        .collect();
+    let names: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(names.first(), Some(&"response.created"), "{names:?}");
+    assert_eq!(names.last(), Some(&"response.completed"), "{names:?}");
+    let done = events.last().expect("an event");
+    assert_eq!(done["response"]["output"][0]["content"][0]["text"], "abcd");
+
+    let (status, ended) = get_json(&client, &node.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!((status, ended["status"].as_str()), (200, Some("completed")), "{ended}");
+    assert_eq!(ended["output"], done["response"]["output"]);
+}
