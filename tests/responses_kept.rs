@@ -275,3 +275,17 @@ async fn a_running_response_reads_as_in_progress_and_streams_from_its_start() {
     assert_eq!((status, ended["status"].as_str()), (200, Some("completed")), "{ended}");
     assert_eq!(ended["output"], done["response"]["output"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_package_and_the_ai_sdk_hold_a_conversation_on_kept_responses() {
+    let upstream = upstream().await;
+    let node = ServerProcess::spawn(&["--upstream-url", &upstream.base]);
+    let config = json!({"base": node.url("/v1"), "model": "fake"});
+    let results = common::node::run_script("responses_kept.mjs", config).await;
+    let by_name = |name: &str| results.iter().find(|r| r["name"] == name).cloned().unwrap_or_default();
+    assert_eq!(by_name("openai")["texts"], json!(["one", "two", "three"]), "{results:?}");
+    assert_eq!(asked(&upstream, 2), three_turns(), "previous_response_id alone carries the conversation");
+    assert_eq!(by_name("ai_sdk")["texts"], json!(["four", "five"]), "{results:?}");
+    let second = pairs(&[("user", "My name is Ada."), ("assistant", "four"), ("user", "What is my name?")]);
+    assert_eq!(asked(&upstream, 4), second, "the AI SDK's item_reference brings the first turn's answer");
+}
