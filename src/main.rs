@@ -154,6 +154,15 @@ struct Serve {
     /// of this node uses it (a later request follows it again).
     #[arg(long, env = "AGENTMUX_DROP_FOLLOWED_AFTER", default_value = "30s", value_parser = humantime::parse_duration)]
     drop_followed_after: Duration,
+    /// With `--engine redis`, how long a node's lease in Redis lasts unless renewed (renewed five times as
+    /// often); the same on every node. A writer whose lease lapsed is taken for dead, and a node that has no
+    /// answer from Redis for this long tells the readers of the streams it follows `lagged`.
+    #[arg(long, env = "AGENTMUX_REDIS_LEASE", default_value = "5s", value_parser = lease_duration)]
+    redis_lease: Duration,
+    /// With `--engine redis`, how long an append Redis does not take is tried before its stream ends with the
+    /// error `store_unavailable` (what Redis did not take is still written, in order, once it is back).
+    #[arg(long, env = "AGENTMUX_REDIS_WRITE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    redis_write_timeout: Duration,
     /// The largest request body in bytes.
     #[arg(long, env = "AGENTMUX_BODY_LIMIT", default_value_t = 8 << 20)]
     body_limit: usize,
@@ -207,6 +216,22 @@ struct Serve {
     /// limit, which is raised to its hard limit at start].
     #[arg(long, env = "AGENTMUX_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
+    /// The most connections one client address (an IPv6 /64) holds at once, whatever they do (request heads
+    /// arriving, idle keep-alive, event streams, WebSockets); one more is answered 429 [default: a tenth of
+    /// --max-connections, at least 64].
+    #[arg(long, env = "AGENTMUX_CONNECTIONS_PER_CLIENT", value_parser = clap::value_parser!(u64).range(1..))]
+    connections_per_client: Option<u64>,
+    /// How long a connection gets to send a request's head, from when it opens or its previous response
+    /// ended: a slow head, and an idle keep-alive connection, are closed after it.
+    #[arg(long, env = "AGENTMUX_HEAD_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    head_timeout: Duration,
+    /// A WebSocket is pinged this often (0s: never, and no idle timeout either).
+    #[arg(long, env = "AGENTMUX_WS_PING_INTERVAL", default_value = "20s", value_parser = humantime::parse_duration)]
+    ws_ping_interval: Duration,
+    /// A WebSocket from which nothing (no pong, no frame) arrived for this long is closed with 1008 (longer
+    /// than --ws-ping-interval).
+    #[arg(long, env = "AGENTMUX_WS_IDLE_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    ws_idle_timeout: Duration,
     /// A server-side thread unused this long is evicted (0s: never).
     #[arg(long, env = "AGENTMUX_THREAD_TTL", default_value = "1h", value_parser = humantime::parse_duration)]
     thread_ttl: Duration,
@@ -264,7 +289,7 @@ struct Serve {
     api_keys: Vec<String>,
     /// A file of API keys, one per line: the key, then optionally `name=`, `streams=` (held at once),
     /// `streams_per_minute=` (created, runs included), `threads=` (kept at once) and `connections=`
-    /// (requests in flight); blank lines and lines starting with `#` are skipped.
+    /// (requests in flight, WebSockets included); blank lines and lines starting with `#` are skipped.
     #[arg(long, env = "AGENTMUX_API_KEYS_FILE")]
     api_keys_file: Option<std::path::PathBuf>,
     /// Serve addresses other than loopback without API keys: anyone who reaches the service may then do
@@ -290,6 +315,15 @@ enum LogFormat {
 }
 
 /// The keys from `--api-key` and `--api-keys-file`, each checked.
+/// `--redis-lease`: a duration of at least half a second (a shorter lease would lapse under ordinary delays).
+fn lease_duration(text: &str) -> Result<Duration, String> {
+    let lease = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if lease < Duration::from_millis(500) {
+        return Err("a lease shorter than 500ms would lapse under ordinary delays".into());
+    }
+    Ok(lease)
+}
+
 fn api_keys(serve: &Serve) -> Result<Vec<KeySpec>, String> {
     let mut keys = Vec::new();
     for (index, key) in serve.api_keys.iter().enumerate() {
@@ -394,7 +428,8 @@ fn run_serve(serve: Serve) -> ExitCode {
             Ok(config) => config,
             Err(e) => return fail(&e),
         };
-        let max_connections = config.settings.max_connections;
+        let (max_connections, connections_per_client) =
+            (config.settings.max_connections, config.settings.client_connections());
         let node = match Node::open(config).await {
             Ok(node) => node,
             Err(e @ NodeError::Store(_)) => return fail(&format!("{e} (use --ephemeral to run without a store)")),
@@ -413,6 +448,7 @@ fn run_serve(serve: Serve) -> ExitCode {
             models = ?app.agents.names(),
             open_files,
             max_connections,
+            connections_per_client,
             "agentmux listening"
         );
         if !app.credentials.keyed() {
@@ -461,11 +497,14 @@ fn node_config(
                 idle_timeout: serve.idle_timeout,
                 retention: Duration::ZERO,
                 let_go_after: serve.drop_followed_after,
+                lease: serve.redis_lease,
+                write_timeout: serve.redis_write_timeout,
             })
         }
         Engine::Store if serve.ephemeral => node::Engine::Memory,
         Engine::Store => node::Engine::Store(serve.data_dir.clone()),
     };
+    check_connection_timeouts(serve)?;
     let mut config = NodeConfig::new(engine);
     let streams_per_client = serve.client_streams.unwrap_or((serve.max_streams / 10).max(1));
     let threads_per_client = serve.client_threads.unwrap_or((serve.max_threads / 10).max(1));
@@ -489,6 +528,10 @@ fn node_config(
         body_limit: serve.body_limit,
         body_timeout: serve.body_timeout,
         max_connections: serve.max_connections.unwrap_or_else(|| connections_for(open_files)),
+        connections_per_client: serve.connections_per_client.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        head_timeout: serve.head_timeout,
+        ws_ping_interval: serve.ws_ping_interval,
+        ws_idle_timeout: serve.ws_idle_timeout,
         ws_max_message: serve.ws_max_message,
         shutdown_grace: serve.shutdown_grace,
         shutdown_drain: serve.shutdown_drain,
@@ -549,6 +592,23 @@ fn add_upstreams(config: &mut NodeConfig, serve: &Serve) -> Result<(), String> {
             }
         }
         config.aliases = file.aliases;
+    }
+    Ok(())
+}
+
+/// The connection timeouts make sense together: a head gets some time, and a WebSocket that is pinged is
+/// pinged before it is given up on.
+fn check_connection_timeouts(serve: &Serve) -> Result<(), String> {
+    if serve.head_timeout.is_zero() {
+        return Err("--head-timeout must be more than 0s: a client needs time to send a request".into());
+    }
+    if !serve.ws_ping_interval.is_zero() && serve.ws_idle_timeout <= serve.ws_ping_interval {
+        return Err(format!(
+            "--ws-idle-timeout ({}) must be longer than --ws-ping-interval ({}): a client answers a ping only \
+             after it is sent",
+            humantime::format_duration(serve.ws_idle_timeout),
+            humantime::format_duration(serve.ws_ping_interval)
+        ));
     }
     Ok(())
 }

@@ -532,7 +532,10 @@ async fn a_redis_outage_longer_than_a_lease_ends_no_live_stream() {
     let client = reqwest::Client::new();
     let id = create(&client, &a).await;
     append(&client, &a, &id, messages("p", 0, 2)).await;
-    let reading = tokio::spawn(read_events(events(&client, &b, &id, "").await));
+    let reading = {
+        let (client, b, id) = (client.clone(), b.base.clone(), id.clone());
+        tokio::spawn(async move { read_resuming(&client, &b, &id, std::time::Duration::from_secs(60)).await })
+    };
     // B follows the stream (from its reader's request on).
     until_held(&client, &b, "open", 1).await;
 
@@ -564,13 +567,151 @@ async fn a_redis_outage_longer_than_a_lease_ends_no_live_stream() {
     append(&client, &a, &id, messages("p", 2, 1)).await;
     let (status, ended) = post_empty(&client, &a.url(&format!("/v1/streams/{id}/end"))).await;
     assert_eq!(status, 200, "{ended}");
-    let read = reading.await.expect("B's reader");
+    // B's reader was told `lagged` while B could not reach Redis, and resumed where it was once it could.
+    let (read, lagged) = reading.await.expect("B's reader");
+    assert!(lagged > 0, "B's reader was told it lagged");
     let last = read.last().expect("events").json();
     assert_eq!(last["props"]["event"], "stream_end", "{last}");
     assert_eq!(last["props"]["data"]["status"], "completed", "the writer lived: {last}");
     let ids: Vec<u64> = read.iter().filter_map(|e| e.id).collect();
     assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "no gap, no duplicate");
     assert_eq!(read.iter().filter(|e| e.data.contains("\"p 2\"")).count(), 1);
+}
+
+/// True for a `lagged` notice.
+fn is_lagged(event: &Sse) -> bool {
+    event.id.is_none() && event.data.contains("\"lagged\"")
+}
+
+fn is_end(event: &Sse) -> bool {
+    event.data.contains("\"stream_end\"")
+}
+
+/// Reads stream `id` on the node at `base` from its start to its `stream_end`, as a client that resumes
+/// does: once a body ends (after a `lagged` notice, which ends it) or breaks, or after a 503, it asks again a
+/// moment later, with `Last-Event-ID`.
+/// The events (without the notices) and how many `lagged` notices came; fails past `within`.
+async fn read_resuming(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    within: std::time::Duration,
+) -> (Vec<Sse>, usize) {
+    use futures::StreamExt;
+    let deadline = tokio::time::Instant::now() + within;
+    let (mut events, mut lagged) = (Vec::<Sse>::new(), 0);
+    loop {
+        let read = data(&events).join("\n");
+        assert!(tokio::time::Instant::now() < deadline, "{base}: no end within {within:?} ({lagged} lagged): {read}");
+        let mut request = client.get(format!("{base}/v1/streams/{id}/events"));
+        if let Some(last) = events.iter().filter_map(|e| e.id).next_back() {
+            request = request.header("last-event-id", last.to_string());
+        }
+        let response = match request.send().await {
+            Ok(response) if response.status() == 200 => response,
+            Ok(response) => {
+                let status = response.status();
+                let body = response.text().await.unwrap_or_default();
+                assert_eq!(status, 503, "{base}: {body}");
+                // The client's pause before it asks again.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let (mut body, mut bytes, mut used) = (response.bytes_stream(), Vec::new(), 0);
+        while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, body.next()).await {
+            bytes.extend_from_slice(&chunk);
+            let (part, at) = parse_sse(&bytes[used..]);
+            used += at;
+            for event in part {
+                if is_lagged(&event) {
+                    lagged += 1;
+                } else {
+                    events.push(event);
+                }
+            }
+            if events.last().is_some_and(is_end) {
+                return (events, lagged);
+            }
+        }
+        // The client's pause before it asks again.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// With `--redis-lease 1s` and `--redis-write-timeout 2s`, Redis away for three seconds is a long outage:
+/// both the writer's append timeout and every lease pass. The writer ends the stream `store_unavailable`
+/// and writes that end behind what Redis had not taken once it is back; the follower tells its readers
+/// `lagged` rather than leave them waiting; afterwards every reader on both nodes reaches the same end,
+/// through the same log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_past_the_lease_and_the_write_timeout_ends_every_nodes_readers_on_one_log() {
+    let mut redis = RedisServer::start();
+    let flags = |redis: &RedisServer| {
+        let url = redis.url();
+        let args = ["--engine", "redis", "--redis-url", &url, "--redis-lease", "1s", "--redis-write-timeout", "2s"];
+        ServerProcess::spawn(&[&args[..], &["--keep-alive", "1s"]].concat())
+    };
+    let (a, b) = (flags(&redis), flags(&redis));
+    let client = reqwest::Client::new();
+    let id = create(&client, &a).await;
+    append(&client, &a, &id, messages("p", 0, 2)).await;
+    let reader = |node: &ServerProcess| {
+        let (client, base, id) = (client.clone(), node.base.clone(), id.clone());
+        tokio::spawn(async move { read_resuming(&client, &base, &id, std::time::Duration::from_secs(40)).await })
+    };
+    let (on_a, on_b) = (reader(&a), reader(&b));
+    until_held(&client, &b, "open", 1).await;
+
+    redis.stop();
+    let stopped = std::time::Instant::now();
+    // An append while Redis is away is refused once the write timeout passes: not acknowledged.
+    let refused = client
+        .post(a.url(&format!("/v1/streams/{id}/messages")))
+        .header("content-type", "application/x-ndjson")
+        .body(messages("p", 2, 1))
+        .send()
+        .await
+        .expect("append");
+    assert_eq!(refused.status(), 503);
+    let body: Value = refused.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+    // B, which cannot reach Redis for a lease, no longer holds the stream; a new reader there is told so.
+    until_held(&client, &b, "open", 0).await;
+    let late = client.get(b.url(&format!("/v1/streams/{id}/events"))).send().await.expect("a late reader");
+    assert_eq!(late.status(), 503);
+    let body: Value = late.json().await.expect("JSON");
+    assert_eq!(body["error"]["code"], "cluster_unavailable", "{body}");
+    // Redis away for three seconds is the scenario: a sleep.
+    tokio::time::sleep(std::time::Duration::from_secs(3).saturating_sub(stopped.elapsed())).await;
+    redis.start_again();
+    let restarted = std::time::Instant::now();
+
+    let (read_a, _) = on_a.await.expect("A's reader");
+    let at_a = restarted.elapsed();
+    let (read_b, lagged_b) = on_b.await.expect("B's reader");
+    let at_b = restarted.elapsed();
+    assert!(lagged_b > 0, "B's reader was told it lagged rather than left waiting");
+    for (node, elapsed) in [("A", at_a), ("B", at_b)] {
+        assert!(
+            elapsed < std::time::Duration::from_secs(10),
+            "{node}'s reader ended {elapsed:?} after Redis came back"
+        );
+    }
+    // One log on both nodes, each event once: the batch Redis refused, then the end the writer decided.
+    assert_eq!(data(&read_a), data(&read_b));
+    let ids: Vec<u64> = read_b.iter().filter_map(|e| e.id).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "no gap, no duplicate");
+    assert_eq!(texts(&read_b), ["p 0", "p 1", "p 2"]);
+    let end = read_b.last().expect("events").json();
+    assert_eq!(end["props"]["data"]["status"], "error", "{end}");
+    assert_eq!(end["props"]["data"]["error"]["code"], "store_unavailable", "{end}");
+    // New readers on either node read the same.
+    for node in [&a, &b] {
+        let whole = read_events(events(&client, node, &id, "").await).await;
+        assert_eq!(data(&whole), data(&read_b), "a new reader on {}", node.base);
+    }
 }
 
 /// Asking again and again for a stream that does not exist costs Redis one lookup a second, not one per

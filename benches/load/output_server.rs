@@ -134,6 +134,8 @@ pub(crate) fn main(addr: &str) -> ExitCode {
         let mut config = NodeConfig::new(Engine::Memory);
         let spare = (open_files / 10).max(64);
         config.settings.max_connections = open_files.saturating_sub(spare).max(16) as usize;
+        // The load comes from a few loopback addresses: any of them may hold the whole cap.
+        config.settings.connections_per_client = Some(config.settings.max_connections);
         let node = match Node::open(config).await {
             Ok(node) => node,
             Err(e) => {

@@ -21,21 +21,22 @@ impl RedisConnection {
         RedisConnection(manager)
     }
 
-    /// Subscribes to `channel` (on a connection made with a push sender).
+    /// Subscribes to `channel` (on a connection made with a push sender), waiting for Redis at most
+    /// [`SUBSCRIBE_WITHIN`].
     pub(crate) async fn subscribe(&self, channel: String) -> RedisResult<()> {
-        again_if_refused(|| {
+        within_subscribe_time(again_if_refused(|| {
             let (mut connection, channel) = (self.0.clone(), channel.clone());
             async move { connection.subscribe(channel).await }
-        })
+        }))
         .await
     }
 
-    /// Unsubscribes from `channel`.
+    /// Unsubscribes from `channel`, waiting for Redis at most [`SUBSCRIBE_WITHIN`].
     pub(crate) async fn unsubscribe(&self, channel: String) -> RedisResult<()> {
-        again_if_refused(|| {
+        within_subscribe_time(again_if_refused(|| {
             let (mut connection, channel) = (self.0.clone(), channel.clone());
             async move { connection.unsubscribe(channel).await }
-        })
+        }))
         .await
     }
 }
@@ -63,6 +64,17 @@ impl ConnectionLike for RedisConnection {
     fn get_db(&self) -> i64 {
         self.0.get_db()
     }
+}
+
+/// How long a subscribe or an unsubscribe waits for Redis: the connection manager's response timeout does not
+/// bound them while the connection is being made again (Redis away), and a follower waits on them under the
+/// lock that takes streams in.
+const SUBSCRIBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+async fn within_subscribe_time(call: impl Future<Output = RedisResult<()>>) -> RedisResult<()> {
+    tokio::time::timeout(SUBSCRIBE_WITHIN, call)
+        .await
+        .unwrap_or_else(|_| Err(redis::RedisError::from((redis::ErrorKind::Io, "Redis did not answer a subscription"))))
 }
 
 /// `call`, and once more when the connection refused it (see the module doc). Each call takes its own clone

@@ -9,6 +9,14 @@
 //! from the stream's `meta` hash once the log has every entry before it. Each look also asks whether the
 //! stream's writer still holds its lease, and ends the stream `interrupted` when it does not (see the
 //! module doc of `crate::cluster`).
+//!
+//! A follower that gets no answer from Redis for a lease (`--redis-lease`; each look waits at most that
+//! long) can no longer tell whether the stream goes on, nor whether its writer lives: rather than leave its
+//! readers waiting for what it cannot know, it lets go of the stream ([`Hub::lose`]). Each of its readers
+//! gets its format's `lagged` notice naming where it is, and resumes from there (`Last-Event-ID`, `from`);
+//! a request for the stream meanwhile is `503 cluster_unavailable`, as for any stream this node does not
+//! hold while Redis is away; and once Redis answers, the stream is followed again from Redis, history first,
+//! so readers catch up with whatever was written meanwhile, the end included.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -120,8 +128,8 @@ pub(crate) async fn history(connection: &mut RedisConnection, id: &str) -> redis
 }
 
 /// Keeps `stream`'s log caught up until it has the end, ending it as this node when its writer's lease
-/// lapses (see `lease.rs`); and lets the stream go once nothing on this node has held it for
-/// `let_go_after` (see [`Hub::let_go`]).
+/// lapses (see `lease.rs`); lets the stream go once nothing on this node has held it for `let_go_after`
+/// (see [`Hub::let_go`]), or once Redis has not answered for a lease (see the module doc).
 pub(crate) async fn keep_up(
     cluster: Arc<Inner>,
     hub: Hub,
@@ -138,31 +146,44 @@ pub(crate) async fn keep_up(
     let mut looked_at = Instant::now();
     // The first look is a whole one: a stream whose writer died before anyone followed it ends at once.
     let mut noticed = false;
+    // When Redis last answered this follower.
+    let mut answered_at = Instant::now();
+    let lease = cluster.lease.lasts;
     loop {
         let Some(held) = stream.upgrade() else { break };
         if !ended {
             let look = !noticed || looked_at.elapsed() >= LOOK_EVERY;
-            let append = |entries| held.follow_append(entries);
-            let looked = match catch_up(&mut connection, held.id(), held.log(), &append, look).await {
-                Ok(true) => {
+            let before = held.log().last_sequence();
+            let looked = tokio::time::timeout(lease, one_look(&cluster, &mut connection, &held, look)).await;
+            match &looked {
+                Ok(Ok(true)) => {
                     held.follower_ended();
                     cluster.done_following(held.id(), &notices).await;
                     ended = true;
-                    Ok(())
                 }
-                Ok(false) if look => {
-                    looked_at = Instant::now();
-                    if cluster.steady.may_judge() {
-                        end_if_writer_died(&mut connection, &held, &cluster.owner).await
-                    } else {
-                        Ok(())
-                    }
+                Ok(Ok(false)) if look => looked_at = Instant::now(),
+                Ok(Ok(false)) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(stream = held.id(), %error, "following a stream: reading Redis failed")
                 }
-                Ok(false) => Ok(()),
-                Err(error) => Err(error),
-            };
-            if let Err(error) = looked {
-                tracing::warn!(stream = held.id(), %error, "following a stream: reading Redis failed");
+                Err(_) => tracing::warn!(stream = held.id(), "following a stream: Redis did not answer within a lease"),
+            }
+            // A look cut short while entries still came (a long history on a slow Redis) was answered.
+            if matches!(looked, Ok(Ok(_))) || held.log().last_sequence() > before {
+                answered_at = Instant::now();
+            } else if answered_at.elapsed() >= lease && hub.lose(&held) {
+                tracing::warn!(
+                    stream = held.id(),
+                    "no answer from Redis for a lease: the followed stream is let go, its readers told `lagged`"
+                );
+                drop(held);
+                // Its notices are stopped once Redis answers again: an unsubscribe sent while Redis is away
+                // leaves the notices connection waiting on a confirmation that never comes.
+                while !cluster.steady.reaches_redis() {
+                    tokio::time::sleep(LOOK_EVERY).await;
+                }
+                cluster.done_following(&id, &notices).await;
+                return;
             }
         }
         // Held by the hub and by `held` here alone: nothing on this node uses it.
@@ -185,6 +206,24 @@ pub(crate) async fn keep_up(
     if !ended {
         cluster.done_following(&id, &notices).await;
     }
+}
+
+/// One look at Redis for `held`: the entries after its log's last (and the end once there), and when `look`
+/// asks for a whole look, whether its writer still lives. True once the log has the end.
+async fn one_look(
+    cluster: &Inner,
+    connection: &mut RedisConnection,
+    held: &Stream,
+    look: bool,
+) -> redis::RedisResult<bool> {
+    let append = |entries| held.follow_append(entries);
+    if catch_up(connection, held.id(), held.log(), &append, look).await? {
+        return Ok(true);
+    }
+    if look && cluster.steady.may_judge() {
+        end_if_writer_died(connection, held, &cluster.owner).await?;
+    }
+    Ok(false)
 }
 
 /// When the stream's writer has died (its lease lapsed), takes the stream over and ends it with the error

@@ -31,7 +31,8 @@
 //!
 //! # A writer that dies
 //!
-//! Every node holds a lease in Redis, renewed each second and lapsing after five (`lease.rs`). A node that
+//! Every node holds a lease in Redis, lapsing after `--redis-lease` (five seconds) unless renewed, and
+//! renewed five times as often (`lease.rs`). A node that
 //! follows an open stream whose writer's lease has lapsed claims the stream (a script that makes it the
 //! writer only if the dead node still is, so one node wins and the dead one is fenced) and ends it with the
 //! error `interrupted` after the last entry Redis holds, as a single node ends at restart what was open when
@@ -40,6 +41,15 @@
 //! live writers have renewed theirs before anyone judges. Nothing acknowledged is lost (acknowledgements waited for Redis), nothing a reader saw is
 //! contradicted (readers saw only what Redis held), and every node's readers get the end within seconds.
 //! A stream nobody follows is ended the same way by the first node asked for it.
+//!
+//! # Redis away
+//!
+//! Nothing handed to the writer is dropped while Redis is away: what Redis did not take waits in the
+//! writer's backlog (`backlog.rs`), in order, and goes once Redis is back. Past `--redis-write-timeout` the
+//! stream's producer is refused and the stream ends `store_unavailable`; that end is written behind the rest,
+//! so every node reads the same log and the same end. A follower that has no answer from Redis for a lease
+//! lets its stream go, telling its readers `lagged` where they are, and follows it again from Redis once
+//! Redis answers (`follow.rs`): no reader waits on a node that cannot hear the writer.
 //!
 //! # Keys
 //!
@@ -55,6 +65,7 @@
 //! A `rediss://` URL is dialled with rustls (`tls.rs`), trusting the system's roots or the CA of
 //! `--redis-ca-file`.
 
+mod backlog;
 mod connection;
 mod follow;
 mod keys;
@@ -77,6 +88,9 @@ use connection::RedisConnection;
 pub(crate) use thread_storage::RedisThreads;
 use writer::{OwnedLog, Owner, Writer};
 
+/// How long a command waits for Redis's answer.
+const RESPONSE_WITHIN: Duration = Duration::from_secs(5);
+
 /// This node's link to the others through Redis; cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Cluster {
@@ -92,6 +106,8 @@ struct Inner {
     owner: Owner,
     /// Whether this node's lease renewals succeed, and since when (`lease.rs`).
     steady: Arc<lease::Steady>,
+    /// How long leases last (`ClusterConfig::lease`).
+    lease: lease::Lease,
     /// How long a followed stream nobody here uses is kept (`ClusterConfig::let_go_after`).
     let_go_after: Duration,
     /// The followed streams waiting for notices, by id.
@@ -122,6 +138,12 @@ pub struct ClusterConfig {
     pub retention: Duration,
     /// How long a stream written on another node stays followed here once nothing on this node uses it.
     pub let_go_after: Duration,
+    /// How long a node's lease lasts unless renewed (`--redis-lease`); the same on every node. It also bounds
+    /// how long a follower waits for an answer from Redis before it tells its readers.
+    pub lease: Duration,
+    /// How long the writer tries an append Redis does not take before the stream ends `store_unavailable`
+    /// (`--redis-write-timeout`); what Redis did not take is still written, in order, once it is back.
+    pub write_timeout: Duration,
 }
 
 impl Cluster {
@@ -135,7 +157,7 @@ impl Cluster {
         let settings = || {
             ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(2)))
-                .set_response_timeout(Some(Duration::from_secs(5)))
+                .set_response_timeout(Some(RESPONSE_WITHIN))
         };
         // Commands fail fast while Redis is away (a client gets its 503 in a moment, not after the manager's
         // default six reconnect attempts, ten seconds or more); every caller tries again on its own terms (the
@@ -157,21 +179,24 @@ impl Cluster {
         };
         let secret = shared_secret(&mut connection.clone()).await?;
         // The lease is taken before any stream is made here, and kept for as long as the node runs.
-        lease::renew(&mut connection.clone(), &owner.node, &owner.url).await?;
-        let steady = Arc::new(lease::Steady::from_now());
+        let lease = lease::Lease { lasts: config.lease };
+        lease::renew(&mut connection.clone(), lease, &owner.node, &owner.url).await?;
+        let steady = Arc::new(lease::Steady::from_now(lease));
         tokio::spawn(lease::keep(
             [connection.clone(), notices.clone()],
+            lease,
             Arc::clone(&owner.node),
             Arc::clone(&owner.url),
             Arc::clone(&steady),
         ));
-        let writer = Writer::start(connection.clone(), owner.clone());
+        let writer = Writer::start(connection.clone(), owner.clone(), config.write_timeout);
         let inner = Arc::new(Inner {
             connection,
             notices,
             writer,
             owner,
             steady,
+            lease,
             let_go_after: config.let_go_after,
             followers: Mutex::new(HashMap::new()),
             following: tokio::sync::Mutex::new(()),
@@ -185,6 +210,13 @@ impl Cluster {
         tokio::spawn(route_notices(received, Arc::downgrade(&inner)));
         tracing::info!(node = %inner.owner.node, url = %inner.owner.url, "joined the cluster");
         Ok(Cluster { inner })
+    }
+
+    /// Waits, for at most `patience`, until Redis has everything this node's writer was handed before the
+    /// call (what Redis refused included, see `writer.rs`): what a shutdown wrote (the ends of the streams it
+    /// ended) reaches the other nodes before the process goes. False when `patience` ran out first.
+    pub async fn flush(&self, patience: Duration) -> bool {
+        tokio::time::timeout(patience, self.inner.writer.flush()).await.is_ok()
     }
 
     /// The storage the hub keeps the streams this node creates in.
@@ -238,6 +270,17 @@ impl Cluster {
         if self.inner.absent.known(id) {
             return Ok(None);
         }
+        // Bounded as one Redis answer is: however the connection fares while Redis comes and goes, a reader
+        // gets its answer (a 503 it may retry) rather than wait.
+        match tokio::time::timeout(RESPONSE_WITHIN, self.take_in(hub, id)).await {
+            Ok(taken) => taken,
+            Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "Redis did not answer in time"))),
+        }
+    }
+
+    /// [`Cluster::follow`]'s part that asks Redis: the stream looked up, its history read, and its follower
+    /// started.
+    async fn take_in(&self, hub: &Hub, id: &str) -> redis::RedisResult<Option<Arc<Stream>>> {
         // Looked up before the lock, so ids Redis does not have (made up, mistyped, expired) never wait
         // behind the take-in of real streams, nor hold it up.
         let mut connection = self.inner.connection.clone();

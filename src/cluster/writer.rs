@@ -4,42 +4,45 @@
 //! An owned stream's entries are kept in memory (its readers on this node read them from there) and handed
 //! to the writer, which runs the append script for them and then moves the stream's committed watermark
 //! (`crate::hub::Committed`): readers here, like readers on other nodes, see only what Redis holds, and a
-//! producer's acknowledgement waits for it. Whatever the writer finds queued when it wakes goes in one round:
-//! a stream's queued appends become one script call, and the calls for different streams go out together on
+//! producer's acknowledgement waits for it. Whatever the writer finds handed over when it wakes goes in one
+//! round: a stream's appends become one script call, and the calls for different streams go out together on
 //! the one multiplexed connection.
 //!
-//! A call that fails is tried again (the connection manager reconnects) for [`RETRY_FOR`]; past that, or at
-//! once when Redis says another node owns the stream, the stream's watermark fails: its readers are told the
-//! rest is not kept, the acknowledgement is refused, and the stream ends with the error `store_unavailable`,
-//! as with the embedded store's disk. A retry of a call that did reach Redis writes nothing twice: the
-//! script skips the sequences it already has.
+//! A call Redis does not take stays in the writer's [`Backlog`] and is tried again, ahead of whatever its
+//! stream appends meanwhile, until Redis takes it: nothing handed to the writer is dropped while the
+//! stream's later appends go on, so the log in Redis never has a hole and the end a stream gets during an
+//! outage reaches Redis after everything before it. Past the write timeout (`--redis-write-timeout`) the
+//! stream is told its appends are not kept (`Committed::fail`): the acknowledgement is refused and the
+//! stream ends with the error `store_unavailable`, as with the embedded store's disk; that end is written
+//! behind the rest once Redis is back, so every node reads it. A call Redis refuses for good (`FENCED`:
+//! another node owns the stream and ended it; `GAP`: Redis lost what it had taken) is given up at once. A
+//! retry of a call that did reach Redis writes nothing twice: the script skips the sequences it already has.
+//!
+//! [`Writer::flush`] waits until Redis has everything handed over before it, so a shutdown's ends reach
+//! the other nodes before the process goes.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::connection::RedisConnection;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 
+use super::backlog::{Backlog, Command, Failure, Pending};
 use super::script::{self, Append};
 use crate::hub::{Committed, Entry, Gone, Log, MemoryLog, StreamInfo};
 use crate::output::Outcome;
 
-/// How long a failing append is tried again before its stream is told it was not kept.
-pub(crate) const RETRY_FOR: Duration = Duration::from_secs(10);
-
-/// The most appends the writer takes in one round.
+/// The most requests the writer takes in one round.
 const ROUND: usize = 1024;
 
-/// One stream's append, for the writer.
-struct Command {
-    stream: Arc<str>,
-    append: Append,
-    /// The last sequence once this is written (the stream's last so far when it adds no message).
-    last: u64,
-    ends: bool,
-    committed: Arc<Committed>,
+/// What the writer is handed.
+#[derive(Debug)]
+enum Request {
+    Append(Command),
+    /// Answered once Redis has everything handed over before it.
+    Flush(oneshot::Sender<()>),
 }
 
 /// What the writer needs to know besides the appends.
@@ -58,86 +61,128 @@ pub(crate) struct Owner {
 /// A handle to the writer task; cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
-    commands: mpsc::UnboundedSender<Command>,
-}
-
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Command").field("stream", &self.stream).field("last", &self.last).finish_non_exhaustive()
-    }
+    requests: mpsc::UnboundedSender<Request>,
 }
 
 impl Writer {
-    /// Starts the writer task on the current runtime.
-    pub(crate) fn start(connection: RedisConnection, owner: Owner) -> Writer {
-        let (commands, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(receiver, connection, owner));
-        Writer { commands }
+    /// Starts the writer task on the current runtime; a stream whose appends Redis has not taken for
+    /// `write_timeout` is told they are not kept.
+    pub(crate) fn start(connection: RedisConnection, owner: Owner, write_timeout: Duration) -> Writer {
+        let (requests, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(run(receiver, connection, owner, write_timeout));
+        Writer { requests }
     }
-}
 
-async fn run(mut commands: mpsc::UnboundedReceiver<Command>, connection: RedisConnection, owner: Owner) {
-    let script = script::append_script();
-    let mut round = Vec::new();
-    while commands.recv_many(&mut round, ROUND).await > 0 {
-        let calls = merge(round.drain(..));
-        let writes = calls.into_iter().map(|command| {
-            let (mut connection, script, owner) = (connection.clone(), &script, &owner);
-            async move { write(&mut connection, script, owner, command).await }
-        });
-        futures::future::join_all(writes).await;
-    }
-}
-
-/// One command per stream: a stream's appends in a round are written by one call, in order.
-fn merge(round: impl Iterator<Item = Command>) -> Vec<Command> {
-    let mut calls: Vec<Command> = Vec::new();
-    let mut index: HashMap<Arc<str>, usize> = HashMap::new();
-    for command in round {
-        let Some(&at) = index.get(&command.stream) else {
-            index.insert(Arc::clone(&command.stream), calls.len());
-            calls.push(command);
-            continue;
-        };
-        let call = &mut calls[at];
-        if call.append.messages.is_empty() {
-            call.append.first = command.append.first;
+    /// Waits until Redis has everything handed to the writer before the call (see the module doc); for as
+    /// long as Redis is away, so the caller bounds it.
+    pub(crate) async fn flush(&self) {
+        let (done, answered) = oneshot::channel();
+        if self.requests.send(Request::Flush(done)).is_ok() {
+            let _ = answered.await;
         }
-        call.append.messages.extend(command.append.messages);
-        call.append.outcome = call.append.outcome.take().or(command.append.outcome);
-        call.append.register = call.append.register.take().or(command.append.register);
-        call.last = command.last;
-        call.ends |= command.ends;
     }
-    calls
 }
 
-async fn write(connection: &mut RedisConnection, script: &redis::Script, owner: &Owner, command: Command) {
-    let ttl = if command.ends { owner.ended_ttl } else { owner.open_ttl };
-    let ttl_ms = ttl.as_millis().min(u128::from(u64::MAX)) as u64;
-    let deadline = tokio::time::Instant::now() + RETRY_FOR;
-    let mut pause = Duration::from_millis(20);
+async fn run(
+    mut requests: mpsc::UnboundedReceiver<Request>,
+    connection: RedisConnection,
+    owner: Owner,
+    write_timeout: Duration,
+) {
+    let script = script::append_script();
+    let mut backlog = Backlog::default();
+    let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
+    let mut received = Vec::new();
+    let mut open = true;
     loop {
-        let result =
-            script::append(connection, script, &owner.node, &owner.url, &command.stream, ttl_ms, &command.append).await;
-        match result {
-            Ok(_) => {
-                command.committed.advance(command.last, command.ends);
+        open = receive(&mut requests, &mut received, open, backlog.next_try()).await;
+        let now = Instant::now();
+        for request in received.drain(..) {
+            match request {
+                Request::Append(command) => backlog.push(command, now),
+                Request::Flush(done) => flushes.push(done),
+            }
+        }
+        let writes = backlog.take_due(now).into_iter().map(|pending| {
+            let (mut connection, script, owner) = (connection.clone(), &script, &owner);
+            async move {
+                let command = &pending.command;
+                let ttl = if command.ends { owner.ended_ttl } else { owner.open_ttl };
+                let ttl_ms = ttl.as_millis().min(u128::from(u64::MAX)) as u64;
+                let append = &command.append;
+                let result =
+                    script::append(&mut connection, script, &owner.node, &owner.url, &command.stream, ttl_ms, append);
+                (result.await, pending)
+            }
+        });
+        for (result, pending) in futures::future::join_all(writes).await {
+            settle(&mut backlog, result, pending, write_timeout);
+        }
+        if backlog.is_empty() {
+            for done in flushes.drain(..) {
+                let _ = done.send(());
+            }
+            if !open {
                 return;
             }
-            Err(error) => {
-                let fenced = error.to_string().contains("FENCED");
-                if fenced || tokio::time::Instant::now() + pause > deadline {
-                    tracing::error!(stream = %command.stream, %error, "appending to Redis failed: the stream is not kept");
-                    command.committed.fail();
-                    return;
-                }
-                tracing::warn!(stream = %command.stream, %error, "appending to Redis failed; trying again");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
         }
     }
+}
+
+/// Waits for requests (into `into`, up to a round of them) while the channel is `open`, or until `until`
+/// when the backlog has a call due then; false once every handle is gone (then only `until` is waited for).
+async fn receive(
+    requests: &mut mpsc::UnboundedReceiver<Request>,
+    into: &mut Vec<Request>,
+    open: bool,
+    until: Option<Instant>,
+) -> bool {
+    match (open, until) {
+        (true, None) => requests.recv_many(into, ROUND).await > 0,
+        // A round's worth came, or the channel closed (`0`), or the time is up with the channel still open.
+        (true, Some(until)) => !matches!(tokio::time::timeout_at(until, requests.recv_many(into, ROUND)).await, Ok(0)),
+        (false, Some(until)) => {
+            tokio::time::sleep_until(until).await;
+            false
+        }
+        (false, None) => false,
+    }
+}
+
+/// What a call's try means for its stream: committed, given up, or kept in `backlog` to be tried again.
+fn settle(backlog: &mut Backlog, result: redis::RedisResult<u64>, mut pending: Pending, write_timeout: Duration) {
+    let command = &pending.command;
+    let error = match result {
+        Ok(_) => {
+            command.committed.advance(command.last, command.ends);
+            return;
+        }
+        Err(error) => error,
+    };
+    let text = error.to_string();
+    if text.contains("FENCED") || text.contains("GAP") {
+        tracing::error!(stream = %command.stream, %error, "Redis refused the stream's appends for good: they are not kept");
+        command.committed.fail();
+        return;
+    }
+    if command.orphaned() {
+        tracing::warn!(stream = %command.stream, %error, "Redis is still away and the stream is no longer held here: its appends are given up");
+        return;
+    }
+    let stream = Arc::clone(&pending.command.stream);
+    match pending.failed(Instant::now(), write_timeout) {
+        Failure::First => tracing::warn!(%stream, %error, "appending to Redis failed; trying again"),
+        Failure::Again => tracing::debug!(%stream, %error, "appending to Redis failed again"),
+        Failure::TimedOut => {
+            tracing::error!(
+                %stream, %error,
+                "Redis has not taken the stream's appends for {write_timeout:?}: it ends `store_unavailable`, and \
+                 what it has is written once Redis is back"
+            );
+            pending.command.committed.fail();
+        }
+    }
+    backlog.put_back(pending);
 }
 
 /// The log of a stream this node owns; see the module doc.
@@ -187,12 +232,12 @@ impl Log for OwnedLog {
                 }
             }
         }
-        append.register = self.register.lock().ok().and_then(|mut register| register.take());
+        append.register = crate::sync::lock(&self.register).take();
         memory.append(entries);
         let command =
             Command { stream: Arc::clone(&self.stream), append, last, ends, committed: Arc::clone(&self.committed) };
         // The writer lives as long as the runtime; a send after it stopped has nobody left to tell.
-        let _ = self.writer.commands.send(command);
+        let _ = self.writer.requests.send(Request::Append(command));
     }
 
     fn read(&self, after: u64, max: usize, into: &mut Vec<Entry>) -> Result<(), Gone> {

@@ -29,6 +29,19 @@ pub struct Settings {
     /// The most connections served at once (4,096 here; the binary sizes it from its open-file limit). One
     /// past it is answered 503 `capacity` and closed, while the others keep being served.
     pub max_connections: usize,
+    /// The most connections one client address (an IPv6 /64) holds at once; `None`: its share of
+    /// `max_connections` ([`Settings::client_connections`]). One past it is answered 429
+    /// `client_connections` and closed, while other addresses keep being served.
+    pub connections_per_client: Option<usize>,
+    /// How long a connection gets to send a request's head, from when it opens or its previous response
+    /// ended (10 s): a slow head and an idle keep-alive connection are closed after it.
+    pub head_timeout: Duration,
+    /// A WebSocket connection is pinged after this long without a ping (20 s; zero: never, and no idle
+    /// timeout either).
+    pub ws_ping_interval: Duration,
+    /// A WebSocket connection from which nothing (no pong, no frame) arrived for this long is closed with
+    /// 1008 (60 s; more than `ws_ping_interval`).
+    pub ws_idle_timeout: Duration,
     /// The largest WebSocket message or frame from a client (1 MiB).
     pub ws_max_message: usize,
     /// On shutdown, how long open streams get to finish before they are ended with an error (10 s).
@@ -53,6 +66,10 @@ impl Default for Settings {
             body_limit: 8 << 20,
             body_timeout: Duration::from_secs(30),
             max_connections: 4096,
+            connections_per_client: None,
+            head_timeout: Duration::from_secs(10),
+            ws_ping_interval: Duration::from_secs(20),
+            ws_idle_timeout: Duration::from_secs(60),
             ws_max_message: 1 << 20,
             shutdown_grace: Duration::from_secs(10),
             shutdown_drain: Duration::from_secs(5),
@@ -63,6 +80,19 @@ impl Default for Settings {
         }
     }
 }
+
+impl Settings {
+    /// The most connections one client address holds at once: `connections_per_client`, or by default a
+    /// tenth of `max_connections` but at least 64 (and never more than the cap).
+    pub fn client_connections(&self) -> usize {
+        let share = (self.max_connections / 10).max(CLIENT_CONNECTIONS_FLOOR).min(self.max_connections);
+        self.connections_per_client.unwrap_or(share)
+    }
+}
+
+/// The fewest connections one client address may hold by default, however small the cap: a browser's six
+/// per host for every tab of a few, a server's pool.
+const CLIENT_CONNECTIONS_FLOOR: usize = 64;
 
 /// What every handler shares; cheap to clone.
 #[derive(Debug, Clone)]

@@ -6,18 +6,20 @@
 //! - `api/`: the endpoints, one module per resource or front door, each owning its routes and what the
 //!   OpenAPI document says of them; the front doors (chat completions, `useChat`, AG-UI, Anthropic
 //!   Messages, OpenAI Responses) share one prologue and epilogue (`api/front_door.rs`);
-//! - `edge/`: what every request meets on its way in and every answer on its way out: the head limits, CORS
-//!   and what a page may do, keys and tokens, forwarding to a stream's writer, the access log and the
-//!   metrics, [`HttpError`] and its envelope, the body and the extractors;
+//! - `edge/`: what every connection and request meets on its way in and every answer on its way out: the
+//!   connection cap and each client's share of it, the head limits, CORS and what a page may do, keys and
+//!   tokens, forwarding to a stream's writer, the access log and the metrics, [`HttpError`] and its
+//!   envelope, the body and the extractors;
 //! - `transport/`: how events leave: the event-stream connection served without hyper, the feeds that write
 //!   to waiting readers, the SSE relay, the chunked framing, the socket, the WebSocket loop;
 //! - `router.rs`: [`router`], every endpoint behind the edge's layers;
-//! - `server.rs`: [`serve`]: connections (the cap, the socket each holds), and the shutdown in phases.
+//! - `server.rs`: [`serve`]: connections (admitted or refused, the socket each holds), and the shutdown in
+//!   phases.
 //!
-//! Imports run one way: `server.rs` uses the router and the transport, the router the api and the edge, the
-//! api the transport and the edge. The transport uses of the edge only its metrics, and the edge none of
-//! the others; `app.rs` holds what they share (the transport's feeds and lifetime, the edge's credentials
-//! and metrics), and no wing imports `mod.rs`.
+//! Imports run one way: `server.rs` uses the router, the transport and the edge's admission, the router the
+//! api and the edge, the api the transport and the edge. The transport uses of the edge only its metrics and
+//! the place an admitted connection holds, and the edge none of the others; `app.rs` holds what they share
+//! (the transport's feeds and lifetime, the edge's credentials and metrics), and no wing imports `mod.rs`.
 
 mod api;
 mod app;

@@ -10,13 +10,20 @@
 //! is served there, without hyper; anything else goes to hyper, which reads the connection from its first
 //! byte.
 //!
-//! Every connection holds a permit of the cap ([`crate::http::Settings::max_connections`]) for as long as its socket
-//! lives: the permit travels inside the socket ([`AdmittedSocket`]), so a connection upgraded to a WebSocket keeps
-//! counting after hyper has handed it over. Past the cap a new connection is read for its request head
-//! (a few seconds at most) and answered 503 `capacity` with the envelope, then closed; the others keep being
-//! served. Only a few such answers are given at once: past those, a connection is closed unanswered, so a
-//! flood of connections cannot use up the file descriptors the cap protects. Each request knows its peer
+//! Every connection holds a place under the cap ([`crate::http::Settings::max_connections`]) and one of its
+//! client address's share ([`crate::http::Settings::client_connections`]) for as long as its socket lives
+//! (`edge/admission.rs`): the places travel inside the socket ([`AdmittedSocket`]), so a connection upgraded
+//! to a WebSocket keeps counting after hyper has handed it over. Past either a new connection is read for its
+//! request head (a few seconds at most) and answered with the envelope (503 `capacity` past the cap, 429
+//! `client_connections` past the client's share, both with `retry-after`), then closed; the others keep
+//! being served. Only a few such answers are given at once: past those, a connection is closed unanswered,
+//! so a flood of connections cannot use up the file descriptors the cap protects. Each request knows its peer
 //! (`ConnectInfo<SocketAddr>`), which names the client whose stream budget it spends.
+//!
+//! A connection gets [`crate::http::Settings::head_timeout`] to send a request's head, counted from when it
+//! opens (for its first request) or from when its previous response ended (hyper's header timeout starts
+//! again as the connection goes idle): a slow head and an idle keep-alive connection are closed after it, so
+//! neither holds its place for long.
 //!
 //! # Shutdown
 //!
@@ -52,7 +59,7 @@ use tokio_util::task::TaskTracker;
 use tower::Layer;
 
 use super::app::App;
-use super::edge::error::HttpError;
+use super::edge::admission::{Admission, Refused};
 use super::router::router;
 use super::transport::event_connection::{self, First};
 use super::transport::feed::Feeds;
@@ -67,9 +74,6 @@ const OVERFLOW_ANSWERS: usize = 64;
 
 /// How long a connection past the cap gets to send its request head.
 const OVERFLOW_HEAD_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// How long a client gets to send a request's head (hyper's default, which needs a timer to apply).
-const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The runtime the service runs on: tokio's multi-threaded one, with its I/O driver polled every 16 task polls
 /// rather than 61. A worker busy with a round of deliveries then notices a producer's next request after a
@@ -97,9 +101,9 @@ pub async fn serve(
     let metrics = app.metrics.clone();
     let feeds = app.feeds.clone();
     let router = router(app);
-    let http = connection_builder();
+    let http = connection_builder(settings.head_timeout);
     let connections = TaskTracker::new();
-    let cap = Arc::new(Semaphore::new(settings.max_connections));
+    let admission = Admission::new(settings.max_connections, settings.client_connections());
     let overflow = Arc::new(Semaphore::new(OVERFLOW_ANSWERS));
     let mut shutdown = std::pin::pin!(shutdown);
     let mut grace = None;
@@ -125,16 +129,19 @@ pub async fn serve(
             () = lifetime.closing.cancelled() => break,
         };
         socket::tune(&tcp);
-        let Ok(permit) = Arc::clone(&cap).try_acquire_owned() else {
-            if let Ok(answer) = Arc::clone(&overflow).try_acquire_owned() {
-                connections.spawn(refuse(tcp, answer, settings.max_connections, lifetime.gone.clone()));
+        let admitted = match admission.admit(peer.ip()) {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                if let Ok(answer) = Arc::clone(&overflow).try_acquire_owned() {
+                    connections.spawn(refuse(tcp, answer, refused, lifetime.gone.clone()));
+                }
+                continue;
             }
-            continue;
         };
         let service = axum::Extension(ConnectInfo(peer)).layer(router.clone());
-        let socket = AdmittedSocket::new(tcp, permit, metrics.connection());
+        let socket = AdmittedSocket::new(tcp, admitted, metrics.connection());
         let (http, lifetime, feeds) = (http.clone(), lifetime.clone(), feeds.clone());
-        connections.spawn(connection(socket, service, http, lifetime, feeds));
+        connections.spawn(connection(socket, service, http, lifetime, feeds, settings.head_timeout));
     }
     drop(listener);
     tracing::info!("shutting down: every stream has ended; closing connections");
@@ -162,11 +169,12 @@ async fn connection(
     http: http1::Builder,
     lifetime: Lifetime,
     feeds: Feeds,
+    head_timeout: Duration,
 ) {
     // A GET of an event stream as the connection's first request is served without hyper (see
     // `transport/event_connection.rs`); the client gets as long to send that head as hyper gives it.
     let first = tokio::select! {
-        first = tokio::time::timeout(HEAD_TIMEOUT, event_connection::first_request(socket)) => first,
+        first = tokio::time::timeout(head_timeout, event_connection::first_request(socket)) => first,
         () = lifetime.closing.cancelled() => return,
     };
     let io = match first {
@@ -200,17 +208,12 @@ async fn connection(
     }
 }
 
-/// Answers a connection past the cap with 503 `capacity` and closes it.
-async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone: CancellationToken) {
+/// Answers a connection that was not admitted with why (`Refused::error`) and closes it.
+async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, refused: Refused, gone: CancellationToken) {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(OVERFLOW_HEAD_TIMEOUT).keep_alive(false);
     let service = hyper::service::service_fn(move |_request| async move {
-        let message =
-            format!("the service is serving its limit of {cap} connections; a retry may succeed once others close");
-        let mut error =
-            HttpError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "capacity");
-        error.retry = true;
-        Ok::<_, std::convert::Infallible>(error.into_response())
+        Ok::<_, std::convert::Infallible>(refused.error().into_response())
     });
     let connection = http.serve_connection(TokioIo::new(tcp), service);
     tokio::select! {
@@ -228,11 +231,12 @@ async fn refuse(tcp: TcpStream, _answer: OwnedSemaphorePermit, cap: usize, gone:
 /// read and write buffers, its task and its response, about 4 KiB less per connection than `auto` kept.
 /// (A connection that opens with a GET of an event stream does without even those:
 /// `transport/event_connection.rs`.)
-fn connection_builder() -> http1::Builder {
+fn connection_builder(head_timeout: Duration) -> http1::Builder {
     let mut http = http1::Builder::new();
-    // A client gets `HEAD_TIMEOUT` to send a request's head. hyper's header count limit sits above the
-    // service's own (`edge/limits.rs`), so that one answers with the envelope.
-    http.timer(TokioTimer::new()).header_read_timeout(HEAD_TIMEOUT);
+    // A client gets `head_timeout` to send a request's head, and an idle keep-alive connection as long to
+    // send its next one (see the module doc). hyper's header count limit sits above the service's own
+    // (`edge/limits.rs`), so that one answers with the envelope.
+    http.timer(TokioTimer::new()).header_read_timeout(head_timeout);
     http
 }
 

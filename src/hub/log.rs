@@ -106,6 +106,14 @@ pub struct Gone {
     pub kept_after: u64,
 }
 
+impl Gone {
+    /// Where a reader told this resumes: after what it had, or after where the kept history starts when that
+    /// is later.
+    pub fn resume_from(&self) -> u64 {
+        self.asked.max(self.kept_after)
+    }
+}
+
 /// What readers need from a stream's log; see the module doc.
 ///
 /// Writes come only from the stream that owns the log, in order and already checked, so they cannot fail

@@ -304,6 +304,22 @@ impl Hub {
         true
     }
 
+    /// Lets go of a followed stream this node can no longer follow (Redis has not answered its follower for
+    /// a lease, `cluster/follow.rs`), whoever holds it: gone from the hub and its bytes given back, and each
+    /// of its subscribers told `lagged` where it is, to resume from there. A later request follows it again
+    /// from Redis. True when it was let go.
+    pub(crate) fn lose(&self, stream: &Arc<Stream>) -> bool {
+        let mut streams = self.streams();
+        let held_here = streams.get(stream.id()).is_some_and(|held| Arc::ptr_eq(held, stream));
+        if !stream.is_followed() || !held_here {
+            return false;
+        }
+        streams.remove(stream.id());
+        drop(streams);
+        stream.lose();
+        true
+    }
+
     /// The stream with this id, open or within its retention.
     pub fn get(&self, id: &str) -> Option<Arc<Stream>> {
         self.evict_expired();

@@ -279,9 +279,13 @@ impl Subscription {
         self.at.store(self.cursor, Ordering::Release);
         let bounds = |_: &Rendition, first, count| Bounds::Rendered { rendition: Arc::clone(&shared), first, count };
         let batch = self.take_from(&rendition, bounds);
-        // Not once the log has its end: what is left (the end's own frames) is taken, not waited for.
+        // Not once the log has its end: what is left (the end's own frames) is taken, not waited for; nor once
+        // the subscription is done (its `lagged` notice taken, the stream's log still open): nothing comes.
         let log = self.stream.log();
-        self.live = self.cursor >= rendition.len() && rendition.rendered() >= log.last_sequence() && !log.is_ended();
+        self.live = !self.done
+            && self.cursor >= rendition.len()
+            && rendition.rendered() >= log.last_sequence()
+            && !log.is_ended();
         batch
     }
 

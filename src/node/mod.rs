@@ -86,6 +86,10 @@ pub struct Node {
     /// (the ends of the streams it ended) is on disk before the process goes.
     #[cfg(feature = "store")]
     store: Option<Arc<Store>>,
+    /// The cluster, if the node is one of several through Redis: its writer is flushed once serving is over,
+    /// as the store is, so the ends the shutdown wrote reach the other nodes.
+    #[cfg(feature = "redis")]
+    cluster: Option<Cluster>,
     _maintenance: Maintenance,
 }
 
@@ -112,6 +116,8 @@ impl Node {
             restart,
             #[cfg(feature = "store")]
             store: engine.store(),
+            #[cfg(feature = "redis")]
+            cluster: engine.cluster(),
             _maintenance: maintenance,
         })
     }
@@ -152,6 +158,14 @@ impl Node {
         if let Some(store) = self.store.clone() {
             // The writer's flush waits on its thread: off the runtime's workers.
             tokio::task::spawn_blocking(move || store.flush()).await.map_err(std::io::Error::other)?;
+        }
+        #[cfg(feature = "redis")]
+        if let Some(cluster) = &self.cluster {
+            // Bounded: a Redis that is away would hold the exit for ever; what it did not take, the other nodes
+            // end `interrupted` once this node's lease lapses.
+            if !cluster.flush(self.app.settings.shutdown_drain.max(std::time::Duration::from_secs(1))).await {
+                tracing::error!("Redis did not take what the shutdown wrote before the drain ran out");
+            }
         }
         served
     }
@@ -225,6 +239,15 @@ impl Kept {
             }
             #[cfg(feature = "redis")]
             Kept::Redis(cluster) => App::new(hub, agents, settings).with_cluster(cluster.clone()),
+        }
+    }
+
+    /// The cluster, if the engine is Redis.
+    #[cfg(feature = "redis")]
+    fn cluster(&self) -> Option<Cluster> {
+        match self {
+            Kept::Redis(cluster) => Some(cluster.clone()),
+            _ => None,
         }
     }
 

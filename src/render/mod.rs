@@ -283,11 +283,11 @@ impl Renderer for ViewRenderer {
     fn interrupt(&self, gone: &Gone, out: &mut Vec<Bytes>) {
         let error = ErrorProps {
             message: format!(
-                "the history this subscriber needs is no longer kept; it starts after sequence {}",
-                gone.kept_after
+                "the history this subscriber needs is no longer kept here; resume after sequence {}",
+                gone.resume_from()
             ),
             code: Some("lagged".into()),
-            details: Some(serde_json::json!({ "resume_from": gone.kept_after })),
+            details: Some(serde_json::json!({ "resume_from": gone.resume_from() })),
         };
         match self.encoding {
             Encoding::Sse => {
@@ -295,7 +295,7 @@ impl Renderer for ViewRenderer {
                 self.adapter.interrupt(&error, &mut frames);
                 out.extend(frames.iter().map(sse::encode));
             }
-            Encoding::WebSocket => out.push(self.wrap.lagged(&error, gone.kept_after)),
+            Encoding::WebSocket => out.push(self.wrap.lagged(&error, gone.resume_from())),
         }
     }
 

@@ -11,9 +11,10 @@
 //! `--engine redis`; at once in memory), without holding back the frames behind it, so pipelined publishes
 //! are acknowledged as their commits land. A text frame that is not JSON or not a known op gets an error reply (with
 //! `param` naming the op's field where one is at fault) and the connection stays open. What cannot be read
-//! closes it, and so does the end of the stream a per-stream connection watches, or the shutdown: the loop
-//! that relays a connection's subscriptions and reads its frames is `transport/ws.rs`'s; this file knows
-//! the ops and what they do.
+//! closes it, and so does the end of the stream a per-stream connection watches, a client silent past the
+//! idle timeout, or the shutdown: the loop that relays a connection's subscriptions, pings its client and
+//! reads its frames is `transport/ws.rs`'s; this file knows the ops and what they do. A connection opened
+//! with a key holds one of the key's `connections=` for as long as it is open (`edge/extract.rs`, `Upgrade`).
 //!
 //! With API keys configured, a connection may do what the credential it opened with grants
 //! (`edge/auth.rs`): a key, everything; a stream token, that stream only, and `publish` and `cancel` only with
@@ -24,7 +25,7 @@ use std::sync::Arc;
 
 use axum::Extension;
 use axum::extract::State;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message, WebSocket};
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use axum::routing::get;
@@ -41,7 +42,7 @@ use crate::http::edge::error::HttpError;
 use crate::http::edge::extract::{Params, StreamId, Upgrade};
 #[cfg(feature = "redis")]
 use crate::http::edge::forward;
-use crate::http::transport::ws::{Batches, Reply, Subscriptions, WebSocketConnection, batches};
+use crate::http::transport::ws::{Batches, Liveness, Reply, Subscriptions, WebSocketConnection, batches};
 use crate::hub::Stream;
 use crate::output::OutputMessage;
 use crate::render::{Encoding, Format, View};
@@ -76,7 +77,7 @@ pub(crate) async fn one(
     StreamId(id): StreamId,
     Params(query): Params<SubscribeQuery>,
     headers: HeaderMap,
-    Upgrade(upgrade): Upgrade,
+    upgrade: Upgrade,
 ) -> Result<Response, HttpError> {
     let stream = find(&app, &id).await?;
     let format = query.format()?;
@@ -91,11 +92,7 @@ pub(crate) async fn one(
 }
 
 /// `GET /v1/ws`.
-pub(crate) async fn many(
-    State(app): State<App>,
-    Extension(grant): Extension<Grant>,
-    Upgrade(upgrade): Upgrade,
-) -> Response {
+pub(crate) async fn many(State(app): State<App>, Extension(grant): Extension<Grant>, upgrade: Upgrade) -> Response {
     let span = tracing::info_span!("ws", stream = "*");
     let sockets = app.lifetime.sockets.clone();
     limits(upgrade, &app)
@@ -112,9 +109,11 @@ const WRITE_BUFFER: usize = 8 << 10;
 const READ_BUFFER: usize = 4 << 10;
 
 /// The upgrade with the service's limits on client frames and messages, and the socket's buffers.
-fn limits(upgrade: WebSocketUpgrade, app: &App) -> WebSocketUpgrade {
+fn limits(upgrade: Upgrade, app: &App) -> Upgrade {
     let max = app.settings.ws_max_message;
-    upgrade.max_message_size(max).max_frame_size(max).write_buffer_size(WRITE_BUFFER).read_buffer_size(READ_BUFFER)
+    upgrade.configure(|upgrade| {
+        upgrade.max_message_size(max).max_frame_size(max).write_buffer_size(WRITE_BUFFER).read_buffer_size(READ_BUFFER)
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -141,7 +140,9 @@ enum Op {
 /// Serves a connection: each client text frame is an op, answered with its reply, until the connection
 /// ends (see `transport/ws.rs`).
 async fn connection(app: App, grant: Grant, socket: WebSocket, single: Option<(String, Batches)>) {
-    let mut connection = WebSocketConnection::new(socket, app.lifetime.clone(), single);
+    let liveness =
+        Liveness { ping_interval: app.settings.ws_ping_interval, idle_timeout: app.settings.ws_idle_timeout };
+    let mut connection = WebSocketConnection::new(socket, app.lifetime.clone(), liveness, single);
     while let Some(text) = connection.next_text().await {
         let reply = match handle(&app, &grant, text.as_str(), &mut connection).await {
             Ok(Answer::Now(reply)) => Box::pin(std::future::ready(text_of(&reply))),

@@ -80,7 +80,8 @@ pub struct KeySpec {
     pub streams_per_minute: Option<u32>,
     /// Threads it may keep at once (default: the per-client limit).
     pub threads: Option<usize>,
-    /// Requests it may have in flight at once, streaming responses included (default: no limit).
+    /// Requests it may have in flight at once, event streams and WebSockets included for as long as they are
+    /// open (default: no limit).
     pub connections: Option<usize>,
 }
 
@@ -415,15 +416,19 @@ pub(crate) async fn guard(State(credentials): State<Arc<Credentials>>, mut reque
     };
     match checked {
         Ok(grant) => {
-            // A key with a connection limit holds a slot until its response's body is done.
+            // A key with a connection limit holds a slot until its response's body is done, and a WebSocket
+            // for as long as it is open: the upgrade takes the request's copy (`extract.rs`).
             let slot = match &grant {
                 Grant::Key(key) => match Slot::take(key) {
-                    Ok(slot) => slot,
+                    Ok(slot) => slot.map(|slot| KeySlot { _slot: Arc::new(slot) }),
                     Err(limit) => return too_many(&key.name, limit),
                 },
                 _ => None,
             };
             request.extensions_mut().insert(grant);
+            if let Some(slot) = &slot {
+                request.extensions_mut().insert(slot.clone());
+            }
             let response = next.run(request).await;
             match slot {
                 Some(slot) => response.map(|body| axum::body::Body::new(SlotHoldingBody { body, _slot: slot })),
@@ -440,6 +445,13 @@ pub(crate) async fn guard(State(credentials): State<Arc<Credentials>>, mut reque
 /// One of a key's connections, given back when dropped.
 #[derive(Debug)]
 struct Slot(Arc<Key>);
+
+/// A request's slot of its key's connections, shared by whatever the request's work lives in: its response's
+/// body and, for a WebSocket, the upgraded connection. The slot is given back when the last of them ends.
+#[derive(Debug, Clone)]
+pub(crate) struct KeySlot {
+    _slot: Arc<Slot>,
+}
 
 impl Slot {
     /// A slot of `key`'s, if it has a limit (`None`: it has none); `Err(limit)` when all are taken.
@@ -462,7 +474,7 @@ impl Drop for Slot {
 /// A response body that holds its key's slot until it is done (a stream's events, for as long as they flow).
 struct SlotHoldingBody {
     body: axum::body::Body,
-    _slot: Slot,
+    _slot: KeySlot,
 }
 
 impl http_body::Body for SlotHoldingBody {
@@ -488,8 +500,10 @@ impl http_body::Body for SlotHoldingBody {
 /// 429 for a key at its connection limit.
 fn too_many(name: &str, limit: usize) -> Response {
     tracing::debug!(key = name, limit, "refused: the key's connections");
-    let message =
-        format!("this key has its limit of {limit} requests in flight (streams included); retry when one ends");
+    let message = format!(
+        "this key has its limit of {limit} requests in flight (event streams and WebSockets included); retry when \
+         one ends"
+    );
     let mut error = HttpError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message, None, "key_connections");
     error.retry = true;
     error.retry_after = Some(std::time::Duration::from_secs(1));

@@ -7,11 +7,12 @@
 //! other (`duplicate_parameter`); parameters a handler does not know are ignored, however often they are
 //! given, as a cache-busting `_=` must be.
 
-use std::net::{IpAddr, SocketAddr};
+use std::future::Future;
+use std::net::SocketAddr;
 
 use axum::extract::rejection::PathRejection;
-use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -19,6 +20,8 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::HttpError;
+use super::admission::ClientAddress;
+use super::auth::KeySlot;
 
 /// The `{id}` of a stream path.
 #[derive(Debug)]
@@ -60,13 +63,44 @@ fn path_error(rejection: &PathRejection, what: &str) -> HttpError {
 }
 
 /// A WebSocket upgrade; a request that is not one gets the envelope with `param` naming the header at fault.
-pub(crate) struct Upgrade(pub(crate) WebSocketUpgrade);
+/// It carries the request's slot of its key's connections (`auth.rs`), which the connection then holds for
+/// as long as it is open.
+pub(crate) struct Upgrade {
+    upgrade: WebSocketUpgrade,
+    slot: Option<KeySlot>,
+}
+
+impl Upgrade {
+    /// The upgrade with `configure` applied (limits, buffers).
+    pub(crate) fn configure(self, configure: impl FnOnce(WebSocketUpgrade) -> WebSocketUpgrade) -> Self {
+        Upgrade { upgrade: configure(self.upgrade), slot: self.slot }
+    }
+
+    /// Answers `101` and serves the socket with `serve` once upgraded, holding the request's key slot until
+    /// `serve`'s future ends.
+    pub(crate) fn on_upgrade<C, F>(self, serve: C) -> Response
+    where
+        C: FnOnce(WebSocket) -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let slot = self.slot;
+        self.upgrade.on_upgrade(move |socket| {
+            let served = serve(socket);
+            async move {
+                served.await;
+                drop(slot);
+            }
+        })
+    }
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
-        WebSocketUpgrade::from_request_parts(parts, state).await.map(Upgrade).map_err(|rejection| {
+        let slot = parts.extensions.get::<KeySlot>().cloned();
+        let upgrade = WebSocketUpgrade::from_request_parts(parts, state).await;
+        upgrade.map(|upgrade| Upgrade { upgrade, slot }).map_err(|rejection| {
             use WebSocketUpgradeRejection as R;
             let param = match &rejection {
                 R::InvalidConnectionHeader(_) => Some("connection"),
@@ -94,8 +128,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
 }
 
 /// The client a request comes from, by whose budget it creates streams: with keys configured, the key it
-/// came with (by name: `key:<name>`); otherwise the peer's IP address, or for IPv6 its /64 network (what one
-/// host is usually given, and what one attacker has at the least). A request that did not come through
+/// came with (by name: `key:<name>`); otherwise the peer's [`ClientAddress`] (its IP address, or for IPv6 its
+/// /64 network), the client whose share of connections it holds too. A request that did not come through
 /// [`crate::http::serve`] has none.
 #[derive(Debug)]
 pub(crate) struct Client(pub(crate) Option<String>);
@@ -108,16 +142,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Client {
             return Ok(Client(Some(key)));
         }
         let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(peer)| peer.ip());
-        Ok(Client(peer.map(|ip| match ip {
-            IpAddr::V4(v4) => v4.to_string(),
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => v4.to_string(),
-                None => {
-                    let [a, b, c, d, ..] = v6.segments();
-                    format!("{a:x}:{b:x}:{c:x}:{d:x}::/64")
-                }
-            },
-        })))
+        Ok(Client(peer.map(|ip| ClientAddress::of(ip).to_string())))
     }
 }
 

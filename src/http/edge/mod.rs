@@ -2,6 +2,7 @@
 //! serves it. Nothing here knows an endpoint; `api/` uses these, and the router (`router.rs`) puts the layers
 //! around every route.
 //!
+//! - `admission.rs`: whether a new connection is served: its place under the cap and its client's share;
 //! - `limits.rs`: the head limits and the declared body size (before), the envelope on whatever axum
 //!   answered by itself (after);
 //! - `browser.rs`: CORS, and what a page from another origin may not do;
@@ -13,6 +14,7 @@
 //! - `body.rs`: body limits and JSON errors that name the field;
 //! - `extract.rs`: the path, query, client and WebSocket-upgrade extractors, refusing with the envelope.
 
+pub(crate) mod admission;
 pub(crate) mod auth;
 pub(crate) mod body;
 pub(crate) mod browser;

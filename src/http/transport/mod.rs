@@ -9,8 +9,8 @@
 //! - `feed.rs`: the writers that send a stream's new batches to its waiting event connections;
 //! - `sse.rs`: an SSE response from a subscription: its relay, its pings, its gathering;
 //! - `chunked.rs`: the chunked framing, and the writes of a relayed response to its socket;
-//! - `socket.rs`: an accepted connection's socket: its options, its place under the connection cap, the
-//!   bytes read ahead put back for hyper;
+//! - `socket.rs`: an accepted connection's socket: its options, its place under the connection cap and in
+//!   its client's share, the bytes read ahead put back for hyper;
 //! - `watched.rs`: a future watched by another, polled only when its own waker was woken;
 //! - `repoll.rs`: a hyper connection that wakes itself is polled again at once;
 //! - `ws.rs`: the loop of a WebSocket connection, which relays its subscriptions and hands the client's

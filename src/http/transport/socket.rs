@@ -1,5 +1,5 @@
 //! An accepted connection's socket: [`tune`], what it is set to, and why; [`AdmittedSocket`], the socket
-//! with its place under the connection cap; [`Rewind`], the socket with the bytes already read from it put
+//! with its place under the connection cap and in its client's share (`edge/admission.rs`); [`Rewind`], the socket with the bytes already read from it put
 //! back in front, for hyper.
 //!
 //! - **No Nagle delay** (`TCP_NODELAY`): events are small and their latency matters more than the number of
@@ -21,12 +21,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use crate::http::edge::admission::Admitted;
+use crate::http::edge::metrics::Open;
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::OwnedSemaphorePermit;
-
-use crate::http::edge::metrics::Open;
 
 /// The unsent data past which a connection's socket takes no more until it has sent down to it (see the
 /// module doc). A write may overshoot it by one segment, so a connection keeps at most about twice this
@@ -47,24 +46,24 @@ pub(crate) fn tune(tcp: &TcpStream) {
     }
 }
 
-/// An accepted connection's socket with its permit of the cap (`server.rs`): the permit is given back when
-/// the socket closes, whoever holds it then (hyper, or a WebSocket after the upgrade).
+/// An accepted connection's socket with its place under the cap and in its client's share (`server.rs`):
+/// given back when the socket closes, whoever holds it then (hyper, or a WebSocket after the upgrade).
 pub(crate) struct AdmittedSocket {
     pub(crate) tcp: TcpStream,
-    _permit: OwnedSemaphorePermit,
+    _admitted: Admitted,
     /// Counted as open in the metrics.
     _open: Open,
 }
 
 impl AdmittedSocket {
-    /// `tcp`, holding `permit` of the cap and counted as `open` until it closes.
-    pub(crate) fn new(tcp: TcpStream, permit: OwnedSemaphorePermit, open: Open) -> Self {
-        AdmittedSocket { tcp, _permit: permit, _open: open }
+    /// `tcp`, holding its place (`admitted`) and counted as `open` until it closes.
+    pub(crate) fn new(tcp: TcpStream, admitted: Admitted, open: Open) -> Self {
+        AdmittedSocket { tcp, _admitted: admitted, _open: open }
     }
 
     /// The socket, to share between tasks, and what must be kept for as long as it is open.
     pub(crate) fn share(self) -> (Arc<TcpStream>, impl Send) {
-        (Arc::new(self.tcp), (self._permit, self._open))
+        (Arc::new(self.tcp), (self._admitted, self._open))
     }
 }
 

@@ -20,13 +20,23 @@
 //! reason `lagged` when its history is gone. On shutdown a connection stops reading, sends what its streams
 //! still owe (their `done` included) and the replies it owes, and closes with 1001; once the drain is over it
 //! is dropped.
+//!
+//! A connection is pinged every `--ws-ping-interval` ([`Liveness`]); one from which nothing arrived (no pong,
+//! no frame of any kind) for `--ws-idle-timeout` is closed with 1008 (policy violation: a client must answer
+//! pings) and its reason, and dropped if even that close frame cannot go out within a few seconds. So a
+//! client that went away without a word, or one that holds a connection open and answers nothing, gives its
+//! place back (its client's share of connections, its key's slot: `edge/admission.rs`, `edge/auth.rs`).
+//! The timer is checked between batches and frames: while a send waits for a client that does not read, the
+//! connection waits with it (as an SSE one does), within its client's share.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use futures::stream::{FuturesOrdered, SplitSink, SplitStream};
 use futures::{FutureExt, SinkExt, StreamExt};
+use tokio::time::{Instant, Sleep};
 use tokio_stream::StreamMap;
 
 use super::lifetime::Lifetime;
@@ -56,12 +66,62 @@ pub(crate) fn batches(subscription: Subscription, mut meter: SubscriberMeter) ->
     Box::pin(batches.chain(futures::stream::once(async { None })))
 }
 
+/// How long the close frame of a connection closed for silence may take to go out before it is dropped.
+const IDLE_GOODBYE: Duration = Duration::from_secs(5);
+
+/// How a connection checks that its client is still there (see the module doc).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Liveness {
+    /// A ping goes out this long after the last one (zero: never, and no idle timeout either).
+    pub(crate) ping_interval: Duration,
+    /// The connection closes once nothing arrived from the client for this long.
+    pub(crate) idle_timeout: Duration,
+}
+
 /// How a connection's loop ended.
 enum End {
     /// The drain is over: dropped, with nothing more sent.
     Gone,
     /// Closed, with this close frame first (none: the client closed, or the socket failed).
     Close(Option<CloseFrame>),
+    /// Nothing arrived for the idle timeout: closed with this frame, or dropped if it cannot go out soon.
+    Silent(CloseFrame),
+}
+
+/// A connection's pings and what it last heard from its client.
+struct Pings {
+    liveness: Liveness,
+    /// When something last arrived from the client.
+    heard: Instant,
+    /// Fires when the next ping is due, or the idle timeout is up if that comes first.
+    timer: Pin<Box<Sleep>>,
+}
+
+impl Pings {
+    /// `None` when `liveness` sends no pings.
+    fn new(liveness: Liveness) -> Option<Pings> {
+        let now = Instant::now();
+        let first = now + liveness.ping_interval.min(liveness.idle_timeout);
+        (!liveness.ping_interval.is_zero()).then(|| Pings {
+            liveness,
+            heard: now,
+            timer: Box::pin(tokio::time::sleep_until(first)),
+        })
+    }
+
+    /// The timer fired: the close frame when the client has been silent for the idle timeout; otherwise
+    /// the timer is set again, and a ping is to go out.
+    fn fired(&mut self) -> Result<(), CloseFrame> {
+        let now = Instant::now();
+        let Liveness { ping_interval, idle_timeout } = self.liveness;
+        let silent = now.saturating_duration_since(self.heard);
+        if silent >= idle_timeout {
+            let reason = format!("nothing arrived for {} s: a client must answer pings", idle_timeout.as_secs_f64());
+            return Err(close_frame(close_code::POLICY, &reason));
+        }
+        self.timer.as_mut().reset((now + ping_interval).min(self.heard + idle_timeout));
+        Ok(())
+    }
 }
 
 /// A WebSocket connection's loop: see the module doc.
@@ -78,14 +138,21 @@ pub(crate) struct WebSocketConnection {
     lagged: bool,
     /// The service closes: client frames are no longer read, and what the streams still owe goes out.
     closing: bool,
+    /// The pings, and what was last heard (none: no pings).
+    pings: Option<Pings>,
     /// Set once the loop ended.
     end: Option<End>,
 }
 
 impl WebSocketConnection {
-    /// A connection on `socket`, watching `lifetime`; `single` when it was opened on one stream, which it
-    /// watches from the start.
-    pub(crate) fn new(socket: WebSocket, lifetime: Lifetime, single: Option<(String, Batches)>) -> Self {
+    /// A connection on `socket`, watching `lifetime` and pinging its client as `liveness` says; `single`
+    /// when it was opened on one stream, which it watches from the start.
+    pub(crate) fn new(
+        socket: WebSocket,
+        lifetime: Lifetime,
+        liveness: Liveness,
+        single: Option<(String, Batches)>,
+    ) -> Self {
         let (sink, source) = socket.split();
         let mut subscriptions = Subscriptions::new();
         let single = single.map(|(id, batches)| {
@@ -93,6 +160,7 @@ impl WebSocketConnection {
             id
         });
         let replies = FuturesOrdered::new();
+        let pings = Pings::new(liveness);
         WebSocketConnection {
             sink,
             source,
@@ -102,6 +170,7 @@ impl WebSocketConnection {
             single,
             lagged: false,
             closing: false,
+            pings,
             end: None,
         }
     }
@@ -147,17 +216,29 @@ impl WebSocketConnection {
                 incoming = self.source.next(), if reading => match incoming {
                     None => break End::Close(None),
                     Some(Err(error)) => break End::Close(read_failed(&error)),
-                    Some(Ok(Message::Close(_))) => break End::Close(None),
-                    Some(Ok(Message::Text(text))) => return Some(text),
-                    Some(Ok(Message::Binary(_))) => {
-                        let reason = "binary frames are not supported; send JSON text";
-                        break End::Close(Some(close_frame(close_code::UNSUPPORTED, reason)));
+                    Some(Ok(message)) => {
+                        if let Some(pings) = &mut self.pings {
+                            pings.heard = Instant::now();
+                        }
+                        match message {
+                            Message::Close(_) => break End::Close(None),
+                            Message::Text(text) => return Some(text),
+                            Message::Binary(_) => {
+                                let reason = "binary frames are not supported; send JSON text";
+                                break End::Close(Some(close_frame(close_code::UNSUPPORTED, reason)));
+                            }
+                            Message::Ping(_) | Message::Pong(_) => {}
+                        }
                     }
-                    Some(Ok(_)) => {}
                 },
                 Some(reply) = self.replies.next(), if !self.replies.is_empty() => {
                     if send(&mut self.sink, vec![reply]).await.is_err() {
                         break End::Close(None);
+                    }
+                }
+                () = Self::ping_due(&mut self.pings), if self.pings.is_some() && !self.closing => {
+                    if let Some(end) = self.pinged().await {
+                        break end;
                     }
                 }
                 Some((stream, item)) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
@@ -178,6 +259,27 @@ impl WebSocketConnection {
             ready.push(reply);
         }
         if ready.is_empty() { Ok(()) } else { send(&mut self.sink, ready).await }
+    }
+
+    /// Waits for the ping timer (forever without pings).
+    async fn ping_due(pings: &mut Option<Pings>) {
+        match pings {
+            Some(pings) => pings.timer.as_mut().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The ping timer fired: a ping sent, or how the connection ends (silent for too long, or the socket
+    /// failed).
+    async fn pinged(&mut self) -> Option<End> {
+        let pings = self.pings.as_mut()?;
+        match pings.fired() {
+            Err(frame) => Some(End::Silent(frame)),
+            Ok(()) => {
+                let ping = Message::Ping(axum::body::Bytes::new());
+                send(&mut self.sink, vec![ping]).await.err().map(|_| End::Close(None))
+            }
+        }
     }
 
     /// Sends a subscription's batch, or notes its end: how the connection ends, if it does.
@@ -212,10 +314,11 @@ impl WebSocketConnection {
     /// ends first).
     pub(crate) async fn close(self) {
         let WebSocketConnection { mut sink, lifetime, end, .. } = self;
-        let close = match end {
+        let (close, within) = match end {
             Some(End::Gone) => return,
-            Some(End::Close(frame)) => frame,
-            None => None,
+            Some(End::Close(frame)) => (frame, None),
+            Some(End::Silent(frame)) => (Some(frame), Some(IDLE_GOODBYE)),
+            None => (None, None),
         };
         let goodbye = async {
             if let Some(frame) = close {
@@ -223,9 +326,16 @@ impl WebSocketConnection {
             }
             let _ = sink.close().await;
         };
+        let bound = async {
+            match within {
+                Some(within) => tokio::time::sleep(within).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = goodbye => {}
             () = lifetime.gone.cancelled() => {}
+            () = bound => {}
         }
     }
 }

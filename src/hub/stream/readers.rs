@@ -144,8 +144,20 @@ impl Stream {
     /// Drops the history and every rendition's frames (the stream is evicted), and gives back what they
     /// held. Subscribers still behind get their format's `lagged` notice.
     pub(crate) fn forget(&self) {
+        self.forget_after(self.log.last_sequence());
+    }
+
+    /// Forgets the stream as [`Stream::forget`] does, but for a node that lost it rather than a history that
+    /// is gone (a followed stream whose follower cannot reach Redis, see [`crate::hub::Hub::lose`]): every
+    /// subscriber, caught up or not, gets `lagged` naming where it is, to resume from there on a node that
+    /// follows the stream.
+    pub(crate) fn lose(&self) {
+        self.forget_after(0);
+    }
+
+    /// Forgets the stream, its history kept elsewhere only after `kept_after`.
+    fn forget_after(&self, kept_after: u64) {
         self.forgotten.store(true, Ordering::Release);
-        let kept_after = self.log.last_sequence();
         for (_, rendition) in lock(&self.renditions).iter() {
             lock(rendition).forget(Gone { asked: 0, kept_after });
         }
