@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::http::{assert_envelope, get_json, post_json};
 use common::process::ServerProcess;
 use common::redis::RedisServer;
-use common::upstream::{FakeUpstream, Reply};
+use common::upstream::{FakeUpstream, Reply, chunk};
 use serde_json::{Value, json};
 
 /// A fake upstream answering "one", "two", "three", ... in order.
@@ -288,4 +288,40 @@ async fn the_openai_package_and_the_ai_sdk_hold_a_conversation_on_kept_responses
     assert_eq!(by_name("ai_sdk")["texts"], json!(["four", "five"]), "{results:?}");
     let second = pairs(&[("user", "My name is Ada."), ("assistant", "four"), ("user", "What is my name?")]);
     assert_eq!(asked(&upstream, 4), second, "the AI SDK's item_reference brings the first turn's answer");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_referenced_text_and_the_calls_the_client_sends_back_reach_the_agent_once() {
+    let text_then_call = Reply::chunks(&[
+        chunk(json!({"role": "assistant", "content": "Let me check."}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}),
+            None,
+        ),
+        chunk(json!({}), Some("tool_calls")),
+    ]);
+    let upstream = FakeUpstream::start(vec![text_then_call, Reply::text(&["18 °C in Paris."])]).await;
+    let node = ServerProcess::spawn(&["--upstream-url", &upstream.base]);
+    let tools = json!([{"type": "function", "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+    let (status, first) = respond(&node, json!({"model": "fake", "input": "Weather?", "tools": tools})).await;
+    assert_eq!(status, 200, "{first}");
+    let kinds: Vec<&str> =
+        first["output"].as_array().expect("output").iter().filter_map(|i| i["type"].as_str()).collect();
+    assert_eq!(kinds, ["message", "function_call"], "{first}");
+    // As the AI SDK sends it back: the text as a reference, the call it ran as a function_call, its result.
+    let input = json!([
+        {"role": "user", "content": "Weather?"},
+        {"type": "item_reference", "id": first["output"][0]["id"]},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "18"},
+    ]);
+    let (status, second) = respond(&node, json!({"model": "fake", "input": input, "tools": tools})).await;
+    assert_eq!(status, 200, "{second}");
+    let sent = &upstream.requests()[1]["messages"];
+    let roles: Vec<&str> = sent.as_array().expect("messages").iter().filter_map(|m| m["role"].as_str()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool"], "{sent}");
+    assert_eq!(sent[1]["content"], "Let me check.", "{sent}");
+    assert_eq!(sent[1]["tool_calls"].as_array().map(Vec::len), Some(1), "the call once: {sent}");
 }

@@ -5,10 +5,10 @@
 //! parts: `input_text` and `output_text` are text, `input_image` an `image_url` part, files named in the
 //! text), `function_call` items as tool calls of an assistant message (consecutive calls share one), and
 //! `function_call_output` items as `tool` messages. Reasoning items are the model's own and are left out.
-//! An `item_reference` stands for the output of the kept response that made the item it names (agentmux's
-//! output item ids, `msg_…`, `fc_…`, `rs_…`, say which response: [`response_of_item`]); the caller looks
-//! those up and hands them in as [`KeptItems`], and several references to one response's items bring its
-//! output once, where the first of them stands. Any other item type is refused, never skipped. Errors name
+//! An `item_reference` stands for what the kept response that made the item said (agentmux's output item
+//! ids, `msg_…`, `fc_…`, `rs_…`, say which response: [`response_of_item`]); the caller looks those up and
+//! hands them in as [`KeptItems`], each with the part of the response it brings, and several references to
+//! one part bring it once, where the first of them stands. Any other item type is refused, never skipped. Errors name
 //! the input item at fault (`input[2].role`, `input[3].id`).
 
 use std::collections::HashMap;
@@ -40,8 +40,8 @@ pub fn responses_to_chat(
     responses_to_chat_with(instructions, input, &KeptItems::new())
 }
 
-/// The output of kept responses that `item_reference` items name: by item id, the response that made the
-/// item and that response's output, as chat messages.
+/// What `item_reference` items stand for: by item id, the part of a kept response's output it brings (a
+/// name for that part: several references to it bring it once) and that part as chat messages.
 pub type KeptItems = HashMap<String, (String, Vec<ChatMessage>)>;
 
 /// The response (`resp_…`) that made an output item of agentmux's (`msg_<r>_<n>`, `fc_<r>_<n>`,
@@ -145,15 +145,15 @@ pub fn responses_to_chat_with(
                 from.push(index);
             }
             "item_reference" => {
-                let Some((response, output)) = kept.get(field("id")) else {
+                let Some((part, output)) = kept.get(field("id")) else {
                     return Err(ConversationError {
                         param: format!("input[{index}].id"),
                         message: format!("no kept response has an item {:?}", field("id")),
                         index: Some(index),
                     });
                 };
-                if !referenced.contains(&response.as_str()) {
-                    referenced.push(response);
+                if !referenced.contains(&part.as_str()) {
+                    referenced.push(part);
                     chat.extend(output.iter().cloned());
                     from.extend(output.iter().map(|_| index));
                 }

@@ -27,7 +27,9 @@ use super::endpoint::Content::{EventStream, Foreign};
 use super::endpoint::{Endpoint, endpoint, op};
 use super::front_door::{FrontDoor, Threading, aggregate, chat_request, chat_tool};
 use crate::adapter::{ResponsesAdapter, ResponsesOptions};
-use crate::conversation::{ChatMessage, KeptItems, item_references, response_of_item, responses_to_chat_with};
+use crate::conversation::{
+    ChatMessage, KeptItems, Role, ToolCall, item_references, response_of_item, responses_to_chat_with,
+};
 use crate::http::app::App;
 use crate::http::edge::error::HttpError;
 use crate::render::Format;
@@ -149,8 +151,11 @@ async fn previous(app: &App, id: &str, owner: Option<&str>) -> Result<Vec<Arc<Ch
     Ok(kept.conversation)
 }
 
-/// The output of each kept response `input`'s `item_reference` items name, by item id: a 400 naming the
-/// item's `id` when it names no kept response's item.
+/// What each of `input`'s `item_reference` items stands for, by item id: a 400 naming the item's `id` when
+/// it names no kept response's item. A function call (`fc_…`) brings the calls its response handed to the
+/// client; a message or reasoning (`msg_…`, `rs_…`) the rest of what it said (its text, and the tools the
+/// agent ran itself), so that a client that sends the calls it ran as `function_call` items, as the AI SDK
+/// does, and references the text, gives the agent each once.
 async fn referenced(app: &App, input: &Value, owner: Option<&str>) -> Result<KeptItems, HttpError> {
     let mut kept = KeptItems::new();
     for (index, item) in item_references(input) {
@@ -165,8 +170,30 @@ async fn referenced(app: &App, input: &Value, owner: Option<&str>) -> Result<Kep
         }
         let response = response_of_item(&item).ok_or_else(unknown)?;
         let found = app.threads.kept(&response, owner).await?.ok_or_else(unknown)?;
-        let output = found.output.iter().map(|m| ChatMessage::clone(m)).collect();
-        kept.insert(item, (response, output));
+        let (said, handed) = split_handed_over(&found.output);
+        let part = if item.starts_with("fc_") { (format!("{response}/calls"), handed) } else { (response, said) };
+        kept.insert(item, part);
     }
     Ok(kept)
+}
+
+/// A run's output as what it said (less the calls it handed to the client) and the calls it handed over
+/// (those no tool result in the output answers), as chat messages.
+fn split_handed_over(output: &[Arc<ChatMessage>]) -> (Vec<ChatMessage>, Vec<ChatMessage>) {
+    let answered = |id: &str| output.iter().any(|m| m.tool_call_id.as_deref() == Some(id));
+    let mut said = Vec::new();
+    let mut handed = Vec::new();
+    for message in output {
+        let (ran, open): (Vec<ToolCall>, Vec<ToolCall>) =
+            message.calls().iter().cloned().partition(|call| answered(&call.id));
+        let text = message.content.as_ref().is_some_and(|c| !c.text().is_empty());
+        if text || !ran.is_empty() || message.role != Role::Assistant {
+            let tool_calls = (!ran.is_empty()).then_some(ran);
+            said.push(ChatMessage { tool_calls, ..ChatMessage::clone(message) });
+        }
+        if !open.is_empty() {
+            handed.push(ChatMessage { tool_calls: Some(open), content: None, ..ChatMessage::new(Role::Assistant, "") });
+        }
+    }
+    (said, handed)
 }
