@@ -94,6 +94,7 @@ async fn a_conversation_of_kept_responses_goes_on_across_a_restart_with_the_stor
     let node = ServerProcess::spawn(&args);
     let (status, kept) = get_json(&reqwest::Client::new(), &node.url(&format!("/v1/responses/{second}"))).await;
     assert_eq!((status, kept["id"].as_str()), (200, Some(second.as_str())), "{kept}");
+    assert_eq!(kept["output"][0]["content"][0]["text"], "two", "its output is kept: {kept}");
     turn(&node, "Say it again.", Some(&second), "three").await;
     assert_eq!(asked(&upstream, 2), three_turns());
     drop(node);
@@ -108,6 +109,8 @@ async fn a_conversation_of_kept_responses_goes_on_whichever_node_its_turns_reach
     let (a, b) = (ServerProcess::spawn(&args), ServerProcess::spawn(&args));
     let first = turn(&a, "My name is Ada.", None, "one").await;
     let second = turn(&b, "What is my name?", Some(&first), "two").await;
+    let (status, kept) = get_json(&reqwest::Client::new(), &a.url(&format!("/v1/responses/{second}"))).await;
+    assert_eq!((status, &kept["output"][0]["content"][0]["text"]), (200, &json!("two")), "{kept}");
     turn(&a, "Say it again.", Some(&second), "three").await;
     assert_eq!(asked(&upstream, 2), three_turns());
 }
