@@ -128,20 +128,7 @@ pub fn responses_to_chat_with(
                 from.push(index);
             }
             "" | "message" => {
-                let role = match field("role") {
-                    "user" => Role::User,
-                    "system" => Role::System,
-                    "developer" => Role::Developer,
-                    "assistant" => Role::Assistant,
-                    other => {
-                        return Err(ConversationError {
-                            param: format!("input[{index}].role"),
-                            message: format!("role must be user, system, developer or assistant, not {other:?}"),
-                            index: Some(index),
-                        });
-                    }
-                };
-                chat.push(ChatMessage { content: Some(content(item.get("content"))), ..ChatMessage::new(role, "") });
+                chat.push(message(item, index)?);
                 from.push(index);
             }
             "item_reference" => {
@@ -172,6 +159,24 @@ pub fn responses_to_chat_with(
         }
     }
     Ok((chat, from))
+}
+
+/// A message item (the `index`th) as a chat message.
+fn message(item: &Value, index: usize) -> Result<ChatMessage, ConversationError> {
+    let role = match item.get("role").and_then(Value::as_str).unwrap_or("") {
+        "user" => Role::User,
+        "system" => Role::System,
+        "developer" => Role::Developer,
+        "assistant" => Role::Assistant,
+        other => {
+            return Err(ConversationError {
+                param: format!("input[{index}].role"),
+                message: format!("role must be user, system, developer or assistant, not {other:?}"),
+                index: Some(index),
+            });
+        }
+    };
+    Ok(ChatMessage { content: Some(content(item.get("content"))), ..ChatMessage::new(role, "") })
 }
 
 /// A message item's content: a string, or its parts as chat content.
