@@ -197,6 +197,11 @@ async fn store_false_keeps_nothing_and_a_later_reference_to_it_is_a_400_naming_t
     let (status, refused) = respond(&node, body).await;
     assert_eq!(status, 400, "{refused}");
     assert_envelope(&refused, Some("previous_response_id"), "previous_response_not_found");
+    let long = format!("resp_{}", "x".repeat(10_000));
+    let (status, refused) =
+        respond(&node, json!({"model": "fake", "input": "Hi.", "previous_response_id": long})).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_envelope(&refused, Some("previous_response_id"), "previous_response_not_found");
     let item = made["output"][0]["id"].clone();
     let input = json!([{"role": "user", "content": "Hi."}, {"type": "item_reference", "id": item}]);
     let (status, refused) = respond(&node, json!({"model": "fake", "input": input})).await;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::audit::{AuditEntry, Decision, history_of, model_audit};
-use super::error::ThreadError;
+use super::error::{ThreadError, check_id};
 use super::recorder::spawn_record;
 use super::registry::{Threads, unix_ms};
 use super::run::begin;
@@ -91,7 +91,11 @@ impl Threads {
     }
 
     /// Response `id` as kept, once a run that has ended is recorded; `None` when there is none (for `owner`).
+    /// An id no thread could have (a client's, unchecked) is none.
     pub(crate) async fn kept(&self, id: &str, owner: Option<&str>) -> Result<Option<KeptResponse>, ThreadError> {
+        if check_id(id).is_err() {
+            return Ok(None);
+        }
         let Some(thread) = self.settled(id, owner).await? else { return Ok(None) };
         let state = thread.lock();
         let history = history_of(&state.entries);
