@@ -12,7 +12,8 @@
 //! - [`UiMessage`] and [`to_chat`] (`ui.rs`): what a `useChat` page sends, as chat messages;
 //!   [`AgUiMessage`] and [`ag_ui_to_chat`] (`ag_ui.rs`): AG-UI's messages, as chat messages;
 //!   [`AnthropicMessage`] and [`anthropic_to_chat`] (`anthropic.rs`): an Anthropic Messages request's;
-//!   [`responses_to_chat`] (`responses.rs`): an OpenAI Responses request's input.
+//!   [`responses_to_chat`] (`responses.rs`): an OpenAI Responses request's input, and what its
+//!   `item_reference` items name ([`response_of_item`]).
 //!
 //! This file only declares the modules and re-exports; each file imports its siblings directly
 //! (`super::request::ChatMessage`), never through here, so no file imports a circle back to itself.
@@ -31,6 +32,6 @@ pub use anthropic::{AnthropicMessage, anthropic_to_chat};
 pub use input::Conversation;
 pub use messages::Messages;
 pub use request::{ChatMessage, ChatRequest, Content, FunctionCall, Role, StreamOptions, ToolCall};
-pub use responses::responses_to_chat;
+pub use responses::{KeptItems, item_references, response_of_item, responses_to_chat, responses_to_chat_with};
 pub use ui::{UiMessage, to_chat};
 pub use validate::{ConversationError, validate, validate_thread_input, validate_user_input};

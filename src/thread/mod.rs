@@ -13,6 +13,8 @@
 //! - `run.rs`: a turn on a thread (check the input, prepend the history, start the agent; for a client that
 //!   resends its whole history, start from it or rewind to it) and a replay (fork the history up to an
 //!   entry, run it on another model).
+//! - `kept.rs`: a kept OpenAI response as a thread of its own: keeping a run started elsewhere, and reading
+//!   back its input, output and end.
 //! - `recorder.rs`: the task per run that waits for its end and records its result in the thread.
 //! - [`AuditEntry`] and [`Decision`] (`audit.rs`): what a thread keeps. The history the next run sees is
 //!   the messages of its history entries, so the two never disagree.
@@ -35,6 +37,7 @@ mod audit;
 mod budget;
 mod config;
 mod error;
+mod kept;
 mod lookup;
 mod record;
 mod recorder;
@@ -47,6 +50,7 @@ pub use audit::{AuditEntry, Decision};
 pub use config::ThreadConfig;
 pub use error::ThreadError;
 pub(crate) use error::check_id;
+pub(crate) use kept::KeptResponse;
 pub use registry::{Threads, Transcript};
 pub use run::{Replay, Turn};
 pub(crate) use storage::{

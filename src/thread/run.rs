@@ -303,7 +303,7 @@ impl Threads {
 }
 
 /// Marks `stream` as the thread's run, started `now_ms` by the hub's clock.
-fn begin(state: &mut State, model: &str, stream: &Arc<Stream>, now_ms: u64) {
+pub(super) fn begin(state: &mut State, model: &str, stream: &Arc<Stream>, now_ms: u64) {
     state.pending.clear();
     state.used = now_ms;
     state.updated = SystemTime::now();

@@ -75,6 +75,11 @@ impl FrontDoor {
         &self.headers
     }
 
+    /// Who asks: the client whose budget the run spends, and the key (by name) that owns what it keeps.
+    pub(crate) fn asker(&self) -> (Option<String>, Option<String>) {
+        (self.client.clone(), self.owner.clone())
+    }
+
     /// The app, for what a door reads of its settings.
     pub(crate) fn app(&self) -> &App {
         &self.app
@@ -292,6 +297,11 @@ impl Run {
     /// A run already going on `thread`, which this request only watches.
     pub(crate) fn watched(app: App, stream: Arc<Stream>, thread: String) -> Run {
         Run { app, stream, thread: Some(thread), on_disconnect: OnDisconnect::none() }
+    }
+
+    /// The run's stream.
+    pub(crate) fn stream(&self) -> &Arc<Stream> {
+        &self.stream
     }
 
     /// The run's stream from its start in `format`, with its id, its read token and its thread: the

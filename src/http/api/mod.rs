@@ -6,7 +6,7 @@
 //! - `ui.rs`: the viewer's page and assets;
 //! - the front doors: `chat.rs` (`POST /v1/chat/completions`, and `GET /v1/models`), `ui_chat.rs` (the AI
 //!   SDK's `useChat`), `ag_ui.rs` (`POST /v1/ag-ui`), `anthropic.rs` (`POST /v1/messages`), `responses.rs`
-//!   (`POST /v1/responses`), sharing one prologue and epilogue (`front_door.rs`);
+//!   (`POST /v1/responses`; the responses it keeps: `responses_kept.rs`), sharing one prologue and epilogue (`front_door.rs`);
 //! - `streams.rs`: the stream endpoints; `ws.rs`: the WebSocket ones;
 //! - `threads.rs`: the thread endpoints (`/v1/threads`, their audit log and replay);
 //! - `format.rs`: which format a query, a WebSocket op or a chat request's headers ask for;
@@ -26,6 +26,7 @@ mod front_door;
 mod openapi;
 mod operate;
 mod responses;
+mod responses_kept;
 mod streams;
 mod threads;
 mod ui;
