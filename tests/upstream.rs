@@ -13,18 +13,15 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use agentmux::agent::{self, Agents, Tool, Tools, UpstreamAgent, UpstreamConfig};
-use agentmux::conversation::Conversation;
+use agentmux::agent::{Agents, Tool, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::http::Settings;
-use agentmux::hub::{Hub, HubConfig};
+use agentmux::hub::HubConfig;
 use agentmux::output::ToolError;
 use agentmux::render::Format;
-use common::doubles::{CountingIds, SteppingClock};
 use common::http::{assert_envelope, get_json, read_events};
 use common::server::TestServer;
 use common::upstream::{FakeUpstream, Reply};
@@ -70,34 +67,11 @@ const CASES: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_recorded_upstream_as_typed_messages_and_as_an_openai_client_sees_it() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut failures = Vec::new();
     for case in CASES {
-        let upstream = FakeUpstream::start(vec![Reply::fixture(case)]).await;
-        let agent = UpstreamAgent::new(config(&upstream), Tools::new()).expect("agent");
-        let hub = Hub::new(HubConfig {
-            clock: Arc::new(SteppingClock::new(1_700_000_000_000)),
-            ids: Arc::new(CountingIds::default()),
-            ..HubConfig::default()
-        });
-        let mut options = serde_json::Map::new();
-        options.insert("tools".into(), client_tools());
-        let conversation = Conversation::user("fake-model", "What is the weather in Paris?").with_options(options);
-        let stream = agent::run(&hub, Arc::new(agent), conversation).expect("run");
-        tokio::time::timeout(Duration::from_secs(20), stream.ended()).await.expect("the run ends");
-        let rendered = [
-            ("agentmux.cui.sse", common::read_all(&stream, Format::Cui).await),
-            ("agentmux.openai.sse", common::read_all(&stream, Format::OPENAI).await),
-        ];
-        for (file, bytes) in rendered {
-            let golden = root.join("fixtures/upstream").join(case).join(file);
-            if std::fs::read(&golden).ok().as_deref() != Some(&bytes[..]) {
-                let actual = root.join("target/golden-actual/upstream").join(case);
-                std::fs::create_dir_all(&actual).expect("mkdir");
-                std::fs::write(actual.join(file), &bytes).expect("write");
-                failures.push(format!("{case}/{file}"));
-            }
-        }
+        let (upstream, stream) = common::recorded::run(case, config, "fake-model", client_tools()).await;
+        let formats = [("agentmux.cui.sse", Format::Cui), ("agentmux.openai.sse", Format::OPENAI)];
+        common::recorded::compare(case, &stream, &formats, &mut failures).await;
         let sent = &upstream.requests()[0];
         assert_eq!(sent["stream"], true, "{case}");
         assert_eq!(sent["stream_options"], json!({"include_usage": true}), "{case}");

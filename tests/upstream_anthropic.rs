@@ -12,15 +12,12 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use agentmux::agent::{self, Agents, Tool, Tools, UpstreamAgent, UpstreamConfig, UpstreamKind};
-use agentmux::conversation::Conversation;
+use agentmux::agent::{Agents, Tool, Tools, UpstreamAgent, UpstreamConfig, UpstreamKind};
 use agentmux::http::Settings;
-use agentmux::hub::{Hub, HubConfig};
+use agentmux::hub::HubConfig;
 use agentmux::render::Format;
-use common::doubles::{CountingIds, SteppingClock};
 use common::http::{get_json, read_body};
 use common::server::TestServer;
 use common::upstream::{FakeUpstream, Reply, anthropic};
@@ -58,36 +55,16 @@ const CASES: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_recorded_anthropic_stream_in_every_format() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut failures = Vec::new();
     for case in CASES {
-        let upstream = FakeUpstream::start(vec![Reply::fixture(case)]).await;
-        let agent = UpstreamAgent::new(config(&upstream), Tools::new()).expect("agent");
-        let hub = Hub::new(HubConfig {
-            clock: Arc::new(SteppingClock::new(1_700_000_000_000)),
-            ids: Arc::new(CountingIds::default()),
-            ..HubConfig::default()
-        });
-        let mut options = serde_json::Map::new();
-        options.insert("tools".into(), client_tools());
-        let conversation = Conversation::user("claude-fake", "What is the weather in Paris?").with_options(options);
-        let stream = agent::run(&hub, Arc::new(agent), conversation).expect("run");
-        tokio::time::timeout(Duration::from_secs(20), stream.ended()).await.expect("the run ends");
-        let rendered = [
-            ("agentmux.cui.sse", common::read_all(&stream, Format::Cui).await),
-            ("agentmux.openai.sse", common::read_all(&stream, Format::OPENAI).await),
-            ("agentmux.anthropic.sse", common::read_all(&stream, Format::Anthropic).await),
-            ("agentmux.responses.sse", common::read_all(&stream, Format::Responses).await),
+        let (upstream, stream) = common::recorded::run(case, config, "claude-fake", client_tools()).await;
+        let formats = [
+            ("agentmux.cui.sse", Format::Cui),
+            ("agentmux.openai.sse", Format::OPENAI),
+            ("agentmux.anthropic.sse", Format::Anthropic),
+            ("agentmux.responses.sse", Format::Responses),
         ];
-        for (file, bytes) in rendered {
-            let golden = root.join("fixtures/upstream").join(case).join(file);
-            if std::fs::read(&golden).ok().as_deref() != Some(&bytes[..]) {
-                let actual = root.join("target/golden-actual/upstream").join(case);
-                std::fs::create_dir_all(&actual).expect("mkdir");
-                std::fs::write(actual.join(file), &bytes).expect("write");
-                failures.push(format!("{case}/{file}"));
-            }
-        }
+        common::recorded::compare(case, &stream, &formats, &mut failures).await;
         let sent = &upstream.recorded()[0];
         assert_eq!(sent.path, "/v1/messages", "{case}");
         assert_eq!(sent.header("x-api-key"), Some(KEY), "{case}");

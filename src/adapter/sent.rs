@@ -79,6 +79,18 @@ impl SentText {
     pub(crate) fn corrected(&mut self) {
         self.stale = None;
     }
+
+    /// Where what is new of `text` starts, and whether it is a correction: past what was sent, or at 0 when
+    /// `text` no longer starts with it (the whole text goes out again, noted as [`SentText::corrected`]).
+    pub(crate) fn resume<'a>(&mut self, text: &'a str, before: &Before<'a>) -> (usize, bool) {
+        match self.new_text(text, before) {
+            Some(new) => (text.len() - new.len(), false),
+            None => {
+                self.corrected();
+                (0, true)
+            }
+        }
+    }
 }
 
 #[cfg(test)]

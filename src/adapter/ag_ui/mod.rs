@@ -201,13 +201,9 @@ impl AgUiAdapter {
     fn text(&mut self, slot: usize, before: &Before<'_>, frames: &mut Vec<Frame>) {
         let content = self.reducer.messages()[slot].prop_str("content").unwrap_or("");
         // Where the new text starts in the content: past what was sent, or at 0 for a correction.
-        let (from, correction) = match self.sent[slot].text.new_text(content, before) {
-            Some(new) => (content.len() - new.len(), false),
-            None => (0, true),
-        };
+        let (from, correction) = self.sent[slot].text.resume(content, before);
         if correction {
             // Text taken back: the message so far ends, and a new one (a new id) carries the whole text.
-            self.sent[slot].text.corrected();
             self.end(slot, frames);
             self.sent[slot].generation += 1;
         }

@@ -252,13 +252,9 @@ impl UiMessageAdapter {
     fn text(&mut self, slot: usize, before: &Before<'_>, frames: &mut Vec<Frame>) {
         let content = self.reducer.messages()[slot].prop_str("content").unwrap_or("");
         // Where the new text starts in the content: past what was sent, or at 0 for a correction.
-        let (from, correction) = match self.sent[slot].text.new_text(content, before) {
-            Some(new) => (content.len() - new.len(), false),
-            None => (0, true),
-        };
+        let (from, correction) = self.sent[slot].text.resume(content, before);
         if correction {
             // Text taken back: the part so far ends, and a new part carries the whole corrected text.
-            self.sent[slot].text.corrected();
             self.sent[slot].superseded = true;
             self.end_part(slot, frames);
             self.sent[slot].superseded = false;
