@@ -4,11 +4,8 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use common::http::{Sse, post_empty, read_events};
-use common::process::ServerProcess;
+use common::process::{ServerProcess, failed_start};
 use common::redis::RedisServer;
 use common::tls::TestCa;
 use serde_json::json;
@@ -67,23 +64,10 @@ fn a_node_given_the_wrong_ca_stops_at_its_start() {
     let redis = RedisServer::start_tls(&TestCa::new("agentmux test Redis CA"));
     let dir = temp_dir("redis-wrong-ca");
     let (wrong, _, _) = TestCa::new("some other CA").write(&dir);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentmux"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--ephemeral", "--engine", "redis", "--redis-url"])
-        .arg(redis.tls_url())
-        .arg("--redis-ca-file")
-        .arg(&wrong)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start agentmux");
-    let started = Instant::now();
-    while child.try_wait().ok().flatten().is_none() && started.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let output = child.wait_with_output().expect("its output");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let url = redis.tls_url();
+    let ca = wrong.to_str().expect("a path");
+    let (code, stderr) = failed_start(&["--engine", "redis", "--redis-url", &url, "--redis-ca-file", ca]);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("UnknownIssuer"), "the reason is named: {stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }

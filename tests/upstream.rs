@@ -23,6 +23,7 @@ use agentmux::hub::HubConfig;
 use agentmux::output::ToolError;
 use agentmux::render::Format;
 use common::http::{assert_envelope, get_json, read_events};
+use common::recorded::client_tools;
 use common::server::TestServer;
 use common::upstream::{FakeUpstream, Reply};
 use common::wait::eventually;
@@ -36,12 +37,6 @@ fn config(upstream: &FakeUpstream) -> UpstreamConfig {
     config.idle_timeout = Duration::from_millis(1500);
     config.first_byte_timeout = Duration::from_secs(5);
     config
-}
-
-/// The tools the recorded answers call, declared by the client.
-fn client_tools() -> Value {
-    let tool = |name: &str| json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}});
-    json!([tool("get_weather"), tool("get_time")])
 }
 
 const CASES: &[&str] = &[

@@ -19,6 +19,7 @@ use agentmux::http::Settings;
 use agentmux::hub::HubConfig;
 use agentmux::render::Format;
 use common::http::{get_json, read_body};
+use common::recorded::client_tools;
 use common::server::TestServer;
 use common::upstream::{FakeUpstream, Reply, anthropic};
 use common::wait::eventually;
@@ -34,12 +35,6 @@ fn config(upstream: &FakeUpstream) -> UpstreamConfig {
     config.idle_timeout = Duration::from_millis(1500);
     config.first_byte_timeout = Duration::from_secs(5);
     config
-}
-
-/// The tools the recorded answers call, declared by the client.
-fn client_tools() -> Value {
-    let tool = |name: &str| json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}});
-    json!([tool("get_weather"), tool("get_time")])
 }
 
 const CASES: &[&str] = &[

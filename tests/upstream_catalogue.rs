@@ -12,11 +12,10 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::http::{get_json, lifecycle, read_events};
-use common::process::ServerProcess;
+use common::process::{ServerProcess, failed_start};
 use common::tls::{TestCa, tls_front};
 use common::upstream::{FakeUpstream, Reply, chunk};
 use common::wait::eventually;
@@ -298,31 +297,6 @@ async fn a_model_the_upstream_did_not_list_is_looked_up_once_before_the_404() {
     let body: Value = response.json().await.expect("an envelope");
     assert_eq!(body["error"]["code"], "model_not_found", "{body}");
     assert_eq!((a.listings(), a.requests().len()), (2, 1));
-}
-
-/// Runs `agentmux serve` with `args`, which must stop the start: its exit code and what it wrote to stderr.
-fn failed_start(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentmux"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--ephemeral"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start agentmux");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("agentmux started though its configuration is wrong");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("read stderr");
-    (status.code(), stderr)
 }
 
 #[test]

@@ -11,15 +11,13 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use common::http::{assert_envelope, read_events};
-use common::process::ServerProcess;
+use common::process::{ServerProcess, failed_start};
 use common::python::{cases, ensure_venv, run_script};
 use common::tls::{TestCa, tls_front};
 use common::upstream::{FakeUpstream, Reply};
@@ -212,34 +210,13 @@ async fn https_proxy_is_honoured_and_no_proxy_bypasses_it() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Runs `agentmux serve` with `args` until it exits (within 30 s): its exit code and stderr.
-fn exit_of(args: &[&str]) -> (Option<i32>, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentmux"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--ephemeral"])
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start agentmux");
-    let started = Instant::now();
-    while child.try_wait().ok().flatten().is_none() {
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let output = child.wait_with_output().expect("its output");
-    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
-}
-
 #[test]
 fn a_ca_file_that_cannot_be_used_stops_the_start() {
     let dir = temp_dir("upstream-ca");
     std::fs::create_dir_all(&dir).expect("a directory");
     let start_with_ca = |ca: &std::path::Path| {
         let ca = ca.to_str().expect("a path");
-        exit_of(&["--upstream-url", "https://127.0.0.1:9/v1", "--upstream-models", "m", "--upstream-ca-file", ca])
+        failed_start(&["--upstream-url", "https://127.0.0.1:9/v1", "--upstream-models", "m", "--upstream-ca-file", ca])
     };
     let missing = dir.join("missing.pem");
     let (code, stderr) = start_with_ca(&missing);

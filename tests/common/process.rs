@@ -118,3 +118,22 @@ impl Drop for ServerProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `agentmux serve --addr 127.0.0.1:0 --ephemeral` with `args`, which must stop the start: its exit code
+/// and what it wrote to stderr. One still running after 30 s is killed (its code is then `None`).
+pub(crate) fn failed_start(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentmux"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--ephemeral"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start agentmux");
+    let started = Instant::now();
+    while child.try_wait().ok().flatten().is_none() && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("its output");
+    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
+}

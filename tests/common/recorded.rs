@@ -10,7 +10,7 @@ use agentmux::agent::{self, Tools, UpstreamAgent, UpstreamConfig};
 use agentmux::conversation::Conversation;
 use agentmux::hub::{Hub, HubConfig, Stream};
 use agentmux::render::Format;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::doubles::{CountingIds, SteppingClock};
 use super::upstream::{FakeUpstream, Reply};
@@ -52,4 +52,10 @@ pub(crate) async fn compare(case: &str, stream: &Arc<Stream>, formats: &[(&str, 
             failures.push(format!("{case}/{file}"));
         }
     }
+}
+
+/// The tools the recorded answers call, declared by the client.
+pub(crate) fn client_tools() -> Value {
+    let tool = |name: &str| json!({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}});
+    json!([tool("get_weather"), tool("get_time")])
 }
