@@ -88,7 +88,8 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
             "/v1/streams/{id}/messages",
             post(append),
             op(
-                "Append messages (JSON, an array, or NDJSON); answered once they are kept",
+                "Append messages (JSON, an array, or NDJSON); answered once they are kept; safe to retry with \
+                 ?after=<sequence> or an Idempotency-Key header",
                 "streams",
                 Some((JsonOf(messages), true)),
                 vec![(
