@@ -151,9 +151,9 @@ def test_append_conditions_and_their_refusals(server: Any) -> None:
     client = agentmux.Client(server.base_url)
     created = client.create_stream()
     message = {"type": "text", "props": {"content": "x"}, "message_id": "m"}
-    first = client.append(created.id, [message], write_token=created.write_token, after=1)
+    first = client.append(created.id, [message], write_token=created.write_token, after=1, idempotency_key="k0")
     assert first.sequences == [2] and first.last_sequence == 2 and not first.replayed
-    again = client.append(created.id, [message], write_token=created.write_token, after=1)
+    again = client.append(created.id, [message], write_token=created.write_token, after=1, idempotency_key="k0")
     assert again.sequences == [2] and again.replayed
     with pytest.raises(agentmux.AgentmuxError) as refused:
         client.append(created.id, [{**message, "message_id": "n"}], write_token=created.write_token, after=1)
