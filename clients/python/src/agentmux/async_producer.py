@@ -61,7 +61,9 @@ class AsyncProducer(Emitter):
         self._task: Optional[asyncio.Task[None]] = None
 
     async def open(self) -> AsyncProducer:
-        """Creates the stream and starts sending (`async with` calls it)."""
+        """Creates the stream and starts sending (`async with` calls it; once open, it does nothing)."""
+        if self._task is not None:
+            return self
         created = await self._client.create_stream(model=self._model, token_ttl=self._token_ttl)
         self.stream_id, self.epoch = created.id, created.epoch
         self.read_token, self.write_token = created.read_token, created.write_token

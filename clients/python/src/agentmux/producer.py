@@ -74,7 +74,9 @@ class Producer(Emitter):
     # Lifecycle.
 
     def open(self) -> Producer:
-        """Creates the stream and starts sending (the `with` statement calls it)."""
+        """Creates the stream and starts sending (the `with` statement calls it; once open, it does nothing)."""
+        if self._thread is not None:
+            return self
         created = self._client.create_stream(model=self._model, token_ttl=self._token_ttl)
         self.stream_id, self.epoch = created.id, created.epoch
         self.read_token, self.write_token = created.read_token, created.write_token
