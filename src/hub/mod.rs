@@ -86,9 +86,10 @@ pub use log::{Entry, Gone, Log};
 pub(crate) use log::{MemoryLog, json_of, write_json};
 pub use render::{Render, Renderer, StreamInfo};
 pub use storage::{MemoryStorage, Storage};
-pub(crate) use stream::closing::NOT_KEPT;
+pub(crate) use stream::closing::{NOT_KEPT, Part};
 pub use stream::producer::{AppendError, BatchError};
 pub use stream::readers::SubscribeError;
+pub use stream::receipts::{Appended, Condition, KEY_BYTES, RECEIPTS};
 pub use stream::{Snapshot, Status, Stream};
 pub use subscription::{Batch, Subscription};
 

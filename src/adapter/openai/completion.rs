@@ -114,6 +114,7 @@ impl OpenAiCompletion {
             kind: "server_error".into(),
             param: None,
             code: None,
+            last_sequence: None,
         })
     }
 }

@@ -110,6 +110,7 @@ impl Adapter for OpenAiAdapter {
             kind: "stream_error".into(),
             param: None,
             code: error.code.clone(),
+            last_sequence: None,
         };
         frames.push(Frame::error(&error.envelope()));
         frames.push(Frame::end(DONE));

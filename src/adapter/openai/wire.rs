@@ -136,6 +136,10 @@ pub struct ApiError {
     pub param: Option<String>,
     /// A stable code for programs.
     pub code: Option<String>,
+    /// The stream's last sequence, on a refused append that was to follow another
+    /// (`sequence_conflict`, `idempotency_key_reused`): what the producer's next append follows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sequence: Option<u64>,
 }
 
 /// `{"error": {...}}`: every HTTP error's body, and an OpenAI-format stream's error event.
@@ -149,7 +153,13 @@ impl ApiError {
     /// An error an agent reported (an `error` message, or a stream that ended with status `error`).
     pub fn agent(message: &str, code: Option<&str>) -> Self {
         let message = if message.is_empty() { "the agent reported an error" } else { message };
-        ApiError { message: message.to_owned(), kind: "agent_error".into(), param: None, code: code.map(str::to_owned) }
+        ApiError {
+            message: message.to_owned(),
+            kind: "agent_error".into(),
+            param: None,
+            code: code.map(str::to_owned),
+            last_sequence: None,
+        }
     }
 
     /// The error a stream's outcome stands for, if it did not complete.
@@ -161,6 +171,7 @@ impl ApiError {
                 kind: "cancelled".into(),
                 param: None,
                 code: Some("cancelled".into()),
+                last_sequence: None,
             }),
             EndStatus::Error => {
                 let error = outcome.error.as_ref();

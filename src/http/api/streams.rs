@@ -1,8 +1,12 @@
-//! The stream endpoints: list, create, append, end, cancel, status, and SSE subscribe.
+//! The stream endpoints: list, create, append, end (a stream, one message, one block), cancel, status, and
+//! SSE subscribe.
 //!
 //! Appending takes one JSON object, a JSON array, or NDJSON (`application/x-ndjson`, one message per line);
 //! every message is validated and the batch goes in whole or not at all, so an error names the message
-//! (`messages[3].props.url`, and for NDJSON its line). Subscribing resumes after the `Last-Event-ID` header
+//! (`messages[3].props.url`, and for NDJSON its line). An append may carry a condition that makes it safe
+//! to retry (`?after=N`, `Idempotency-Key`): the stream checks it under its producer's lock and answers a
+//! repeat with the first answer (`crate::hub::Condition`). Ending a message or a block is how an outside
+//! producer closes what it streamed (a tool call's input, say) before the stream's end. Subscribing resumes after the `Last-Event-ID` header
 //! (what a browser's `EventSource` sends when it reconnects), else after `from`. Resuming at the end of an
 //! ended stream answers 204, which tells `EventSource` to stop reconnecting.
 
@@ -11,7 +15,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use schemars::Schema;
@@ -26,10 +30,10 @@ use crate::http::app::App;
 use crate::http::edge::auth::Access;
 use crate::http::edge::body;
 use crate::http::edge::error::HttpError;
-use crate::http::edge::extract::{Client, Params, StreamId};
+use crate::http::edge::extract::{Client, Params, StreamId, StreamPart};
 use crate::http::edge::trace::record_stream;
 use crate::http::transport::sse::{self, OnDisconnect};
-use crate::hub::{NOT_KEPT, Status, Stream};
+use crate::hub::{Appended, Condition, KEY_BYTES, NOT_KEPT, Part, Status, Stream};
 use crate::output::{Outcome, OutputMessage};
 use crate::render::Format;
 
@@ -87,7 +91,34 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
                 "Append messages (JSON, an array, or NDJSON); answered once they are kept",
                 "streams",
                 Some((JsonOf(messages), true)),
-                vec![(200, "{sequences}", vec![Foreign("The sequences the messages got")])],
+                vec![(
+                    200,
+                    "{sequences, last_sequence}; a repeat of a conditional append (?after=N, Idempotency-Key) \
+                     answers the first's, with idempotent-replayed: true",
+                    vec![Foreign("The sequences the messages got, and the stream's last sequence")],
+                )],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/messages/{message_id}/end",
+            post(end_message),
+            op(
+                "End one open message (its message_end); a message not open ends nothing",
+                "streams",
+                None,
+                vec![(200, "{sequences, last_sequence}", vec![Foreign("The closing events' sequences")])],
+            ),
+        ),
+        endpoint(
+            Method::POST,
+            "/v1/streams/{id}/blocks/{block_id}/end",
+            post(end_block),
+            op(
+                "End one open block (its open messages' message_end, then block_end)",
+                "streams",
+                None,
+                vec![(200, "{sequences, last_sequence}", vec![Foreign("The closing events' sequences")])],
             ),
         ),
         endpoint(
@@ -233,13 +264,23 @@ pub(crate) async fn create(
     Ok((StatusCode::CREATED, Json(answer)).into_response())
 }
 
-/// `POST /v1/streams/{id}/messages`: `{"sequences": [..]}`.
-/// `POST /v1/streams/{id}/messages?durable=false`: answer once appended, without waiting for the store.
+/// `POST /v1/streams/{id}/messages` query: `durable=false` answers once appended, without waiting for the
+/// store; `after=N` appends only when the stream's last sequence is N (see [`Condition`]).
 #[derive(Debug, Deserialize, Default)]
 pub(crate) struct AppendQuery {
     durable: Option<bool>,
+    after: Option<u64>,
 }
 
+/// The header that makes an append safe to retry, as `after` does.
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The header on the answer to a repeat.
+pub(crate) const REPLAYED: &str = "idempotent-replayed";
+
+/// `POST /v1/streams/{id}/messages`: `{"sequences": [..], "last_sequence": N}`. With `?after=N` or an
+/// `Idempotency-Key`, a repeat of an append that landed appends nothing and answers the first's answer with
+/// `idempotent-replayed: true`.
 pub(crate) async fn append(
     State(app): State<App>,
     StreamId(id): StreamId,
@@ -248,6 +289,7 @@ pub(crate) async fn append(
     request: Body,
 ) -> Result<Response, HttpError> {
     let started = std::time::Instant::now();
+    let condition = Condition { after: query.after, key: idempotency_key(&headers)? };
     let stream = find(&app, &id).await?;
     let bytes = body::read(request, &app.settings).await?;
     let ndjson = headers
@@ -257,17 +299,79 @@ pub(crate) async fn append(
     let messages = if ndjson { ndjson_messages(&bytes)? } else { json_messages(&bytes)? };
     // The answer is the acknowledgement: it waits until the messages are kept (committed, with a store),
     // unless the producer said it need not (readers still receive them only once they are kept).
-    let sequences = if query.durable.unwrap_or(true) {
-        let (sequences, kept) = stream.append_batch_kept(messages).await?;
+    let appended = if query.durable.unwrap_or(true) {
+        let (appended, kept) = stream.append_if_kept(messages, &condition).await?;
         if !kept {
             return Err(not_kept(&stream).await);
         }
-        sequences
+        appended
     } else {
-        stream.append_batch(messages)?
+        stream.append_if(messages, &condition)?
     };
-    app.metrics.appended(sequences.len(), bytes.len(), started.elapsed().as_secs_f64());
-    Ok(Json(json!({ "sequences": sequences })).into_response())
+    if !appended.replayed {
+        app.metrics.appended(appended.sequences.len(), bytes.len(), started.elapsed().as_secs_f64());
+    }
+    Ok(appended_answer(&appended))
+}
+
+/// The `Idempotency-Key` header, when given: 1 to 256 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, HttpError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else { return Ok(None) };
+    match value.to_str() {
+        Ok(key) if Condition::valid_key(key) => Ok(Some(key.to_owned())),
+        _ => Err(HttpError::bad_request(
+            format!("Idempotency-Key must be 1 to {KEY_BYTES} visible ASCII characters"),
+            Some("Idempotency-Key".into()),
+            "invalid_value",
+        )),
+    }
+}
+
+/// `{"sequences", "last_sequence"}`, with `idempotent-replayed: true` for a repeat.
+fn appended_answer(appended: &Appended) -> Response {
+    let mut response =
+        Json(json!({ "sequences": appended.sequences, "last_sequence": appended.last_sequence })).into_response();
+    if appended.replayed {
+        response.headers_mut().insert(REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// `POST /v1/streams/{id}/messages/{message_id}/end`: the message's `message_end` when it is open, answered
+/// once kept: `{"sequences", "last_sequence"}` (`sequences` empty when it was not open, so a repeat is
+/// harmless).
+pub(crate) async fn end_message(
+    State(app): State<App>,
+    StreamPart(id, message_id): StreamPart,
+) -> Result<Response, HttpError> {
+    end_part(&app, &id, Part::Message(&message_id)).await
+}
+
+/// `POST /v1/streams/{id}/blocks/{block_id}/end`: the `message_end` of the block's open messages, then its
+/// `block_end`, as [`end_message`] answers.
+pub(crate) async fn end_block(
+    State(app): State<App>,
+    StreamPart(id, block_id): StreamPart,
+) -> Result<Response, HttpError> {
+    end_part(&app, &id, Part::Block(&block_id)).await
+}
+
+async fn end_part(app: &App, id: &str, part: Part<'_>) -> Result<Response, HttpError> {
+    let stream = find(app, id).await?;
+    let ended = ended_part(&stream, part).await?;
+    Ok(appended_answer(&ended))
+}
+
+/// Ends a message or a block of `stream` and waits until what that appended is kept: the closing events'
+/// sequences and the stream's last sequence.
+pub(crate) async fn ended_part(stream: &Stream, part: Part<'_>) -> Result<Appended, HttpError> {
+    let ended = stream.end_part(part)?;
+    if let Some(&last) = ended.sequences.last()
+        && !stream.readable(last).await
+    {
+        return Err(not_kept(stream).await);
+    }
+    Ok(ended)
 }
 
 fn json_messages(bytes: &[u8]) -> Result<Vec<OutputMessage>, HttpError> {

@@ -1,24 +1,28 @@
 //! WebSocket subscribers: `GET /v1/streams/{id}/ws` for one stream, `GET /v1/ws` for several at once.
 //!
 //! Both speak one protocol of JSON text frames. From the client: `{"op": "subscribe", "stream", "format"?,
-//! "from"?, "include_usage"?, "reasoning"?, "agent_tools"?}`, `{"op": "unsubscribe", "stream"}`, `{"op": "cancel", "stream"}`,
-//! `{"op": "publish", "stream", "message"}`. From the server: the stream's WebSocket rendition
-//! (`crate::render`: `{"stream", "seq", "message"}` for CUI, `{"stream", "chunk"}` for OpenAI, `{"stream",
-//! "error"}`, and `{"stream", "done": true, "status"}` at the end), error replies `{"stream"?, "error":
-//! {"message", "code"}}`, and small acknowledgements (`{"stream", "published": seq}`, `{"stream",
-//! "subscribed": true}`, ...), in the order of the frames they answer. `published` means kept, as an HTTP
-//! append's answer does: it comes once the message is committed (with the store; taken by Redis with
-//! `--engine redis`; at once in memory), without holding back the frames behind it, so pipelined publishes
-//! are acknowledged as their commits land. A text frame that is not JSON or not a known op gets an error reply (with
-//! `param` naming the op's field where one is at fault) and the connection stays open. What cannot be read
-//! closes it, and so does the end of the stream a per-stream connection watches, a client silent past the
-//! idle timeout, or the shutdown: the loop that relays a connection's subscriptions, pings its client and
-//! reads its frames is `transport/ws.rs`'s; this file knows the ops and what they do. A connection opened
-//! with a key holds one of the key's `connections=` for as long as it is open (`edge/extract.rs`, `Upgrade`).
+//! "from"?, "include_usage"?, "reasoning"?, "agent_tools"?}`, `{"op": "unsubscribe", "stream"}`, `{"op":
+//! "cancel", "stream"}`, `{"op": "publish", "stream", "message", "after"?, "idempotency_key"?}` (a
+//! conditional publish is safe to retry, as an HTTP append with `?after` and `Idempotency-Key` is),
+//! `{"op": "end_message", "stream", "message_id"}` and `{"op": "end_block", "stream", "block_id"}`. From the
+//! server: the stream's WebSocket rendition (`crate::render`: `{"stream", "seq", "message"}` for CUI,
+//! `{"stream", "chunk"}` for OpenAI, `{"stream", "error"}`, and `{"stream", "done": true, "status"}` at the
+//! end), error replies `{"stream"?, "error": {"message", "code", "param"?, "last_sequence"?}}`, and small
+//! acknowledgements (`{"stream", "published": seq, "last_sequence", "replayed"?}`, `{"stream", "sequences",
+//! "last_sequence"}` for an end, `{"stream", "subscribed": true}`, ...), in the order of the frames they
+//! answer. `published` means kept, as an HTTP append's answer does: it comes once the message is committed
+//! (with the store; taken by Redis with `--engine redis`; at once in memory), without holding back the
+//! frames behind it, so pipelined publishes are acknowledged as their commits land; an end's reply too. A
+//! text frame that is not JSON or not a known op gets an error reply (with `param` naming the op's field
+//! where one is at fault) and the connection stays open. What cannot be read closes it, and so does the end
+//! of the stream a per-stream connection watches, a client silent past the idle timeout, or the shutdown:
+//! the loop that relays a connection's subscriptions, pings its client and reads its frames is
+//! `transport/ws.rs`'s; this file knows the ops and what they do. A connection opened with a key holds one
+//! of the key's `connections=` for as long as it is open (`edge/extract.rs`, `Upgrade`).
 //!
 //! With API keys configured, a connection may do what the credential it opened with grants
-//! (`edge/auth.rs`): a key, everything; a stream token, that stream only, and `publish` and `cancel` only with
-//! its write token. Any other op gets the error reply `permission_denied` and the connection stays open.
+//! (`edge/auth.rs`): a key, everything; a stream token, that stream only, and `publish`, the ends and
+//! `cancel` only with its write token. Any other op gets the error reply `permission_denied` and the connection stays open.
 //! Client frame and message sizes are bounded ([`limits`]).
 
 use std::sync::Arc;
@@ -43,7 +47,7 @@ use crate::http::edge::extract::{Params, StreamId, Upgrade};
 #[cfg(feature = "redis")]
 use crate::http::edge::forward;
 use crate::http::transport::ws::{Batches, Liveness, Reply, Subscriptions, WebSocketConnection, batches};
-use crate::hub::Stream;
+use crate::hub::{AppendError, Appended, Condition, KEY_BYTES, Part, Stream};
 use crate::output::OutputMessage;
 use crate::render::{Encoding, Format, View};
 
@@ -117,7 +121,7 @@ fn limits(upgrade: Upgrade, app: &App) -> Upgrade {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(tag = "op", rename_all = "lowercase")]
+#[serde(tag = "op", rename_all = "snake_case")]
 enum Op {
     Subscribe {
         stream: String,
@@ -134,6 +138,17 @@ enum Op {
     Publish {
         stream: String,
         message: Value,
+        /// The message must follow this sequence (see `crate::hub::Condition`).
+        after: Option<u64>,
+        idempotency_key: Option<String>,
+    },
+    EndMessage {
+        stream: String,
+        message_id: String,
+    },
+    EndBlock {
+        stream: String,
+        block_id: String,
     },
 }
 
@@ -146,7 +161,7 @@ async fn connection(app: App, grant: Grant, socket: WebSocket, single: Option<(S
     while let Some(text) = connection.next_text().await {
         let reply = match handle(&app, &grant, text.as_str(), &mut connection).await {
             Ok(Answer::Now(reply)) => Box::pin(std::future::ready(text_of(&reply))),
-            Ok(Answer::Published { stream, sequence, on }) => published(stream, sequence, on),
+            Ok(Answer::Kept { stream, appended, on, published }) => kept(stream, appended, on, published),
             Err(error) => Box::pin(std::future::ready(text_of(&error_reply(error)))),
         };
         connection.reply(reply);
@@ -154,19 +169,22 @@ async fn connection(app: App, grant: Grant, socket: WebSocket, single: Option<(S
     connection.close().await;
 }
 
-/// What an op answers: its reply now, or a publish acknowledged once its message is kept.
+/// What an op answers: its reply now, or a publish's or an end's acknowledged once what it appended is kept.
 enum Answer {
     Now(Value),
-    Published { stream: String, sequence: u64, on: Arc<Stream> },
+    Kept { stream: String, appended: Appended, on: Arc<Stream>, published: bool },
 }
 
-/// `{"stream", "published": seq}` once the message is kept, as an HTTP append's answer is (see
-/// `Stream::kept`): in memory at once, with the store once committed, with Redis once it took it. A message
-/// that could not be kept is the error reply `store_unavailable`, once its stream has ended.
-fn published(stream: String, sequence: u64, on: Arc<Stream>) -> Reply {
+/// The reply to a publish (`{"stream", "published": seq, "last_sequence"}`, with `"replayed": true` for a
+/// repeat) or to an end (`{"stream", "sequences", "last_sequence"}`) once what it appended is kept, as an
+/// HTTP append's answer is (see `Stream::kept`): in memory at once, with the store once committed, with
+/// Redis once it took it. What could not be kept is the error reply `store_unavailable`, once its stream
+/// has ended.
+fn kept(stream: String, appended: Appended, on: Arc<Stream>, published: bool) -> Reply {
     Box::pin(async move {
-        let reply = if on.kept(sequence).await {
-            json!({ "stream": stream, "published": sequence })
+        let last = appended.sequences.last().copied();
+        let reply = if on.kept(last.unwrap_or(0)).await {
+            appended_reply(stream, &appended, published)
         } else {
             let mut reply = error_reply(not_kept(&on).await);
             reply["stream"] = json!(stream);
@@ -174,6 +192,19 @@ fn published(stream: String, sequence: u64, on: Arc<Stream>) -> Reply {
         };
         text_of(&reply)
     })
+}
+
+/// The reply to a publish or an end, as [`kept`] describes it.
+fn appended_reply(stream: String, appended: &Appended, published: bool) -> Value {
+    let mut reply = if published {
+        json!({ "stream": stream, "published": appended.sequences.first(), "last_sequence": appended.last_sequence })
+    } else {
+        json!({ "stream": stream, "sequences": appended.sequences, "last_sequence": appended.last_sequence })
+    };
+    if appended.replayed {
+        reply["replayed"] = json!(true);
+    }
+    reply
 }
 
 /// Handles one client frame, as far as the connection's credential allows; returns the answer.
@@ -189,7 +220,10 @@ async fn handle(
     })?;
     let (stream, needed) = match &op {
         Op::Subscribe { stream, .. } | Op::Unsubscribe { stream } => (stream, Access::Read),
-        Op::Cancel { stream } | Op::Publish { stream, .. } => (stream, Access::Write),
+        Op::Cancel { stream }
+        | Op::Publish { stream, .. }
+        | Op::EndMessage { stream, .. }
+        | Op::EndBlock { stream, .. } => (stream, Access::Write),
     };
     if !grant.allows(stream, needed) {
         return Err(Grant::refusal());
@@ -212,7 +246,7 @@ async fn handle(
             let found = find_op(app, &stream).await?;
             #[cfg(feature = "redis")]
             if found.is_followed() && !found.log().is_ended() {
-                forward::post_to_writer(app, &stream, "cancel", Vec::new()).await?;
+                forward::post_to_writer(app, &stream, "cancel", Vec::new(), None).await?;
                 return Ok(Answer::Now(json!({ "stream": stream, "cancelled": true })));
             }
             if !found.cancel() {
@@ -220,18 +254,61 @@ async fn handle(
             }
             Ok(Answer::Now(json!({ "stream": stream, "cancelled": true })))
         }
-        Op::Publish { stream, message } => {
+        Op::Publish { stream, message, after, idempotency_key } => {
             let found = find_op(app, &stream).await?;
             let message = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"))?;
+            let condition = Condition { after, key: op_key(idempotency_key)? };
             #[cfg(feature = "redis")]
             if found.is_followed() && !found.log().is_ended() {
-                return publish_elsewhere(app, stream, &message).await;
+                return publish_elsewhere(app, stream, &message, &condition).await;
             }
-            let sequence = found.append(message).map_err(|e| HttpError::from(e).within("message"))?;
-            app.metrics.published();
-            Ok(Answer::Published { stream, sequence, on: found })
+            let appended = found.append_if(vec![message], &condition).map_err(|e| publish_refusal(e.error))?;
+            if !appended.replayed {
+                app.metrics.published();
+            }
+            Ok(Answer::Kept { stream, appended, on: found, published: true })
         }
+        Op::EndMessage { stream, message_id } => end_part(app, stream, Part::Message(&message_id)).await,
+        Op::EndBlock { stream, block_id } => end_part(app, stream, Part::Block(&block_id)).await,
     }
+}
+
+/// A publish's `idempotency_key`, checked as the HTTP header is.
+fn op_key(key: Option<String>) -> Result<Option<String>, HttpError> {
+    match key {
+        Some(key) if !Condition::valid_key(&key) => Err(HttpError::bad_request(
+            format!("idempotency_key must be 1 to {KEY_BYTES} visible ASCII characters"),
+            Some("idempotency_key".into()),
+            "invalid_value",
+        )),
+        key => Ok(key),
+    }
+}
+
+/// A refused publish: the message's fault names `message`, a condition's names its field.
+fn publish_refusal(error: AppendError) -> HttpError {
+    match error {
+        AppendError::SequenceConflict { .. } => HttpError::from(error),
+        AppendError::KeyReused { .. } => HttpError::from(error).with_param("idempotency_key"),
+        other => HttpError::from(other).within("message"),
+    }
+}
+
+/// `end_message` and `end_block`: what the HTTP routes do, answered once kept (or by the stream's writer).
+async fn end_part(app: &App, stream: String, part: Part<'_>) -> Result<Answer, HttpError> {
+    let found = find_op(app, &stream).await?;
+    #[cfg(feature = "redis")]
+    if found.is_followed() && !found.log().is_ended() {
+        let action = match part {
+            Part::Message(id) => format!("messages/{}/end", forward::path_segment(id)),
+            Part::Block(id) => format!("blocks/{}/end", forward::path_segment(id)),
+        };
+        let answer = forward::post_to_writer(app, &stream, &action, Vec::new(), None).await?.body;
+        return Ok(Answer::Now(json!({ "stream": stream, "sequences": answer["sequences"],
+                                      "last_sequence": answer["last_sequence"] })));
+    }
+    let appended = found.end_part(part)?;
+    Ok(Answer::Kept { stream, appended, on: found, published: false })
 }
 
 /// `subscribe`: the stream in a format, from a point, unless the connection has it already.
@@ -257,13 +334,29 @@ fn subscribe(
     Ok(Answer::Now(json!({ "stream": stream, "subscribed": true })))
 }
 
-/// `publish` to a stream another node writes: forwarded to its writer, which answers once it is kept.
+/// `publish` to a stream another node writes: forwarded to its writer with its condition, which answers
+/// once it is kept.
 #[cfg(feature = "redis")]
 /// The message was checked here first, so a message refused for its shape is refused as it would be there.
-async fn publish_elsewhere(app: &App, stream: String, message: &OutputMessage) -> Result<Answer, HttpError> {
+async fn publish_elsewhere(
+    app: &App,
+    stream: String,
+    message: &OutputMessage,
+    condition: &Condition,
+) -> Result<Answer, HttpError> {
     let body = serde_json::to_vec(message).unwrap_or_default();
-    let answer = forward::post_to_writer(app, &stream, "messages", body).await?;
-    let sequence = answer["sequences"][0].as_u64().ok_or_else(|| {
+    let action = match condition.after {
+        Some(after) => format!("messages?after={after}"),
+        None => "messages".to_owned(),
+    };
+    let answer =
+        forward::post_to_writer(app, &stream, &action, body, condition.key.as_deref()).await.map_err(|error| {
+            match error.error.code.as_deref() {
+                Some("idempotency_key_reused") => error.with_param("idempotency_key"),
+                _ => error,
+            }
+        })?;
+    let sequence = answer.body["sequences"][0].as_u64().ok_or_else(|| {
         HttpError::new(
             axum::http::StatusCode::BAD_GATEWAY,
             "server_error",
@@ -272,7 +365,11 @@ async fn publish_elsewhere(app: &App, stream: String, message: &OutputMessage) -
             "writer_error",
         )
     })?;
-    Ok(Answer::Now(json!({ "stream": stream, "published": sequence })))
+    let mut reply = json!({ "stream": stream, "published": sequence, "last_sequence": answer.body["last_sequence"] });
+    if answer.replayed {
+        reply["replayed"] = json!(true);
+    }
+    Ok(Answer::Now(reply))
 }
 
 /// The error reply `{"error": {"message", "code", "param"?}}`.
@@ -280,6 +377,9 @@ fn error_reply(error: HttpError) -> Value {
     let mut body = json!({ "error": { "message": error.error.message, "code": error.error.code } });
     if let Some(param) = error.error.param {
         body["error"]["param"] = json!(param);
+    }
+    if let Some(last) = error.error.last_sequence {
+        body["error"]["last_sequence"] = json!(last);
     }
     body
 }

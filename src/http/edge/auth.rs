@@ -368,9 +368,11 @@ pub(crate) fn needs(route: &str) -> Needs {
         | "/ui/assets/viewer.css"
         | "/ui/assets/client.js" => Needs::Nothing,
         "/v1/streams/{id}" | "/v1/streams/{id}/events" | "/v1/streams/{id}/ws" => Needs::Stream(Access::Read),
-        "/v1/streams/{id}/messages" | "/v1/streams/{id}/end" | "/v1/streams/{id}/cancel" => {
-            Needs::Stream(Access::Write)
-        }
+        "/v1/streams/{id}/messages"
+        | "/v1/streams/{id}/messages/{message_id}/end"
+        | "/v1/streams/{id}/blocks/{block_id}/end"
+        | "/v1/streams/{id}/end"
+        | "/v1/streams/{id}/cancel" => Needs::Stream(Access::Write),
         "/v1/ws" => Needs::Any,
         _ => Needs::Key,
     }

@@ -52,7 +52,13 @@ impl HttpError {
     pub fn new(status: StatusCode, kind: &str, message: impl Into<String>, param: Option<String>, code: &str) -> Self {
         HttpError {
             status,
-            error: Box::new(ApiError { message: message.into(), kind: kind.into(), param, code: Some(code.into()) }),
+            error: Box::new(ApiError {
+                message: message.into(),
+                kind: kind.into(),
+                param,
+                code: Some(code.into()),
+                last_sequence: None,
+            }),
             retry: false,
             retry_after: None,
             headers: None,
@@ -116,6 +122,15 @@ impl HttpError {
             "cluster_unavailable",
         );
         error.retry = true;
+        error
+    }
+
+    /// 409 `code` for an append whose condition the stream does not meet, naming `param` and the stream's
+    /// last sequence.
+    pub fn conflict_at(message: String, param: &str, code: &str, last_sequence: u64) -> Self {
+        let mut error =
+            HttpError::new(StatusCode::CONFLICT, "invalid_request_error", message, Some(param.into()), code);
+        error.error.last_sequence = Some(last_sequence);
         error
     }
 
@@ -242,6 +257,13 @@ impl From<AppendError> for HttpError {
             AppendError::Elsewhere => {
                 HttpError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message, None, "stream_elsewhere")
             }
+            // A retry of the same request meets the same refusal: the producer must look at `last_sequence`.
+            AppendError::SequenceConflict { last, .. } => {
+                HttpError::conflict_at(message, "after", "sequence_conflict", last)
+            }
+            AppendError::KeyReused { last } => {
+                HttpError::conflict_at(message, "Idempotency-Key", "idempotency_key_reused", last)
+            }
         }
     }
 }
@@ -250,7 +272,10 @@ impl From<BatchError> for HttpError {
     fn from(error: BatchError) -> Self {
         let index = error.index;
         match error.error {
-            AppendError::Ended | AppendError::Elsewhere => error.error.into(),
+            AppendError::Ended
+            | AppendError::Elsewhere
+            | AppendError::SequenceConflict { .. }
+            | AppendError::KeyReused { .. } => error.error.into(),
             other => HttpError::from(other).within(&format!("messages[{index}]")),
         }
     }

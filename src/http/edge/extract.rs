@@ -2,7 +2,7 @@
 //!
 //! axum's own `Path` and `Query` answer a bad value with `text/plain` and no field name. These wrap the same
 //! parsing and answer 400 with the OpenAI envelope and `param` naming what is wrong: the path segment (`id`,
-//! when it is not UTF-8) or the query parameter (`from`, for `from=-1`, `from=abc` or a sequence past
+//! when it is not UTF-8; a message's or block's id after a stream's too) or the query parameter (`from`, for `from=-1`, `from=abc` or a sequence past
 //! `u64`). A parameter the handler reads, given twice, is refused rather than silently resolved one way or the
 //! other (`duplicate_parameter`); parameters a handler does not know are ignored, however often they are
 //! given, as a cache-busting `_=` must be.
@@ -26,6 +26,21 @@ use super::auth::KeySlot;
 /// The `{id}` of a stream path.
 #[derive(Debug)]
 pub(crate) struct StreamId(pub(crate) String);
+
+/// The `{id}` of a stream path and the id after it: `/v1/streams/{id}/messages/{message_id}/end`.
+#[derive(Debug)]
+pub(crate) struct StreamPart(pub(crate) String, pub(crate) String);
+
+impl<S: Send + Sync> FromRequestParts<S> for StreamPart {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        match axum::extract::Path::<(String, String)>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path((id, part))) => Ok(StreamPart(id, part)),
+            Err(rejection) => Err(path_error(&rejection, "stream")),
+        }
+    }
+}
 
 /// The `{id}` of a thread path.
 #[derive(Debug)]

@@ -103,6 +103,7 @@ mod tests {
             kind: "invalid_request_error".into(),
             param: param.map(str::to_owned),
             code: Some("model_not_found".into()),
+            last_sequence: None,
         }
     }
 

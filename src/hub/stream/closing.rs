@@ -21,8 +21,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::producer::AppendError;
+use super::receipts::Appended;
 use super::{Producer, Stream, json_size, stamp};
-use crate::hub::lifecycle::{self, Closing, Lifecycle};
+use crate::hub::lifecycle::{self, Closing};
 use crate::hub::log::Entry;
 use crate::output::{ErrorProps, Outcome, OutputMessage};
 
@@ -30,36 +31,44 @@ impl Stream {
     /// Ends an open message (one that streams in deltas): appends its `message_end`, into the room reserved
     /// for it when the message opened. `Ok(None)` when it was not open.
     pub fn end_message(&self, message_id: &str) -> Result<Option<u64>, AppendError> {
-        self.append_closings(|lifecycle, now_ms| lifecycle.end_message(message_id, now_ms).into_iter().collect())
+        self.end_part(Part::Message(message_id)).map(|ended| ended.sequences.last().copied())
     }
 
     /// Ends an open block: `message_end` for its open messages, then `block_end`, into their reserved room.
     pub fn end_block(&self, block_id: &str) -> Result<Option<u64>, AppendError> {
-        self.append_closings(|lifecycle, now_ms| lifecycle.end_block(block_id, now_ms))
+        self.end_part(Part::Block(block_id)).map(|ended| ended.sequences.last().copied())
     }
 
-    /// Appends the stream's own closing events; returns the last one's sequence.
-    fn append_closings(
-        &self,
-        closings: impl FnOnce(&mut Lifecycle, u64) -> Vec<Closing>,
-    ) -> Result<Option<u64>, AppendError> {
+    /// Ends a message or a block as [`Stream::end_message`] and [`Stream::end_block`] do: the sequences of
+    /// the closing events (none when it was not open) and the stream's last sequence after them.
+    pub(crate) fn end_part(&self, part: Part<'_>) -> Result<Appended, AppendError> {
+        if self.followed {
+            return Err(self.refusal_when_followed());
+        }
         let mut producer = self.lock();
         if producer.end.is_some() {
             return Err(AppendError::Ended);
         }
         let now_ms = self.hub.config.clock.now_ms();
-        let closings = closings(&mut producer.lifecycle, now_ms);
+        let closings = match part {
+            Part::Message(id) => producer.lifecycle.end_message(id, now_ms).into_iter().collect(),
+            Part::Block(id) => producer.lifecycle.end_block(id, now_ms),
+        };
+        let mut sequences = Vec::with_capacity(closings.len());
         let entries: Vec<Entry> = closings
             .into_iter()
             .map(|closing| {
                 let id = self.new_id("m");
-                self.push_closing(&mut producer, closing, id, now_ms)
+                let entry = self.push_closing(&mut producer, closing, id, now_ms);
+                sequences.push(producer.last);
+                entry
             })
             .collect();
-        let last = (!entries.is_empty()).then_some(producer.last);
-        self.log.append(entries);
+        if !entries.is_empty() {
+            self.log.append(entries);
+        }
         self.active_ms.store(now_ms, Ordering::Release);
-        Ok(last)
+        Ok(Appended { sequences, last_sequence: producer.last, replayed: false })
     }
 
     /// Ends the stream: ends what is open, appends `stream_end`, and records the outcome. `false` when it had
@@ -231,6 +240,15 @@ impl Stream {
         stamp(&mut widest, u64::MAX, u64::MAX, None);
         json_size(&widest)
     }
+}
+
+/// What [`Stream::end_part`] ends.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Part<'a> {
+    /// The message of this id.
+    Message(&'a str),
+    /// The block of this id, and its open messages.
+    Block(&'a str),
 }
 
 /// The error of a stream its log could not keep.

@@ -5,10 +5,10 @@
 //! Everything it holds is counted against the hub's byte limit (`held`): each log entry as JSON when it is
 //! appended, the stream's own first event included, once more for the producer's own reduction of the log
 //! (the reducer that decides whether a delta applies: a reduced message is at most the entries it came
-//! from), and for each rendition in use an estimate of the same size per entry, replaced by the real figure
-//! (frames, offsets, the renderer's state) once rendered. The snapshot's reduction of the log, once asked
-//! for, counts like a rendition whose estimate stands. So an
-//! append is refused when the hub could not hold it in every format in use, and a subscription that needs a
+//! from), the receipts of its last conditional appends (`receipts.rs`), and for each rendition in use an
+//! estimate of the same size per entry, replaced by the real figure (frames, offsets, the renderer's state)
+//! once rendered. The snapshot's reduction of the log, once asked for, counts like a rendition whose
+//! estimate stands. So an append is refused when the hub could not hold it in every format in use, and a subscription that needs a
 //! new rendition is refused when the hub could not hold the log once more. All of it is given back when the
 //! stream is evicted.
 //!
@@ -21,7 +21,8 @@
 //! subscriber let go of while holding a batch, at the hub's next sweep ([`Stream::cool`]), which then counts
 //! the stream again at what it still holds: its log's part in memory (all of it for a log in memory; only
 //! the outcome for a store's, which reads the rest back from disk), the renditions still read, the
-//! snapshot's reduction and the outcome. Until that sweep the count stays as it was, which only errs high.
+//! snapshot's reduction, the outcome, and the receipts of conditional appends (`receipts.rs`, kept for
+//! their repeats). Until that sweep the count stays as it was, which only errs high.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -114,6 +115,8 @@ impl Stream {
         producer.reducer = Reducer::default();
         producer.lifecycle = Lifecycle::default();
         let (bytes, outcome_bytes) = (producer.bytes, producer.outcome_bytes);
+        // Kept: a repeat of a conditional append is answered after the end too.
+        let receipts = producer.receipts.bytes();
         drop(producer);
         let mut renditions = lock(&self.renditions);
         // Held only here: no subscriber reads it, and a later one renders the log again.
@@ -128,6 +131,7 @@ impl Stream {
         let held: u64 = renditions.iter().map(|(_, rendition)| lock(rendition).held_bytes(bytes)).sum::<u64>()
             + self.log.memory_bytes()
             + outcome_bytes
+            + receipts
             + view;
         let mut producer = self.lock();
         producer.readers = renditions.len() as u64 + u64::from(view > 0);

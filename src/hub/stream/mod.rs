@@ -5,6 +5,7 @@
 //! What the handle does in each of its roles is in a file of its own:
 //!
 //! - `producer.rs`: appending: validate, stamp, reduce, count, all or nothing.
+//! - `receipts.rs`: safe retries: an append's condition, and the receipts of the last conditional appends.
 //! - `closing.rs`: the events that close what is open, and the end (the room kept for them).
 //! - `ledger.rs`: what a stream counts against the hub, and what an ended stream keeps.
 //! - `readers.rs`: subscriptions and the renditions they read, and eviction.
@@ -37,6 +38,7 @@ pub(super) mod closing;
 mod ledger;
 pub(super) mod producer;
 pub(super) mod readers;
+pub(super) mod receipts;
 
 /// A stream's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -109,6 +111,8 @@ struct Producer {
     /// Readers holding a copy of the whole log (renditions, the snapshot's reduction): each entry is counted
     /// once more per reader.
     readers: u64,
+    /// The last conditional appends, for their repeats.
+    receipts: receipts::Receipts,
 }
 
 impl Producer {
@@ -177,6 +181,7 @@ impl Stream {
                 end: None,
                 started_ms: now_ms,
                 readers: 0,
+                receipts: receipts::Receipts::default(),
             }),
             log,
             renditions: Mutex::new(Vec::new()),
@@ -257,6 +262,7 @@ impl Stream {
                 end,
                 started_ms: info.created_ms,
                 readers: 0,
+                receipts: receipts::Receipts::default(),
             }),
             log,
             renditions: Mutex::new(Vec::new()),

@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
+use super::receipts::{Appended, Condition, Found, fingerprint};
 use super::{Producer, Stream, stamp};
 use crate::hub::lifecycle::{Opened, Opening};
 use crate::hub::log::{Entry, write_json};
@@ -63,6 +64,22 @@ pub enum AppendError {
     /// The stream is written on another node: this one follows it ([`crate::hub::Hub::follow`]).
     #[error("the stream is written on another node")]
     Elsewhere,
+    /// The batch was to follow a sequence that is not the stream's last ([`Condition::after`]): an append
+    /// landed since (a conflict) or never did (a gap).
+    #[error("the stream's last sequence is {last}, not {after}")]
+    SequenceConflict {
+        /// The sequence the batch was to follow.
+        after: u64,
+        /// The stream's last sequence.
+        last: u64,
+    },
+    /// The idempotency key ([`Condition::key`]) names an earlier append of another batch, or with another
+    /// `after`.
+    #[error("the idempotency key was used on this stream for another batch")]
+    KeyReused {
+        /// The stream's last sequence.
+        last: u64,
+    },
 }
 
 /// A refused batch: which message (from 0) and why.
@@ -83,7 +100,7 @@ impl Stream {
 
     /// Appends messages all or nothing; returns their sequences.
     pub fn append_batch(&self, messages: Vec<OutputMessage>) -> Result<Vec<u64>, BatchError> {
-        self.append_staged(messages, false)
+        self.append_staged(messages, false, None).map(|appended| appended.sequences)
     }
 
     /// Appends messages all or nothing, as [`Stream::append_batch`] does, and waits until they are kept
@@ -91,24 +108,65 @@ impl Stream {
     /// the wait commits them on this thread when nothing else is committing, rather than handing them to the
     /// store's writer and waiting to be woken back.
     pub async fn append_batch_kept(&self, messages: Vec<OutputMessage>) -> Result<(Vec<u64>, bool), BatchError> {
-        let sequences = self.append_staged(messages, true)?;
-        let kept = match sequences.last() {
+        let (appended, kept) = self.append_if_kept(messages, &Condition::default()).await?;
+        Ok((appended.sequences, kept))
+    }
+
+    /// Appends messages all or nothing when `condition` allows it, safe to retry (see
+    /// [`Condition`]): a repeat of a conditional append that landed appends nothing and answers what the
+    /// first did ([`Appended::replayed`]), even once the stream has ended. Refused, besides what refuses any
+    /// append: [`AppendError::SequenceConflict`] when the stream's last sequence is not `condition.after`,
+    /// [`AppendError::KeyReused`] when `condition.key` was used for another batch. An empty condition is
+    /// [`Stream::append_batch`], with the stream's last sequence in the answer.
+    pub fn append_if(&self, messages: Vec<OutputMessage>, condition: &Condition) -> Result<Appended, BatchError> {
+        self.append_staged(messages, false, (!condition.is_none()).then_some(condition))
+    }
+
+    /// [`Stream::append_if`], then waits until the batch is kept as [`Stream::append_batch_kept`] does (a
+    /// repeat waits for the first's batch): the answer, and false when the store could not keep it.
+    pub async fn append_if_kept(
+        &self,
+        messages: Vec<OutputMessage>,
+        condition: &Condition,
+    ) -> Result<(Appended, bool), BatchError> {
+        let appended = self.append_staged(messages, true, (!condition.is_none()).then_some(condition))?;
+        let kept = match appended.sequences.last() {
             Some(&last) => self.readable(last).await,
             None => true,
         };
-        Ok((sequences, kept))
+        Ok((appended, kept))
     }
 
     /// `awaited`: the caller waits for the batch to be readable next (see
-    /// [`Log::append_awaited`](crate::hub::Log::append_awaited)).
-    fn append_staged(&self, messages: Vec<OutputMessage>, awaited: bool) -> Result<Vec<u64>, BatchError> {
+    /// [`Log::append_awaited`](crate::hub::Log::append_awaited)). `condition`: a conditional append, checked
+    /// against the receipts and remembered among them (none: nothing hashed, nothing kept).
+    fn append_staged(
+        &self,
+        messages: Vec<OutputMessage>,
+        awaited: bool,
+        condition: Option<&Condition>,
+    ) -> Result<Appended, BatchError> {
         for (index, message) in messages.iter().enumerate() {
             message.validate().map_err(|e| BatchError { index, error: e.into() })?;
         }
         if self.followed {
             return Err(BatchError { index: 0, error: self.refusal_when_followed() });
         }
+        // Hashed before the lock is taken, and before stamping: the batch as the producer sent it.
+        let fingerprint = condition.map(|_| fingerprint(&messages));
         let mut producer = self.lock();
+        if let (Some(condition), Some(fingerprint)) = (condition, fingerprint) {
+            let refused = |error| Err(BatchError { index: 0, error });
+            match producer.receipts.find(condition, fingerprint) {
+                Found::Repeat(appended) => return Ok(appended),
+                Found::KeyReused => return refused(AppendError::KeyReused { last: producer.last }),
+                Found::New if producer.end.is_some() => return refused(AppendError::Ended),
+                Found::New => {}
+            }
+            if let Some(after) = condition.after.filter(|&after| after != producer.last) {
+                return refused(AppendError::SequenceConflict { after, last: producer.last });
+            }
+        }
         if producer.end.is_some() {
             return Err(BatchError { index: 0, error: AppendError::Ended });
         }
@@ -140,7 +198,14 @@ impl Stream {
             self.log.append(staged.entries);
         }
         self.probes.appended(producer.last);
-        Ok(staged.sequences)
+        let appended = Appended { sequences: staged.sequences, last_sequence: producer.last, replayed: false };
+        if let (Some(condition), Some(fingerprint)) = (condition, fingerprint) {
+            // Counted regardless: the batch is in, and a receipt is small (see `receipts.rs`).
+            let (added, dropped) = producer.receipts.keep(condition, fingerprint, &appended);
+            self.force(added);
+            self.release(dropped);
+        }
+        Ok(appended)
     }
 
     /// Stamps, counts and reduces a batch into `staged`, with the lifecycle events it calls for. On error
