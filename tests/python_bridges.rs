@@ -28,6 +28,11 @@ use serde_json::{Value, json};
 /// How long a script may take, framework imports included.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
+// TEMPORARY until the pyclient branch's tests/common/python_package.rs is merged.
+fn package_python() -> PathBuf {
+    PathBuf::from(std::env::var("AGENTMUX_TEST_PYTHON").expect("AGENTMUX_TEST_PYTHON"))
+}
+
 /// A script started with its stream created: its first line, and a way to let it go on and collect it.
 struct Waiting {
     first_line: Value,
@@ -37,7 +42,7 @@ struct Waiting {
 
 /// Starts `tests/python/<name>` in the package's venv and returns once it printed its first line.
 async fn start_script(name: &'static str, base: String) -> Waiting {
-    let python = common::python_package::ensure_venv();
+    let python = package_python();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python").join(name);
     let (line_tx, line_rx) = tokio::sync::oneshot::channel::<String>();
     let (go, go_rx) = mpsc::channel::<()>();
@@ -131,6 +136,11 @@ fn watched(results: &[Value]) -> &Value {
     results
 }
 
+/// The AG-UI `CUSTOM` events an `event` message named `name` became.
+fn custom_events<'a>(seen: &'a Value, name: &str) -> Vec<&'a Value> {
+    seen["custom"].as_array().into_iter().flatten().filter(|c| c["value"]["event"] == name).collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_openai_agents_run_is_published_through_the_bridge_and_watched_live_by_three_clients() {
     let server = TestServer::start().await;
@@ -177,13 +187,12 @@ async fn an_openai_agents_run_is_published_through_the_bridge_and_watched_live_b
     assert_eq!(sent, arguments);
     let results_of = ag["toolResults"].as_array().expect("tool results");
     let result = results_of.iter().find(|r| r["toolCallId"] == "call_weather_1").unwrap_or_else(|| panic!("{ag}"));
-    assert_eq!(result["content"], r#""Sunny in Paris, 21 °C""#);
+    assert_eq!(result["content"], "Sunny in Paris, 21 °C");
     assert_eq!(ag["steps"], json!(["Triage:1", "Weather:2"]), "{ag}");
-    let custom = |event: &str| ag["custom"].as_array().into_iter().flatten().filter(move |c| c["value"]["event"] == event);
-    let handoff: Vec<&Value> = custom("handoff").collect();
+    let handoff = custom_events(ag, "handoff");
     assert_eq!(handoff.len(), 1, "{ag}");
     assert_eq!(handoff[0]["value"]["data"], json!({"from": "Triage", "to": "Weather"}));
-    let agents: Vec<&Value> = custom("agent_updated").map(|c| &c["value"]["data"]["agent"]).collect();
+    let agents: Vec<&Value> = custom_events(ag, "agent_updated").into_iter().map(|c| &c["value"]["data"]["agent"]).collect();
     assert_eq!(agents, [&json!("Triage"), &json!("Weather")], "{ag}");
 
     // OpenAI chat: the text as content; the calls the agent ran itself as reasoning lines, never as

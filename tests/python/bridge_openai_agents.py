@@ -52,7 +52,8 @@ async def main() -> None:
         async with client.stream(model="weather-agents") as run:
             print(json.dumps({"stream": run.stream_id}), flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-            result = await publish_run(Runner.run_streamed(triage, "What is the weather in Paris?"), run)
+            result = Runner.run_streamed(triage, "What is the weather in Paris?")
+            await publish_run(result, run)
     print(json.dumps({"final_output": result.final_output}), flush=True)
 
 

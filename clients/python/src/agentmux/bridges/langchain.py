@@ -29,6 +29,7 @@ awaited. The emit methods only enqueue, so no callback waits on the network unti
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -212,9 +213,8 @@ class _RunTree:
             elif block.get("type") == "reasoning" and block.get("reasoning"):
                 self._run.thinking(block["reasoning"], **ids)
         for tool_call in getattr(message, "tool_calls", None) or []:
-            call_id = self._run.tool_call(
-                tool_call["name"], json_safe(tool_call.get("args") or {}), call_id=tool_call.get("id"), **ids
-            )
+            arguments = _json_text(tool_call.get("args") or {})
+            call_id = self._run.tool_call(tool_call["name"], arguments, call_id=tool_call.get("id"), **ids)
             self._published_calls.add(tool_call.get("id") or call_id)
 
     def _end_model(self, run_id: UUID) -> None:
@@ -251,8 +251,8 @@ class _RunTree:
             block_id = self._block_of(run_id)
             call_id = str(tool_call_id) if tool_call_id else None
             if call_id is None or call_id not in self._published_calls:
-                arguments = inputs if isinstance(inputs, dict) else {"input": json_safe(inputs)}
-                call_id = self._run.tool_call(name, json_safe(arguments), call_id=call_id, **_in_block(block_id))
+                arguments = inputs if isinstance(inputs, dict) else {"input": inputs}
+                call_id = self._run.tool_call(name, _json_text(arguments), call_id=call_id, **_in_block(block_id))
                 self._published_calls.add(call_id)
             self._tools[run_id] = (call_id, name, block_id)
 
@@ -276,6 +276,11 @@ class _RunTree:
                 call_id, name, block_id = tool
                 failure = {"message": str(error) or type(error).__name__, "code": type(error).__name__}
                 self._run.tool_result(call_id, error=failure, name=name, **_in_block(block_id))
+
+
+def _json_text(value: Any) -> str:
+    """A tool's arguments as the JSON text a ``tool_call`` carries, non-ASCII kept as it is."""
+    return json.dumps(json_safe(value), ensure_ascii=False)
 
 
 def _in_block(block_id: Optional[str]) -> dict[str, str]:

@@ -11,7 +11,8 @@ agentmux's typed messages as they come, so every client protocol agentmux serves
 - a function call is one streaming ``tool_call`` (``server_side``: the SDK runs it), its arguments as they
   stream, ended when the model has sent them; its output is the call's ``tool_result``;
 - a handoff is a tool call too (the model calls ``transfer_to_…``), answered by the handoff's output, plus
-  ``event`` messages ``handoff_requested`` and ``handoff``; an agent change is an ``event`` ``agent_updated``;
+  ``event`` messages ``handoff_requested`` and ``handoff``; an agent change is an ``event`` ``agent_updated``
+  at the start of the new agent's first turn (in its block);
 - the stream ends ``completed`` with the run's usage, or ``error`` when the run raises (re-raised).
 
 Items the model did not stream (a model that answers whole) are published whole from their run item.
@@ -32,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AgentmuxError
 from ._json import json_safe
 
+from ..async_producer import AsyncProducer
+
 if TYPE_CHECKING:
     from agents import RunResultStreaming
     from agents.stream_events import StreamEvent
 
     from ..async_client import AsyncClient
-    from ..async_producer import AsyncProducer
 
 __all__ = ["publish_events", "publish_run"]
 
@@ -66,20 +68,22 @@ async def publish_events(result: RunResultStreaming, run: AsyncProducer, *, end:
 
 async def publish_run(
     result: RunResultStreaming, target: AsyncClient | AsyncProducer, *, model: str | None = None
-) -> RunResultStreaming:
-    """Publishes the whole run to ``target`` and returns ``result`` once the run is over.
+) -> AsyncProducer:
+    """Publishes the whole run to ``target`` and returns the producer it wrote to, ended, once the run is over
+    (``result`` then holds the run's final output as usual).
 
-    ``target`` is an :class:`~agentmux.AsyncClient` (a new stream is made, named ``model``) or a producer
-    the caller opened (``async with client.stream() as run``), which this ends with the run's outcome.
+    ``target`` is a producer the caller opened (``async with client.stream() as run``: its ``stream_id`` can go
+    to the watchers before the run starts), or an :class:`~agentmux.AsyncClient`, for which a new stream is
+    made, named ``model``.
     """
-    if hasattr(target, "stream_id"):
+    if isinstance(target, AsyncProducer):
         async for _ in publish_events(result, target):
             pass
-        return result
+        return target
     async with target.stream(model=model) as run:
         async for _ in publish_events(result, run):
             pass
-    return result
+    return run
 
 
 async def _end_failed(run: AsyncProducer, exc: BaseException) -> None:
@@ -115,6 +119,7 @@ class _Turns:
         self._run = run
         self._block: Any = None
         self._agent = "agent"
+        self._agent_changed = False
         self._turn = 0
         self._texts: dict[int, Any] = {}
         self._thinking: dict[int, Any] = {}
@@ -130,12 +135,20 @@ class _Turns:
         elif kind == "run_item_stream_event":
             self._item(event.name, event.item)
         elif kind == "agent_updated_stream_event":
+            # Told at the start of the new agent's first turn, in its block: an event outside any block
+            # would be a step of its own in the UI message stream and AG-UI.
             self._agent = event.new_agent.name
-            self._run.event("agent_updated", {"agent": self._agent})
+            self._agent_changed = True
 
     def close(self) -> None:
         self._end_messages()
         self._close_block()
+        self._tell_agent()
+
+    def _tell_agent(self) -> None:
+        if self._agent_changed:
+            self._agent_changed = False
+            self._run.event("agent_updated", {"agent": self._agent})
 
     # The model's stream: one turn per response.
 
@@ -148,6 +161,7 @@ class _Turns:
             self._turn += 1
             self._block = self._run.block(f"{self._agent}:{self._turn}")
             self._block.__enter__()
+            self._tell_agent()
             self._streamed_text = self._streamed_reasoning = False
         elif kind == "response.output_item.added":
             self._item_added(index, data.item)
