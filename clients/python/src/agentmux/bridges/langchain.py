@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 from uuid import UUID
 
+from ..errors import AgentmuxError
 from ._json import json_safe
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class _RunTree:
         while run_id is not None:
             block = self._blocks.get(run_id)
             if block is not None:
-                return block.id
+                return str(block.id)
             run_id = self._parents.get(run_id)
         return None
 
@@ -146,14 +147,14 @@ class _RunTree:
             self.started(run_id, parent_run_id)
             self._models[run_id] = _ModelCall(self._block_of(run_id))
 
-    def token(self, run_id: UUID, token: str, chunk: Any) -> None:
+    def token(self, run_id: UUID, token: Any, chunk: Any) -> None:
         with self._lock:
             call = self._models.get(run_id)
             if call is None:
                 return
             message = getattr(chunk, "message", None)
-            if message is None:
-                if token:
+            if message is None:  # a completion model's token
+                if isinstance(token, str) and token:
                     self._text(call, token)
                 return
             for block in _content_blocks(message):
@@ -163,7 +164,7 @@ class _RunTree:
                 elif kind == "reasoning" and block.get("reasoning"):
                     call.streamed = True
                     if call.thinking is None:
-                        call.thinking = self._run.thinking_stream(**_in_block(call.block_id))
+                        call.thinking = self._run.thinking_stream(block_id=call.block_id)
                     call.thinking.append(block["reasoning"])
                 elif kind == "tool_call_chunk":
                     self._call_chunk(call, block)
@@ -171,7 +172,7 @@ class _RunTree:
     def _text(self, call: _ModelCall, fragment: str) -> None:
         call.streamed = True
         if call.text is None:
-            call.text = self._run.text_stream(**_in_block(call.block_id))
+            call.text = self._run.text_stream(block_id=call.block_id)
         call.text.append(fragment)
 
     def _call_chunk(self, call: _ModelCall, chunk: dict[str, Any]) -> None:
@@ -184,7 +185,7 @@ class _RunTree:
                 call.pending.setdefault(index, []).append(args)
                 return
             call_id = chunk.get("id")
-            handle = self._run.tool_call_stream(chunk["name"], call_id=call_id, **_in_block(call.block_id))
+            handle = self._run.tool_call_stream(chunk["name"], call_id=call_id, block_id=call.block_id)
             call.calls[index] = handle
             self._published_calls.add(handle.call_id)
             args = "".join(call.pending.pop(index, [])) + args
@@ -202,19 +203,19 @@ class _RunTree:
 
     def _whole(self, call: _ModelCall, message: Any, text: str) -> None:
         """A model call that streamed nothing: its answer, published whole."""
-        ids = _in_block(call.block_id)
+        block_id = call.block_id
         if message is None:
             if text:
-                self._run.text(text, **ids)
+                self._run.text(text, block_id=block_id)
             return
         for block in _content_blocks(message):
             if block.get("type") == "text" and block.get("text"):
-                self._run.text(block["text"], **ids)
+                self._run.text(block["text"], block_id=block_id)
             elif block.get("type") == "reasoning" and block.get("reasoning"):
-                self._run.thinking(block["reasoning"], **ids)
+                self._run.thinking(block["reasoning"], block_id=block_id)
         for tool_call in getattr(message, "tool_calls", None) or []:
             arguments = _json_text(tool_call.get("args") or {})
-            call_id = self._run.tool_call(tool_call["name"], arguments, call_id=tool_call.get("id"), **ids)
+            call_id = self._run.tool_call(tool_call["name"], arguments, call_id=tool_call.get("id"), block_id=block_id)
             self._published_calls.add(tool_call.get("id") or call_id)
 
     def _end_model(self, run_id: UUID) -> None:
@@ -245,14 +246,16 @@ class _RunTree:
 
     # Tools.
 
-    def tool_start(self, run_id: UUID, parent_run_id: Optional[UUID], name: str, inputs: Any, tool_call_id: Any) -> None:
+    def tool_start(
+        self, run_id: UUID, parent_run_id: Optional[UUID], name: str, inputs: Any, tool_call_id: Any
+    ) -> None:
         with self._lock:
             self.started(run_id, parent_run_id)
             block_id = self._block_of(run_id)
             call_id = str(tool_call_id) if tool_call_id else None
             if call_id is None or call_id not in self._published_calls:
                 arguments = inputs if isinstance(inputs, dict) else {"input": inputs}
-                call_id = self._run.tool_call(name, _json_text(arguments), call_id=call_id, **_in_block(block_id))
+                call_id = self._run.tool_call(name, _json_text(arguments), call_id=call_id, block_id=block_id)
                 self._published_calls.add(call_id)
             self._tools[run_id] = (call_id, name, block_id)
 
@@ -265,9 +268,9 @@ class _RunTree:
             content = getattr(output, "content", output)
             if getattr(output, "status", None) == "error":
                 message = content if isinstance(content, str) else str(json_safe(content))
-                self._run.tool_result(call_id, error=message, name=name, **_in_block(block_id))
+                self._run.tool_result(call_id, error=message, name=name, block_id=block_id)
             else:
-                self._run.tool_result(call_id, result=json_safe(content), name=name, **_in_block(block_id))
+                self._run.tool_result(call_id, result=json_safe(content), name=name, block_id=block_id)
 
     def tool_error(self, run_id: UUID, error: BaseException) -> None:
         with self._lock:
@@ -275,16 +278,12 @@ class _RunTree:
             if tool is not None:
                 call_id, name, block_id = tool
                 failure = {"message": str(error) or type(error).__name__, "code": type(error).__name__}
-                self._run.tool_result(call_id, error=failure, name=name, **_in_block(block_id))
+                self._run.tool_result(call_id, error=failure, name=name, block_id=block_id)
 
 
 def _json_text(value: Any) -> str:
     """A tool's arguments as the JSON text a ``tool_call`` carries, non-ASCII kept as it is."""
     return json.dumps(json_safe(value), ensure_ascii=False)
-
-
-def _in_block(block_id: Optional[str]) -> dict[str, str]:
-    return {"block_id": block_id} if block_id else {}
 
 
 def _content_blocks(message: Any) -> list[dict[str, Any]]:
@@ -323,7 +322,7 @@ class _Callbacks:
                      **kwargs: Any) -> None:
         self._tree.model_start(run_id, parent_run_id)
 
-    def _token(self, token: str, *, chunk: Any = None, run_id: UUID, **kwargs: Any) -> None:
+    def _token(self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any) -> None:
         self._tree.token(run_id, token, chunk)
 
     def _model_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> Optional[_Ending]:
@@ -362,8 +361,14 @@ class AgentmuxCallbackHandler(_Callbacks, BaseCallbackHandler):
         self._end_stream = end_stream
 
     def _ended(self, ending: Optional[_Ending]) -> None:
-        if ending is not None and self._end_stream:
+        if ending is None or not self._end_stream:
+            return
+        try:
             self._run.end(status=ending.status, usage=ending.usage, error=ending.error)
+        except AgentmuxError:
+            if ending.error is None:
+                raise  # a completed run whose stream could not end: the caller must hear of it
+            # Otherwise the run's own error is on its way to the caller; it must not be replaced.
 
     def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
         self._chain_start(serialized, inputs, **kwargs)
@@ -380,7 +385,7 @@ class AgentmuxCallbackHandler(_Callbacks, BaseCallbackHandler):
     def on_llm_start(self, serialized: Any, prompts: Any, **kwargs: Any) -> None:
         self._model_start(serialized, prompts, **kwargs)
 
-    def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
+    def on_llm_new_token(self, token: str | list[str | dict[str, Any]], **kwargs: Any) -> None:
         self._token(token, **kwargs)
 
     def on_llm_end(self, response: Any, **kwargs: Any) -> None:
@@ -413,8 +418,14 @@ class AsyncAgentmuxCallbackHandler(_Callbacks, AsyncCallbackHandler):
         self._end_stream = end_stream
 
     async def _ended(self, ending: Optional[_Ending]) -> None:
-        if ending is not None and self._end_stream:
+        if ending is None or not self._end_stream:
+            return
+        try:
             await self._run.end(status=ending.status, usage=ending.usage, error=ending.error)
+        except AgentmuxError:
+            if ending.error is None:
+                raise
+            # As in AgentmuxCallbackHandler: the run's own error goes on to the caller.
 
     async def on_chain_start(self, serialized: Any, inputs: Any, **kwargs: Any) -> None:
         self._chain_start(serialized, inputs, **kwargs)
@@ -431,7 +442,7 @@ class AsyncAgentmuxCallbackHandler(_Callbacks, AsyncCallbackHandler):
     async def on_llm_start(self, serialized: Any, prompts: Any, **kwargs: Any) -> None:
         self._model_start(serialized, prompts, **kwargs)
 
-    async def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
+    async def on_llm_new_token(self, token: str | list[str | dict[str, Any]], **kwargs: Any) -> None:
         self._token(token, **kwargs)
 
     async def on_llm_end(self, response: Any, **kwargs: Any) -> None:

@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["publish_events", "publish_run"]
 
 
-async def publish_events(result: RunResultStreaming, run: AsyncProducer, *, end: bool = True) -> AsyncIterator[StreamEvent]:
+async def publish_events(
+    result: RunResultStreaming, run: AsyncProducer, *, end: bool = True
+) -> AsyncIterator[StreamEvent]:
     """Yields ``result.stream_events()`` unchanged, publishing each to ``run`` first.
 
     With ``end`` (the default) the stream ends when the run does: ``completed`` with the run's usage, or
@@ -57,8 +59,12 @@ async def publish_events(result: RunResultStreaming, run: AsyncProducer, *, end:
             turns.publish(event)
             yield event
     except BaseException as exc:
-        turns.close()
-        if end and not isinstance(exc, GeneratorExit):
+        if isinstance(exc, GeneratorExit):  # the caller stopped reading: the run and the stream are its own
+            _quietly(turns.close)
+            raise
+        result.cancel()  # over already when the run raised; stopped when publishing did
+        _quietly(turns.close)
+        if end:
             await _end_failed(run, exc)
         raise
     turns.close()
@@ -92,6 +98,15 @@ async def _end_failed(run: AsyncProducer, exc: BaseException) -> None:
     status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
     try:
         await _settle(run.end(status=status, error=exc if status == "error" else None))
+    except AgentmuxError:
+        pass
+
+
+def _quietly(close: Any) -> None:
+    """Ends what is open on the way out of a failure; a refusal there (the producer had failed) must not
+    hide the failure that is on its way to the caller."""
+    try:
+        close()
     except AgentmuxError:
         pass
 
@@ -234,7 +249,8 @@ class _Turns:
             if text:
                 run.text(text)
         elif name == "reasoning_item_created" and not self._streamed_reasoning:
-            parts = list(getattr(item.raw_item, "summary", None) or []) + list(getattr(item.raw_item, "content", None) or [])
+            raw = item.raw_item
+            parts = [*(getattr(raw, "summary", None) or []), *(getattr(raw, "content", None) or [])]
             thought = "".join(getattr(part, "text", "") for part in parts)
             if thought:
                 run.thinking(thought)
