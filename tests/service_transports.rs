@@ -923,7 +923,7 @@ async fn stream_endpoints_append_end_and_refuse() {
     let (status, reply) =
         post_json(&client, &messages_url, &json!({ "type": "text", "props": { "content": "plain" } })).await;
     assert_eq!(status, 200, "{reply}");
-    assert_eq!(reply, json!({ "sequences": [2] }), "after stream_start");
+    assert_eq!(reply, json!({ "sequences": [2], "last_sequence": 2 }), "after stream_start");
     let array = json!([
         { "type": "text", "props": { "content": "Hel" }, "message_id": "reply-1", "delta": true },
         { "type": "text", "props": { "content": "lo" }, "message_id": "reply-1", "delta": true, "delta_action": "append" },
@@ -1068,7 +1068,7 @@ async fn a_websocket_survives_frames_it_cannot_use() {
         &json!({ "op": "publish", "stream": id, "message": { "type": "text", "props": { "content": "via ws" } } }),
     )
     .await;
-    assert_eq!(ws_json(&mut ws).await, json!({ "stream": id, "published": 2 }));
+    assert_eq!(ws_json(&mut ws).await, json!({ "stream": id, "published": 2, "last_sequence": 2 }));
     ws_send(&mut ws, &json!({ "op": "subscribe", "stream": id })).await;
     assert_eq!(ws_json(&mut ws).await, json!({ "stream": id, "subscribed": true }));
     let start = ws_json(&mut ws).await;
