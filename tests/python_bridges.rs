@@ -83,9 +83,8 @@ async fn start_script(name: &'static str, base: String) -> Waiting {
     });
     let first = tokio::time::timeout(SCRIPT_TIMEOUT, line_rx).await.expect("the script starts in time");
     let first = first.unwrap_or_default();
-    let first_line = serde_json::from_str(&first).unwrap_or_else(|_| {
-        panic!("{name} printed no stream id ({first:?}); its stderr comes with the failure below")
-    });
+    let first_line = serde_json::from_str(&first)
+        .unwrap_or_else(|_| panic!("{name} printed no stream id ({first:?}); its stderr comes with the failure below"));
     Waiting { first_line, go, done }
 }
 
@@ -93,7 +92,8 @@ impl Waiting {
     /// Lets the script run, and returns its last line (JSON) once it succeeded.
     async fn finish(self, name: &str) -> Value {
         let _ = self.go.send(());
-        let output = tokio::time::timeout(SCRIPT_TIMEOUT, self.done).await.expect("the script ends in time").expect("ran");
+        let output =
+            tokio::time::timeout(SCRIPT_TIMEOUT, self.done).await.expect("the script ends in time").expect("ran");
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success(),
@@ -192,7 +192,8 @@ async fn an_openai_agents_run_is_published_through_the_bridge_and_watched_live_b
     let handoff = custom_events(ag, "handoff");
     assert_eq!(handoff.len(), 1, "{ag}");
     assert_eq!(handoff[0]["value"]["data"], json!({"from": "Triage", "to": "Weather"}));
-    let agents: Vec<&Value> = custom_events(ag, "agent_updated").into_iter().map(|c| &c["value"]["data"]["agent"]).collect();
+    let agents: Vec<&Value> =
+        custom_events(ag, "agent_updated").into_iter().map(|c| &c["value"]["data"]["agent"]).collect();
     assert_eq!(agents, [&json!("Triage"), &json!("Weather")], "{ag}");
 
     // OpenAI chat: the text as content; the calls the agent ran itself as reasoning lines, never as
@@ -200,7 +201,10 @@ async fn an_openai_agents_run_is_published_through_the_bridge_and_watched_live_b
     let openai = &seen["openai"];
     assert_eq!(openai["text"], text, "{openai}");
     let reasoning = openai["reasoning"].as_str().expect("reasoning");
-    assert!(reasoning.contains("Calling get_weather with {\"location\": \"Paris\", \"unit\": \"celsius\"}"), "{openai}");
+    assert!(
+        reasoning.contains("Calling get_weather with {\"location\": \"Paris\", \"unit\": \"celsius\"}"),
+        "{openai}"
+    );
     assert!(reasoning.contains("get_weather returned"), "{openai}");
     assert_eq!(openai["finishReason"], "stop");
 
@@ -279,13 +283,18 @@ async fn a_langgraph_run_is_published_through_the_callback_handler_and_watched_a
         .map(|m| (m["props"]["event"].as_str().unwrap_or_default().to_owned(), m["props"]["data"]["block_id"].clone()))
         .collect();
     let blocks = ["agent:1", "tools:2", "agent:3"];
-    let want: Vec<(String, Value)> =
-        blocks.iter().flat_map(|b| [("block_start".to_owned(), json!(b)), ("block_end".to_owned(), json!(b))]).collect();
+    let want: Vec<(String, Value)> = blocks
+        .iter()
+        .flat_map(|b| [("block_start".to_owned(), json!(b)), ("block_end".to_owned(), json!(b))])
+        .collect();
     assert_eq!(lifecycle, want, "one block per node run, each ended when its node ends");
     let end = cui.last().expect("events").json();
     assert_eq!(common::http::lifecycle(&end), Some("stream_end"));
     assert_eq!(end["props"]["data"]["status"], "completed");
-    assert_eq!(end["props"]["data"]["usage"], json!({"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}));
+    assert_eq!(
+        end["props"]["data"]["usage"],
+        json!({"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30})
+    );
 
     // OpenAI chat (and the other Node clients): the answer's text, the agent's tool call and its result as
     // reasoning lines, the model's reasoning.
