@@ -26,14 +26,12 @@ the SDK at run time (only its types, for type checkers), so ``import agentmux`` 
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from ..async_producer import AsyncProducer
 from ..errors import AgentmuxError
 from ._json import json_safe
-
-from ..async_producer import AsyncProducer
 
 if TYPE_CHECKING:
     from agents import RunResultStreaming
@@ -69,7 +67,7 @@ async def publish_events(
         raise
     turns.close()
     if end:
-        await _settle(run.end(status="completed", usage=_usage(result)))
+        await run.end(status="completed", usage=_usage(result))
 
 
 async def publish_run(
@@ -97,7 +95,7 @@ async def _end_failed(run: AsyncProducer, exc: BaseException) -> None:
     exception's message and type; a refusal here (the stream had ended) must not hide the run's own error."""
     status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
     try:
-        await _settle(run.end(status=status, error=exc if status == "error" else None))
+        await run.end(status=status, error=exc if status == "error" else None)
     except AgentmuxError:
         pass
 
@@ -109,11 +107,6 @@ def _quietly(close: Any) -> None:
         close()
     except AgentmuxError:
         pass
-
-
-async def _settle(value: Any) -> Any:
-    """Awaits what an async producer's method returns; a blocking producer's answer is already there."""
-    return await value if inspect.isawaitable(value) else value
 
 
 def _usage(result: RunResultStreaming) -> dict[str, int] | None:
