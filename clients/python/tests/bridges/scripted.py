@@ -23,11 +23,14 @@ class ScriptedChatModel(GenericFakeChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:
         return self
 
-    def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+    def _stream(
+        self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> Iterator[ChatGenerationChunk]:
         message = next(self.messages)
         reasoning = message.additional_kwargs.get("reasoning_content")
         if reasoning:
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", additional_kwargs={"reasoning_content": reasoning}))
+            thought = AIMessageChunk(content="", additional_kwargs={"reasoning_content": reasoning})
+            yield ChatGenerationChunk(message=thought)
         for token in re.split(r"(\s)", message.content):
             if token:
                 yield ChatGenerationChunk(message=AIMessageChunk(content=token))
@@ -38,4 +41,5 @@ class ScriptedChatModel(GenericFakeChatModel):
             rest = {"name": None, "id": None, "args": arguments[half:], "index": index}
             yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[first]))
             yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[rest]))
-        yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=dict(USAGE)))  # type: ignore[arg-type]
+        usage = AIMessageChunk(content="", usage_metadata=dict(USAGE))  # type: ignore[arg-type]
+        yield ChatGenerationChunk(message=usage)

@@ -42,7 +42,8 @@ def calling(city: str) -> AIMessage:
 
 
 def test_a_graph_run_is_tokens_tool_calls_and_results_in_one_block_per_node_run(agentmux_url: str) -> None:
-    graph = tool_loop(calling("Oslo"), AIMessage(content="Sunny, go out.", additional_kwargs={"reasoning_content": "Easy."}))
+    answer = AIMessage(content="Sunny, go out.", additional_kwargs={"reasoning_content": "Easy."})
+    graph = tool_loop(calling("Oslo"), answer)
     with Client(agentmux_url) as client, client.stream(model="graph") as run:
         graph.invoke({"messages": [("user", "Oslo?")]}, config={"callbacks": [AgentmuxCallbackHandler(run)]})
     state = snapshot(agentmux_url, run.stream_id)
@@ -62,12 +63,34 @@ def test_a_graph_run_is_tokens_tool_calls_and_results_in_one_block_per_node_run(
     assert stream_end(state)["usage"] == {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}
 
 
+def test_tools_the_graph_runs_in_threads_each_answer_their_own_call(agentmux_url: str) -> None:
+    both = AIMessage(
+        content="",
+        tool_calls=[
+            {"name": "get_weather", "args": {"city": "Oslo"}, "id": "call_oslo"},
+            {"name": "get_weather", "args": {"city": "Bergen"}, "id": "call_bergen"},
+        ],
+    )
+    graph = tool_loop(both, AIMessage(content="Both sunny."))
+    with Client(agentmux_url) as client, client.stream(model="graph") as run:
+        handler = AgentmuxCallbackHandler(run)
+        graph.invoke({"messages": [("user", "Oslo and Bergen?")]}, config={"callbacks": [handler]})
+    state = snapshot(agentmux_url, run.stream_id)
+
+    calls = [(props["id"], props["arguments"]) for kind, _, props in published(state) if kind == "tool_call"]
+    assert calls == [("call_oslo", '{"city": "Oslo"}'), ("call_bergen", '{"city": "Bergen"}')]
+    results = {p["call_id"]: (block, p["result"]) for kind, block, p in published(state) if kind == "tool_result"}
+    assert results == {"call_oslo": ("tools:2", "Sunny in Oslo"), "call_bergen": ("tools:2", "Sunny in Bergen")}
+    assert state["status"] == "completed"
+
+
 def test_a_failing_tool_is_an_error_result_and_the_failed_run_ends_the_stream_error(agentmux_url: str) -> None:
     graph = tool_loop(calling("Atlantis"))
     with Client(agentmux_url) as client:
         with pytest.raises(ValueError, match="no weather under the sea"):
             with client.stream(model="graph") as run:
-                graph.invoke({"messages": [("user", "Atlantis?")]}, config={"callbacks": [AgentmuxCallbackHandler(run)]})
+                handler = AgentmuxCallbackHandler(run)
+                graph.invoke({"messages": [("user", "Atlantis?")]}, config={"callbacks": [handler]})
     state = snapshot(agentmux_url, run.stream_id)
 
     failure = {"message": "no weather under the sea", "code": "ValueError"}
