@@ -67,7 +67,7 @@ def stream_path(stream_id: str, rest: str = "") -> str:
     return f"/v1/streams/{quote(stream_id, safe='')}{rest}"
 
 
-def headers(api_key: Optional[str], credential: Optional[str], extra: Optional[dict[str, str]] = None) -> dict:
+def headers(api_key: Optional[str], credential: Optional[str], extra: Optional[dict[str, str]] = None) -> dict[str, str]:
     """The request's headers: `credential` (a token) where given, else the client's key."""
     out = dict(extra or {})
     key = credential if credential is not None else api_key
@@ -205,5 +205,5 @@ def retry_delay(attempt: int, asked: Optional[float] = None) -> float:
     """The wait before retry `attempt` (from 1): 100 ms doubling to 5 s, with jitter, or what was asked."""
     if asked is not None:
         return asked
-    base = min(5.0, 0.1 * 2 ** (attempt - 1))
+    base: float = min(5.0, 0.1 * 2.0 ** (attempt - 1))
     return base * (0.5 + random.random() / 2)

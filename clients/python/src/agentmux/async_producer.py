@@ -88,7 +88,9 @@ class AsyncProducer(Emitter):
             await self._end_failed(error)
 
     async def _end_failed(self, error: BaseException) -> None:
-        self._outbox.clear()
+        """Sends what was emitted before `error`, then ends the stream `error` with it as its outcome's."""
+        self._urgent = True
+        self._wake.set()
         try:
             await self._wait_idle()
             await self._client.end(self.stream_id, outcome("error", error=error), write_token=self.write_token)

@@ -141,7 +141,7 @@ class Client:
         if not stream_id:
             raise AgentmuxError("the answer named no stream (x-agentmux-stream-id)")
         token = None if self.api_key else read_token
-        return ChatRun(stream_id, read_token, self.watch(stream_id, token=token))  # type: ignore[arg-type]
+        return ChatRun(stream_id, read_token, self.watch(stream_id, token=token))
 
     def watch(
         self,

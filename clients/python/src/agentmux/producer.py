@@ -101,9 +101,11 @@ class Producer(Emitter):
             self._end_failed(error)
 
     def _end_failed(self, error: BaseException) -> None:
-        """Ends the stream `error` with `error` as its outcome's, as far as the service lets it."""
+        """Sends what was emitted before `error`, then ends the stream `error` with it as its outcome's, as
+        far as the service lets it."""
         with self._cond:
-            self._outbox.clear()
+            self._urgent = True
+            self._cond.notify_all()
         try:
             self._wait_idle()
             self._client.end(self.stream_id, outcome("error", error=error), write_token=self.write_token)

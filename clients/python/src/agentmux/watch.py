@@ -103,6 +103,8 @@ class Follower:
 
     def on_event(self, data: str) -> Any:
         """The update (CUI) or event (other formats) an SSE event's data stands for, or None to skip it."""
+        if not data:
+            return None  # a block without data (the `retry:` hint): no event
         return self._cui(data) if self.cui else self._other(data)
 
     def _cui(self, data: str) -> Optional[Update]:
@@ -152,4 +154,5 @@ class Follower:
             raise AgentmuxError(
                 f"the stream {self.stream_id} closed before its end {self.options.retries} times", code="closed"
             )
-        return min(5.0, 0.1 * 2 ** (self.failures - 1))
+        delay: float = min(5.0, 0.1 * 2.0 ** (self.failures - 1))
+        return delay
