@@ -11,6 +11,7 @@ from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from scripted import ScriptedChatModel
+from server import Server
 from snapshot import blocks, published, snapshot, stream_end
 
 from agentmux import AsyncClient, Client
@@ -41,12 +42,12 @@ def calling(city: str) -> AIMessage:
     return AIMessage(content="Checking.", tool_calls=[{"name": "get_weather", "args": {"city": city}, "id": "call_1"}])
 
 
-def test_a_graph_run_is_tokens_tool_calls_and_results_in_one_block_per_node_run(agentmux_url: str) -> None:
+def test_a_graph_run_is_tokens_tool_calls_and_results_in_one_block_per_node_run(server: Server) -> None:
     answer = AIMessage(content="Sunny, go out.", additional_kwargs={"reasoning_content": "Easy."})
     graph = tool_loop(calling("Oslo"), answer)
-    with Client(agentmux_url) as client, client.stream(model="graph") as run:
+    with Client(server.base_url) as client, client.stream(model="graph") as run:
         graph.invoke({"messages": [("user", "Oslo?")]}, config={"callbacks": [AgentmuxCallbackHandler(run)]})
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     call = {"id": "call_1", "name": "get_weather", "arguments": '{"city": "Oslo"}', "server_side": True}
     assert published(state) == [
@@ -63,7 +64,7 @@ def test_a_graph_run_is_tokens_tool_calls_and_results_in_one_block_per_node_run(
     assert stream_end(state)["usage"] == {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}
 
 
-def test_tools_the_graph_runs_in_threads_each_answer_their_own_call(agentmux_url: str) -> None:
+def test_tools_the_graph_runs_in_threads_each_answer_their_own_call(server: Server) -> None:
     both = AIMessage(
         content="",
         tool_calls=[
@@ -72,10 +73,10 @@ def test_tools_the_graph_runs_in_threads_each_answer_their_own_call(agentmux_url
         ],
     )
     graph = tool_loop(both, AIMessage(content="Both sunny."))
-    with Client(agentmux_url) as client, client.stream(model="graph") as run:
+    with Client(server.base_url) as client, client.stream(model="graph") as run:
         handler = AgentmuxCallbackHandler(run)
         graph.invoke({"messages": [("user", "Oslo and Bergen?")]}, config={"callbacks": [handler]})
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     calls = [(props["id"], props["arguments"]) for kind, _, props in published(state) if kind == "tool_call"]
     assert calls == [("call_oslo", '{"city": "Oslo"}'), ("call_bergen", '{"city": "Bergen"}')]
@@ -84,14 +85,14 @@ def test_tools_the_graph_runs_in_threads_each_answer_their_own_call(agentmux_url
     assert state["status"] == "completed"
 
 
-def test_a_failing_tool_is_an_error_result_and_the_failed_run_ends_the_stream_error(agentmux_url: str) -> None:
+def test_a_failing_tool_is_an_error_result_and_the_failed_run_ends_the_stream_error(server: Server) -> None:
     graph = tool_loop(calling("Atlantis"))
-    with Client(agentmux_url) as client:
+    with Client(server.base_url) as client:
         with pytest.raises(ValueError, match="no weather under the sea"):
             with client.stream(model="graph") as run:
                 handler = AgentmuxCallbackHandler(run)
                 graph.invoke({"messages": [("user", "Atlantis?")]}, config={"callbacks": [handler]})
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     failure = {"message": "no weather under the sea", "code": "ValueError"}
     result = [props for kind, _, props in published(state) if kind == "tool_result"]
@@ -100,12 +101,12 @@ def test_a_failing_tool_is_an_error_result_and_the_failed_run_ends_the_stream_er
     assert stream_end(state)["error"] == failure
 
 
-def test_a_chat_model_invoked_alone_streams_its_tokens_and_ends_the_stream(agentmux_url: str) -> None:
+def test_a_chat_model_invoked_alone_streams_its_tokens_and_ends_the_stream(server: Server) -> None:
     model = ScriptedChatModel(messages=iter([AIMessage(content="one two three")]))
-    with Client(agentmux_url) as client, client.stream() as run:
+    with Client(server.base_url) as client, client.stream() as run:
         answer = model.invoke("count", config={"callbacks": [AgentmuxCallbackHandler(run)]})
         assert run._ended, "the model call was the top-level run: its end ended the stream"
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     assert answer.content == "one two three"
     assert published(state) == [("text", None, {"content": "one two three"})]
@@ -115,17 +116,17 @@ def test_a_chat_model_invoked_alone_streams_its_tokens_and_ends_the_stream(agent
     assert stream_end(state)["usage"] == {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
 
-def test_a_model_that_answers_whole_is_published_whole(agentmux_url: str) -> None:
+def test_a_model_that_answers_whole_is_published_whole(server: Server) -> None:
     model = ScriptedChatModel(messages=iter([calling("Bergen")]), disable_streaming=True)
-    with Client(agentmux_url) as client, client.stream() as run:
+    with Client(server.base_url) as client, client.stream() as run:
         model.invoke("Bergen?", config={"callbacks": [AgentmuxCallbackHandler(run)]})
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     call = {"id": "call_1", "name": "get_weather", "arguments": '{"city": "Bergen"}', "server_side": True}
     assert published(state) == [("text", None, {"content": "Checking."}), ("tool_call", None, call)]
 
 
-async def test_the_async_handler_keeps_nodes_that_run_at_once_in_their_own_blocks(agentmux_url: str) -> None:
+async def test_the_async_handler_keeps_nodes_that_run_at_once_in_their_own_blocks(server: Server) -> None:
     async def north(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await get_weather.ainvoke({"city": "Tromsø"})]}
 
@@ -137,10 +138,10 @@ async def test_the_async_handler_keeps_nodes_that_run_at_once_in_their_own_block
     graph.add_node("south", south)
     graph.add_edge(START, "north")
     graph.add_edge(START, "south")
-    async with AsyncClient(agentmux_url) as client, client.stream() as run:
+    async with AsyncClient(server.base_url) as client, client.stream() as run:
         handler = AsyncAgentmuxCallbackHandler(run)
         await graph.compile().ainvoke({"messages": [("user", "both")]}, config={"callbacks": [handler]})
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     results = {props["result"]: block for kind, block, props in published(state) if kind == "tool_result"}
     assert results == {"Sunny in Tromsø": "north:1", "Sunny in Kristiansand": "south:1"}

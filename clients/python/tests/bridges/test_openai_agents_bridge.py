@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 from openai import APIError, AsyncOpenAI
+from server import Server
 from snapshot import blocks, published, snapshot, stream_end
 
 from agentmux import AsyncClient
@@ -30,13 +31,13 @@ def agent(base_url: str, model: str) -> Agent:
     )
 
 
-async def test_the_events_pass_through_unchanged_while_reasoning_and_text_are_published(agentmux_url: str) -> None:
-    result = Runner.run_streamed(agent(agentmux_url, "replay/thinking-then-text"), "A haiku, please.")
+async def test_the_events_pass_through_unchanged_while_reasoning_and_text_are_published(server: Server) -> None:
+    result = Runner.run_streamed(agent(server.base_url, "replay/thinking-then-text"), "A haiku, please.")
     seen = []
-    async with AsyncClient(agentmux_url) as client, client.stream(model="poet") as run:
+    async with AsyncClient(server.base_url) as client, client.stream(model="poet") as run:
         async for event in publish_events(result, run):
             seen.append(event)
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     assert any(e.type == "raw_response_event" and e.data.type == "response.output_text.delta" for e in seen)
     assert result.final_output == "Crisp leaves drift and fall,\nthe maple lets go of red,\nwind keeps what it finds."
@@ -49,11 +50,11 @@ async def test_the_events_pass_through_unchanged_while_reasoning_and_text_are_pu
     assert state["status"] == "completed"
 
 
-async def test_publish_run_makes_a_stream_and_ends_it_with_the_runs_usage(agentmux_url: str) -> None:
-    result = Runner.run_streamed(agent(agentmux_url, "replay/usage"), "How many?")
-    async with AsyncClient(agentmux_url) as client:
+async def test_publish_run_makes_a_stream_and_ends_it_with_the_runs_usage(server: Server) -> None:
+    result = Runner.run_streamed(agent(server.base_url, "replay/usage"), "How many?")
+    async with AsyncClient(server.base_url) as client:
         run = await publish_run(result, client, model="counter")
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     assert result.final_output == "Four."
     assert [props for kind, _, props in published(state) if kind == "text"] == [{"content": "Four."}]
@@ -62,13 +63,13 @@ async def test_publish_run_makes_a_stream_and_ends_it_with_the_runs_usage(agentm
     assert state["messages"][0]["props"]["data"]["model"] == "counter"
 
 
-async def test_a_run_that_raises_ends_the_stream_error_and_the_error_goes_on(agentmux_url: str) -> None:
-    result = Runner.run_streamed(agent(agentmux_url, "replay/failed"), "Go.")
-    async with AsyncClient(agentmux_url) as client:
+async def test_a_run_that_raises_ends_the_stream_error_and_the_error_goes_on(server: Server) -> None:
+    result = Runner.run_streamed(agent(server.base_url, "replay/failed"), "Go.")
+    async with AsyncClient(server.base_url) as client:
         async with client.stream() as run:
             with pytest.raises(APIError, match="overloaded"):
                 await publish_run(result, run)
-    state = snapshot(agentmux_url, run.stream_id)
+    state = snapshot(server.base_url, run.stream_id)
 
     assert [props for kind, _, props in published(state) if kind == "text"] == [{"content": "Working on it"}]
     assert state["status"] == "error"
