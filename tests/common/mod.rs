@@ -10,6 +10,7 @@ pub(crate) mod node;
 pub(crate) mod process;
 pub(crate) mod proxy;
 pub(crate) mod python;
+pub(crate) mod python_package;
 pub(crate) mod recorded;
 pub(crate) mod redis;
 pub(crate) mod server;
