@@ -27,11 +27,8 @@ use serde_json::{Value, json};
 
 /// How long a script may take, framework imports included.
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
-
-// TEMPORARY until the pyclient branch's tests/common/python_package.rs is merged.
-fn package_python() -> PathBuf {
-    PathBuf::from(std::env::var("AGENTMUX_TEST_PYTHON").expect("AGENTMUX_TEST_PYTHON"))
-}
+/// How long the watchers may take to connect: the first run installs the Node clients (npm).
+const WATCHERS_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A script started with its stream created: its first line, and a way to let it go on and collect it.
 struct Waiting {
@@ -42,7 +39,8 @@ struct Waiting {
 
 /// Starts `tests/python/<name>` in the package's venv and returns once it printed its first line.
 async fn start_script(name: &'static str, base: String) -> Waiting {
-    let python = package_python();
+    // The venv first (pip, the first time: minutes), outside the script's own time limit.
+    let python = tokio::task::spawn_blocking(common::python_package::ensure_venv).await.expect("the venv");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python").join(name);
     let (line_tx, line_rx) = tokio::sync::oneshot::channel::<String>();
     let (go, go_rx) = mpsc::channel::<()>();
@@ -72,7 +70,7 @@ async fn start_script(name: &'static str, base: String) -> Waiting {
         let _ = stdout.read_line(&mut first);
         let _ = line_tx.send(first);
         let mut stdin = child.stdin.take().expect("stdin");
-        if go_rx.recv_timeout(SCRIPT_TIMEOUT).is_ok() {
+        if go_rx.recv_timeout(WATCHERS_TIMEOUT + SCRIPT_TIMEOUT).is_ok() {
             let _ = stdin.write_all(b"go\n");
         }
         drop(stdin);
@@ -150,7 +148,7 @@ async fn an_openai_agents_run_is_published_through_the_bridge_and_watched_live_b
     let events = server.url(&format!("/v1/streams/{id}/events"));
     let watchers = tokio::spawn(common::node::run_script("watch_bridge.mjs", json!({"events": events})));
     let connected = async || subscribers(&client, &server).await >= 3.0;
-    common::wait::eventually("the three watchers to connect", SCRIPT_TIMEOUT, connected).await;
+    common::wait::eventually("the three watchers to connect", WATCHERS_TIMEOUT, connected).await;
 
     let last = script.finish("bridge_openai_agents.py").await;
     assert_eq!(last["final_output"], "Sunny in Paris, 21 °C", "the function tool's output ends the run");
@@ -248,7 +246,7 @@ async fn a_langgraph_run_is_published_through_the_callback_handler_and_watched_a
     let cui = tokio::spawn(read_cui(client.clone(), events.clone()));
     let watchers = tokio::spawn(common::node::run_script("watch_bridge.mjs", json!({"events": events})));
     let connected = async || subscribers(&client, &server).await >= 4.0;
-    common::wait::eventually("the four watchers to connect", SCRIPT_TIMEOUT, connected).await;
+    common::wait::eventually("the four watchers to connect", WATCHERS_TIMEOUT, connected).await;
 
     let last = script.finish("bridge_langgraph.py").await;
     assert_eq!(last["answer"], "It is sunny in Oslo.");
