@@ -3,54 +3,30 @@
 Usage: bridge_langgraph.py BASE_URL. The graph is LangGraph's usual tool loop: an "agent" node calling a chat
 model, a `ToolNode` "tools" running `get_weather`, and `tools_condition` between them. The chat model is
 `langchain_core`'s `GenericFakeChatModel` given a `bind_tools` and a `_stream` that streams what a real
-provider does (reasoning, text tokens, tool-call chunks, usage): first a call of `get_weather`, then the
-answer. The script creates the stream, prints `{"stream": id}`, waits for a line on stdin (the watchers are
-connected then), runs the graph with `ainvoke` and `AsyncAgentmuxCallbackHandler`, and prints
-`{"answer": ...}`.
+provider does (reasoning, text tokens, tool-call chunks, usage): `ScriptedChatModel`, shared with the
+package's bridge tests (`clients/python/tests/bridges/scripted.py`). It calls `get_weather`, then answers.
+The script creates the stream, prints `{"stream": id}`, waits for a line on stdin (the watchers are connected
+then), runs the graph with `ainvoke` and `AsyncAgentmuxCallbackHandler`, and prints `{"answer": ...}`.
 """
 
 import asyncio
 import json
-import re
 import sys
+from pathlib import Path
 from typing import Any
 
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk
-from langchain_core.outputs import ChatGenerationChunk
+from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
 from agentmux import AsyncClient
 from agentmux.bridges.langchain import AsyncAgentmuxCallbackHandler
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python" / "tests" / "bridges"))
+from scripted import ScriptedChatModel  # noqa: E402
+
 BASE = sys.argv[1]
-
-
-class ScriptedChatModel(GenericFakeChatModel):
-    """Answers with its scripted messages in turn, streamed the way a provider streams them."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> "ScriptedChatModel":
-        return self
-
-    def _stream(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
-        message = next(self.messages)
-        reasoning = message.additional_kwargs.get("reasoning_content")
-        if reasoning:
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", additional_kwargs={"reasoning_content": reasoning}))
-        for token in re.split(r"(\s)", message.content):
-            if token:
-                yield ChatGenerationChunk(message=AIMessageChunk(content=token))
-        for index, call in enumerate(message.tool_calls):
-            arguments = json.dumps(call["args"])
-            half = len(arguments) // 2
-            first = {"name": call["name"], "id": call["id"], "args": arguments[:half], "index": index}
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[first]))
-            rest = {"name": None, "id": None, "args": arguments[half:], "index": index}
-            yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[rest]))
-        usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
-        yield ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=usage))
 
 
 @tool
