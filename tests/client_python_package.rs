@@ -4,7 +4,8 @@
 //! retried and kept once; a refused append raised by the next call; the context manager's `error` end; a
 //! watcher resumed across a connection cut mid-event (CUI and OpenAI) with every message once;
 //! `LaggedError` and `EpochChangedError`; every fixture reduced as the service's snapshot; the generated
-//! types current and the package type-checked (mypy --strict); sync and async alike. The venv is made by
+//! types current and the package type-checked (mypy --strict); refusals a retry may fix retried (a
+//! `retry-after` waited), others not; sync and async alike. The venv is made by
 //! `common::python_package::ensure_venv` (pip, the first time).
 
 mod common;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use common::command::{expect_success, run};
 
 /// The suite's own tests; fewer passing means some were not collected.
-const TESTS: u32 = 47;
+const TESTS: u32 = 48;
 
 #[test]
 fn the_python_package_passes_its_own_tests() {

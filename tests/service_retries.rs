@@ -461,7 +461,7 @@ async fn conditional_appends_and_ends_sent_to_the_node_that_does_not_write_the_s
         json!({ "op": "publish", "stream": id, "message": text("ws"), "after": last, "idempotency_key": "w" });
     let published = ws_op(&mut ws, publish.clone()).await;
     assert_eq!(published, json!({ "stream": id, "published": last + 1, "last_sequence": last + 1 }));
-    let replayed = ws_op(&mut ws, publish).await;
+    let replayed = ws_op(&mut ws, publish.clone()).await;
     assert_eq!(replayed["replayed"], true, "{replayed}");
     let conflict = ws_op(&mut ws, json!({ "op": "publish", "stream": id, "message": text("x"), "after": 1 })).await;
     assert_eq!(
@@ -476,4 +476,12 @@ async fn conditional_appends_and_ends_sent_to_the_node_that_does_not_write_the_s
     assert_eq!(ended, json!({ "stream": id, "sequences": [last + 3], "last_sequence": last + 3 }));
     let (status, snapshot) = get_json(&client, &writer.url(&format!("/v1/streams/{id}"))).await;
     assert_eq!((status, &snapshot["last_sequence"]), (200, &json!(last + 3)), "{snapshot}");
+
+    // Once the stream has ended, a repeat through the other node is still answered by the writer.
+    let (status, ended) = post_empty(&client, &writer.url(&format!("/v1/streams/{id}/end"))).await;
+    assert_eq!(status, 200, "{ended}");
+    let (status, late, replayed) = append(&other.base, &id, Some("1"), Some("c-1"), &batch).await;
+    assert_eq!((status, &late, replayed), (200, &first, true));
+    let again = ws_op(&mut ws, publish).await;
+    assert_eq!(again, json!({ "stream": id, "published": last + 1, "last_sequence": last + 1, "replayed": true }));
 }

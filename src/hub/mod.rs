@@ -7,8 +7,9 @@
 //!   config, the byte count, and `Held` (`held.rs`): what each client holds, open or ended, and the ended
 //!   streams in the order of their eviction).
 //! - [`Stream`] (`stream/`): what a stream does for its producer: validate, stamp sequences and ids, add
-//!   the lifecycle events (`lifecycle.rs`), reduce deltas, check limits, record the outcome; what it counts
-//!   against the hub; and what it does for its readers. One file per role (see its module doc).
+//!   the lifecycle events (`lifecycle.rs`), reduce deltas, check limits, record the outcome, answer a repeat
+//!   of a conditional append ([`Condition`], `stream/receipts.rs`); what it counts against the hub; and what
+//!   it does for its readers. One file per role (see its module doc).
 //! - [`Log`] (`log.rs`): what its readers need: entries after a sequence, a way to wait for more, the end.
 //!   The in-memory log (`MemoryLog`) is its first implementation.
 //! - [`Render`] (`render.rs`): how a subscriber wants a stream rendered, given by the caller; the hub keeps

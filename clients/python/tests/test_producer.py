@@ -4,6 +4,7 @@ CUI watcher), batching, a retried append that had landed, a refused append, and 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -151,9 +152,9 @@ def test_append_conditions_and_their_refusals(server: Any) -> None:
     client = agentmux.Client(server.base_url)
     created = client.create_stream()
     message = {"type": "text", "props": {"content": "x"}, "message_id": "m"}
-    first = client.append(created.id, [message], write_token=created.write_token, after=1)
+    first = client.append(created.id, [message], write_token=created.write_token, after=1, idempotency_key="k0")
     assert first.sequences == [2] and first.last_sequence == 2 and not first.replayed
-    again = client.append(created.id, [message], write_token=created.write_token, after=1)
+    again = client.append(created.id, [message], write_token=created.write_token, after=1, idempotency_key="k0")
     assert again.sequences == [2] and again.replayed
     with pytest.raises(agentmux.AgentmuxError) as refused:
         client.append(created.id, [{**message, "message_id": "n"}], write_token=created.write_token, after=1)
@@ -226,3 +227,40 @@ def test_with_keys_the_producer_writes_with_the_key(keyed: Any) -> None:
     with pytest.raises(agentmux.AgentmuxError) as refused:
         reader.append(run.stream_id, {"type": "text", "props": {"content": "no"}}, write_token=run.read_token)
     assert refused.value.status == 403
+
+
+class _RefusingFirst(httpx.BaseTransport):
+    """Answers the first appends itself, with the refusals a retry may fix, before letting them through."""
+
+    def __init__(self, answers: list[httpx.Response]) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.answers = answers
+        self.appends = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/messages"):
+            self.appends += 1
+            if self.answers:
+                return self.answers.pop(0)
+        return self.inner.handle_request(request)
+
+
+def test_refusals_a_retry_may_fix_are_retried_and_others_are_not(server: Any) -> None:
+    unreachable = {"error": {"message": "the writer could not be reached", "type": "server_error", "code": "writer_unreachable"}}
+    limited = {"error": {"message": "slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
+    transport = _RefusingFirst(
+        [httpx.Response(503, json=unreachable), httpx.Response(429, json=limited, headers={"retry-after": "1"})]
+    )
+    client = agentmux.Client(server.base_url, http_client=httpx.Client(transport=transport))
+    started = time.monotonic()
+    with client.stream() as run:
+        run.text("through")
+    assert transport.appends == 3 and time.monotonic() - started >= 1.0  # the retry-after was waited
+    assert [m["props"]["content"] for m in of_type(client.snapshot(run.stream_id), "text")] == ["through"]
+    final = {"error": {"message": "no", "type": "server_error", "code": "store_unavailable"}}
+    transport = _RefusingFirst([httpx.Response(503, json=final, headers={"x-should-retry": "false"})])
+    client = agentmux.Client(server.base_url, http_client=httpx.Client(transport=transport))
+    with pytest.raises(agentmux.AgentmuxError) as refused:
+        with client.stream() as run:
+            run.text("refused")
+    assert refused.value.code == "store_unavailable" and transport.appends == 1

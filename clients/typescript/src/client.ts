@@ -1,6 +1,8 @@
 // A client of agentmux's HTTP API for browsers and Node 20+: watch a stream (typed messages and the reduced
 // state, resuming after a dropped connection exactly once), start a chat run and watch it, and the producer
-// calls. SSE is parsed by `eventsource-parser`; everything else is `fetch`.
+// calls. SSE is parsed by `eventsource-parser`; everything else is `fetch`. An append carries an
+// `Idempotency-Key` (a fresh one unless the caller gives one), so it is retried after a lost answer without
+// being appended twice: the service answers a repeat with the first answer.
 
 import { createParser } from 'eventsource-parser';
 
@@ -40,6 +42,8 @@ export class AgentmuxError extends Error {
     readonly code: string | null,
     message: string,
     readonly param: string | null = null,
+    /** The stream's last sequence, on an append refused for its condition (`sequence_conflict`, `idempotency_key_reused`). */
+    readonly lastSequence: number | null = null,
   ) {
     super(message);
     this.name = 'AgentmuxError';
@@ -73,6 +77,36 @@ export interface Created {
   token_expires_at?: number;
 }
 
+export interface AppendOptions {
+  /** The stream's write token, instead of the key. */
+  writeToken?: string;
+  /** The batch must follow this sequence: appended only when it is the stream's last (else 409 `sequence_conflict`). */
+  after?: number;
+  /** The batch's idempotency key (1 to 256 visible ASCII characters); a fresh one is made when none is given. */
+  idempotencyKey?: string;
+  /** Attempts after the first when one fails for a reason a retry may fix (default 3). */
+  retries?: number;
+  signal?: AbortSignal;
+}
+
+export interface WriteOptions {
+  /** The stream's write token, instead of the key. */
+  writeToken?: string;
+  /** Attempts after the first when one fails for a reason a retry may fix (default 3). */
+  retries?: number;
+  signal?: AbortSignal;
+}
+
+/** What an append (or the end of a message or block) answers. */
+export interface Appended {
+  /** The sequence of each message of the batch (of each closing event, for an end). */
+  sequences: number[];
+  /** The stream's last sequence right after it: what the next append follows (`after`). */
+  lastSequence: number;
+  /** True when the service answered a repeat of an append that had landed: nothing was appended again. */
+  replayed: boolean;
+}
+
 export interface ChatRun {
   /** The run's stream. */
   streamId: string;
@@ -86,10 +120,18 @@ export interface Client {
   watch(streamId: string, options?: WatchOptions): AsyncGenerator<Update, StreamState>;
   chat(request: { model?: string; messages: unknown[]; [field: string]: unknown }, options?: { signal?: AbortSignal }): Promise<ChatRun>;
   createStream(body?: { model?: string; token_ttl?: number }): Promise<Created>;
-  append(streamId: string, messages: OutputMessage | OutputMessage[], options?: { writeToken?: string }): Promise<number[]>;
+  append(streamId: string, messages: OutputMessage | OutputMessage[], options?: AppendOptions): Promise<Appended>;
+  endMessage(streamId: string, messageId: string, options?: WriteOptions): Promise<Appended>;
+  endBlock(streamId: string, blockId: string, options?: WriteOptions): Promise<Appended>;
   end(streamId: string, outcome?: Outcome, options?: { writeToken?: string }): Promise<void>;
   cancel(streamId: string, options?: { writeToken?: string }): Promise<void>;
   snapshot(streamId: string, options?: { token?: string }): Promise<StreamState>;
+}
+
+/** A new idempotency key: 128 random bits in hex (`crypto.getRandomValues`, which every context has). */
+function freshKey(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
 }
 
 const sleep = (ms: number, signal?: AbortSignal) =>
@@ -119,7 +161,38 @@ export function createClient(options: ClientOptions): Client {
   async function failed(response: Response): Promise<AgentmuxError> {
     const body = await response.json().catch(() => null);
     const error = body?.error ?? {};
-    return new AgentmuxError(response.status, error.code ?? null, error.message ?? response.statusText, error.param ?? null);
+    const message = error.message ?? response.statusText;
+    return new AgentmuxError(response.status, error.code ?? null, message, error.param ?? null, error.last_sequence ?? null);
+  }
+
+  /**
+   * POSTs a write, again (the same request: for an append, the same key) when an attempt fails for a reason
+   * a retry may fix: no answer (a network error, a connection cut before the whole answer), a 5xx the
+   * service does not mark `x-should-retry: false` (503 `writer_unreachable`, say), a 429 with `retry-after`.
+   * Waits 100 ms, doubling, at most 2 s between attempts, or the `retry-after` the service gave (at most 10 s).
+   */
+  async function write(url: string, init: RequestInit, retries = 3): Promise<Appended> {
+    for (let attempt = 0; ; attempt++) {
+      let wait = Math.min(2000, 100 * 2 ** attempt);
+      try {
+        const response = await doFetch(url, init);
+        if (response.ok) {
+          const answer = (await response.json()) as { sequences: number[]; last_sequence: number };
+          const replayed = response.headers.get('idempotent-replayed') === 'true';
+          return { sequences: answer.sequences, lastSequence: answer.last_sequence, replayed };
+        }
+        const error = await failed(response);
+        const after = Number(response.headers.get('retry-after'));
+        const retryable =
+          response.headers.get('x-should-retry') !== 'false' &&
+          (response.status >= 500 || (response.status === 429 && after > 0));
+        if (!retryable || attempt >= retries) throw error;
+        if (after > 0) wait = Math.min(10_000, after * 1000);
+      } catch (error) {
+        if (error instanceof AgentmuxError || init.signal?.aborted || attempt >= retries) throw error;
+      }
+      await sleep(wait, init.signal ?? undefined);
+    }
   }
 
   async function json<T>(url: string, init: RequestInit): Promise<T> {
@@ -248,14 +321,33 @@ export function createClient(options: ClientOptions): Client {
         headers: headers(undefined, { 'content-type': 'application/json' }),
         body: JSON.stringify(body),
       }),
-    append: async (streamId, messages, opts = {}) =>
-      (
-        await json<{ sequences: number[] }>(path(streamId, '/messages'), {
+    append: (streamId, messages, opts = {}) => {
+      const query = opts.after === undefined ? '' : `?after=${opts.after}`;
+      const key = opts.idempotencyKey ?? freshKey();
+      return write(
+        path(streamId, `/messages${query}`),
+        {
           method: 'POST',
-          headers: headers(opts.writeToken, { 'content-type': 'application/json' }),
+          headers: headers(opts.writeToken, { 'content-type': 'application/json', 'idempotency-key': key }),
           body: JSON.stringify(messages),
-        })
-      ).sequences,
+          signal: opts.signal,
+        },
+        opts.retries,
+      );
+    },
+    // Ending what is not open ends nothing, so these are retried as they are.
+    endMessage: (streamId, messageId, opts = {}) =>
+      write(
+        path(streamId, `/messages/${encodeURIComponent(messageId)}/end`),
+        { method: 'POST', headers: headers(opts.writeToken), signal: opts.signal },
+        opts.retries,
+      ),
+    endBlock: (streamId, blockId, opts = {}) =>
+      write(
+        path(streamId, `/blocks/${encodeURIComponent(blockId)}/end`),
+        { method: 'POST', headers: headers(opts.writeToken), signal: opts.signal },
+        opts.retries,
+      ),
     end: async (streamId, outcome, opts = {}) => {
       await json(path(streamId, '/end'), {
         method: 'POST',

@@ -7,10 +7,13 @@ export {
   createClient,
   EpochChangedError,
   LaggedError,
+  type Appended,
+  type AppendOptions,
   type ChatRun,
   type Client,
   type ClientOptions,
   type Created,
   type Update,
   type WatchOptions,
+  type WriteOptions,
 } from './client.js';

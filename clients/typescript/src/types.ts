@@ -634,4 +634,9 @@ export interface ApiError {
    * A stable code for programs.
    */
   code?: string | null;
+  /**
+   * The stream's last sequence, on a refused append that was to follow another
+   * (`sequence_conflict`, `idempotency_key_reused`): what the producer's next append follows.
+   */
+  last_sequence?: number | null;
 }

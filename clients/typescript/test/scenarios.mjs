@@ -236,4 +236,67 @@ export const scenarios = {
     check(error.was === stream.epoch && error.now === 'another-history', 'both epochs named', { was: error.was, now: error.now });
     await producer.end(stream.id, undefined, { writeToken: stream.write_token });
   },
+
+  // The first answer to an append is cut after the append landed (a real TCP close, by the proxy): the
+  // client sends it again with the same Idempotency-Key, and the service answers the first answer without
+  // appending it twice.
+  async 'an append whose answer was lost is retried and lands once'({ lib, plain, lostAnswer }) {
+    const producer = lib.createClient({ baseUrl: plain });
+    const stream = await producer.createStream();
+    const flaky = lib.createClient({ baseUrl: lostAnswer });
+    const batch = [text('once ', 'r1'), text('only ', 'r2')];
+    const appended = await flaky.append(stream.id, batch, { writeToken: stream.write_token });
+    check(appended.replayed === true, 'the retry was answered as a repeat', appended);
+    const seen = await producer.snapshot(stream.id, { token: stream.read_token });
+    const texts = seen.messages.filter((m) => m.type === 'text').map((m) => m.props.content);
+    check(same(texts, ['once ', 'only ']), 'each message once', texts);
+    check(appended.lastSequence === seen.last_sequence, 'the last sequence', { appended, last: seen.last_sequence });
+    check(appended.sequences.length === 2 && appended.sequences.at(-1) <= seen.last_sequence, 'its sequences', appended);
+    await producer.end(stream.id, undefined, { writeToken: stream.write_token });
+  },
+
+  // `after` chains appends; one that does not follow the last is refused naming it, and a repeat with the
+  // same key answers the first answer.
+  async 'after chains appends and a conflict names the last sequence'({ lib, plain }) {
+    const client = lib.createClient({ baseUrl: plain });
+    const stream = await client.createStream();
+    const write = { writeToken: stream.write_token };
+    const first = await client.append(stream.id, [text('a ')], { ...write, after: 1, idempotencyKey: 'k-1' });
+    check(first.replayed === false && first.lastSequence === 3, 'message_start and the delta', first);
+    const second = await client.append(stream.id, [text('b ')], { ...write, after: first.lastSequence });
+    check(second.lastSequence === 4, 'the next follows', second);
+    let refused;
+    await client.append(stream.id, [text('c ')], { ...write, after: first.lastSequence }).catch((e) => (refused = e));
+    check(refused instanceof lib.AgentmuxError && refused.status === 409, 'a conflict: 409', String(refused));
+    check(refused.code === 'sequence_conflict' && refused.param === 'after' && refused.lastSequence === 4, 'named', refused);
+    const again = await client.append(stream.id, [text('a ')], { ...write, after: 1, idempotencyKey: 'k-1' });
+    check(again.replayed === true && same(again.sequences, first.sequences) && again.lastSequence === 3, 'the first answer', again);
+    await client.end(stream.id, undefined, write);
+  },
+
+  // A tool call streamed in deltas is ended with endMessage (its message_end reaches the watcher before the
+  // stream ends) and its block with endBlock; an end of what is no longer open ends nothing.
+  async 'endMessage and endBlock close what a producer streamed'({ lib, plain }) {
+    const client = lib.createClient({ baseUrl: plain });
+    const stream = await client.createStream();
+    const write = { writeToken: stream.write_token };
+    const call = (props) => ({ type: 'tool_call', message_id: 'tc', delta: true, block_id: 'b', props });
+    await client.append(stream.id, [call({ id: 'c1', name: 'lookup', arguments: '{"q":' }), call({ arguments: ' 1}' })], write);
+    const updates = client.watch(stream.id, { token: stream.read_token });
+    const ended = await client.endMessage(stream.id, 'tc', write);
+    check(ended.sequences.length === 1 && ended.lastSequence === ended.sequences[0], 'its message_end', ended);
+    for (;;) {
+      const { value } = await updates.next();
+      if (value.message.metadata.sequence !== ended.sequences[0]) continue;
+      check(value.message.props.event === 'message_end' && value.state.status === 'open', 'seen while open', value.message);
+      break;
+    }
+    const again = await client.endMessage(stream.id, 'tc', write);
+    check(same(again.sequences, []) && again.lastSequence === ended.lastSequence, 'a second end ends nothing', again);
+    const block = await client.endBlock(stream.id, 'b', write);
+    check(block.sequences.length === 1 && block.lastSequence === ended.lastSequence + 1, 'its block_end', block);
+    await client.end(stream.id, undefined, write);
+    const { state } = await watchAll(updates);
+    check(state.status === 'completed', 'completed', state.status);
+  },
 };

@@ -40,8 +40,7 @@ use crate::render::Format;
 /// The stream endpoints, and what the OpenAPI document says of them.
 pub(crate) fn endpoints() -> Vec<Endpoint> {
     let snapshot: SchemaOf = |g| g.subschema_for::<crate::hub::Snapshot>();
-    let outcome: SchemaOf = |g| g.subschema_for::<crate::output::Outcome>();
-    vec![
+    let mut endpoints = vec![
         endpoint(
             Method::GET,
             "/v1/streams",
@@ -83,12 +82,36 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
                 vec![(200, "The snapshot", vec![JsonOf(snapshot)])],
             ),
         ),
+    ];
+    endpoints.extend(writes());
+    endpoints.push(endpoint(
+        Method::GET,
+        "/v1/streams/{id}/events",
+        get(events),
+        op(
+            "Subscribe: the stream in a format (?format=cui|openai|ui-message|ag-ui|anthropic|responses), resumable",
+            "streams",
+            None,
+            vec![
+                (200, "Server-sent events; each CUI event's data is an OutputMessage", vec![EventStream]),
+                (204, "Nothing to send: resumed at the end of an ended stream", vec![]),
+            ],
+        ),
+    ));
+    endpoints
+}
+
+/// The endpoints that write to a stream: append, end one message or block, end, cancel.
+fn writes() -> Vec<Endpoint> {
+    let outcome: SchemaOf = |g| g.subschema_for::<crate::output::Outcome>();
+    vec![
         endpoint(
             Method::POST,
             "/v1/streams/{id}/messages",
             post(append),
             op(
-                "Append messages (JSON, an array, or NDJSON); answered once they are kept",
+                "Append messages (JSON, an array, or NDJSON); answered once they are kept; safe to retry with \
+                 ?after=<sequence> or an Idempotency-Key header",
                 "streams",
                 Some((JsonOf(messages), true)),
                 vec![(
@@ -141,20 +164,6 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
                 "streams",
                 None,
                 vec![(202, "Cancelled", vec![Foreign("The stream")])],
-            ),
-        ),
-        endpoint(
-            Method::GET,
-            "/v1/streams/{id}/events",
-            get(events),
-            op(
-                "Subscribe: the stream in a format (?format=cui|openai|ui-message|ag-ui|anthropic|responses), resumable",
-                "streams",
-                None,
-                vec![
-                    (200, "Server-sent events; each CUI event's data is an OutputMessage", vec![EventStream]),
-                    (204, "Nothing to send: resumed at the end of an ended stream", vec![]),
-                ],
             ),
         ),
     ]

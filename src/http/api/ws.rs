@@ -258,8 +258,9 @@ async fn handle(
             let found = find_op(app, &stream).await?;
             let message = OutputMessage::from_value(message).map_err(|e| HttpError::from(e).within("message"))?;
             let condition = Condition { after, key: op_key(idempotency_key)? };
+            // A conditional publish goes to the writer even once the stream has ended: a repeat is answered there.
             #[cfg(feature = "redis")]
-            if found.is_followed() && !found.log().is_ended() {
+            if found.is_followed() && (!found.log().is_ended() || !condition.is_none()) {
                 return publish_elsewhere(app, stream, &message, &condition).await;
             }
             let appended = found.append_if(vec![message], &condition).map_err(|e| publish_refusal(e.error))?;

@@ -136,7 +136,13 @@ impl Origins {
         let allow = AllowOrigin::predicate(move |origin: &HeaderValue, parts: &Parts| {
             origins.listed(origin) || (origins.any_reads && reads(parts))
         });
-        let exposed = ["x-agentmux-stream-id", "x-agentmux-read-token", "x-agentmux-thread-id", "retry-after"];
+        let exposed = [
+            "x-agentmux-stream-id",
+            "x-agentmux-read-token",
+            "x-agentmux-thread-id",
+            "retry-after",
+            "idempotent-replayed",
+        ];
         Some(
             CorsLayer::new()
                 .allow_origin(allow)

@@ -8,6 +8,10 @@
 //! undo journal, the lifecycle through its own (what it opened and counted), and every byte counted for the
 //! batch given back, so the stream is exactly as before and a retry meets the same stream.
 //!
+//! A conditional append ([`Condition`]: the sequence it must follow, an idempotency key) is checked against
+//! the stream's receipts and remembered among them under the same lock as the append itself
+//! (`receipts.rs` says why); an unconditional one never touches them.
+//!
 //! The events that close what a batch opens, and the end, are `closing.rs`'s; what each entry is counted
 //! at, `ledger.rs`'s.
 

@@ -7,7 +7,7 @@ producer retries and how long it waits (`retry_delay`).
 from __future__ import annotations
 
 import json
-import random
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 from urllib.parse import quote
@@ -18,8 +18,8 @@ from .errors import AgentmuxError
 
 #: How long a request may take by default (connect, read, write, pool), in seconds.
 DEFAULT_TIMEOUT = 30.0
-#: The answers a producer retries: the service said a retry can succeed.
-_RETRYABLE_CODES = frozenset({"writer_unreachable", "stream_elsewhere", "cluster_unavailable", "shutting_down"})
+#: Attempts after the first that a single write (`append`, `end_message`, `end_block`) makes by default.
+DEFAULT_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -183,27 +183,30 @@ def retry_after(response: httpx.Response) -> Optional[float]:
     """How long the service asked to wait before a retry (`retry-after`, whole seconds), if it did."""
     value = response.headers.get("retry-after")
     try:
-        return max(0.0, float(value)) if value is not None else None
+        asked = float(value) if value is not None else 0.0
     except ValueError:
         return None
+    return asked if asked > 0 else None
 
 
 def retryable(response: httpx.Response) -> bool:
-    """Whether a producer may send the same request again: the service said room or a writer comes back."""
+    """Whether a write may be sent again, by the TypeScript client's rule: a 5xx the service does not mark
+    `x-should-retry: false` (`503 writer_unreachable`, say), or a 429 with `retry-after`. (A lost answer, no
+    response at all, is retried too.)"""
     if response.headers.get("x-should-retry", "").lower() == "false":
         return False
-    if response.status_code == 408:
-        return True
-    if response.status_code in (429, 503) and retry_after(response) is not None:
-        return True
-    if response.status_code == 503:
-        return failure(response).code in _RETRYABLE_CODES
-    return False
+    return response.status_code >= 500 or (response.status_code == 429 and retry_after(response) is not None)
 
 
 def retry_delay(attempt: int, asked: Optional[float] = None) -> float:
-    """The wait before retry `attempt` (from 1): 100 ms doubling to 5 s, with jitter, or what was asked."""
+    """The wait before retry `attempt` (from 1): 100 ms doubling, at most 2 s, or the `retry-after` the
+    service gave (at most 10 s), as the TypeScript client waits."""
     if asked is not None:
-        return asked
-    base: float = min(5.0, 0.1 * 2.0 ** (attempt - 1))
-    return base * (0.5 + random.random() / 2)
+        return min(10.0, asked)
+    delay: float = min(2.0, 0.1 * 2.0 ** (attempt - 1))
+    return delay
+
+
+def fresh_key() -> str:
+    """A new idempotency key: 128 random bits in hex."""
+    return uuid.uuid4().hex

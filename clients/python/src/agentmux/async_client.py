@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Callable, Optional, Sequence, Union
 
 import httpx
 from httpx_sse import aconnect_sse
@@ -73,6 +73,27 @@ class AsyncClient:
         """Creates a stream: its id, epoch and tokens."""
         return api.created(api.checked(await self._send(api.create_stream(self.api_key, model, token_ttl))))
 
+    async def _write(
+        self, request: api.Request, retries: int = api.DEFAULT_RETRIES, attempted: Optional[Callable[[], None]] = None
+    ) -> Appended:
+        """Sends a write, and the same request again when an attempt fails for a reason a retry may fix (see
+        `Client._write`)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            if attempted is not None:
+                attempted()
+            try:
+                response = await self._send(request)
+            except httpx.TransportError:
+                if attempt > retries:
+                    raise
+                await asyncio.sleep(api.retry_delay(attempt))
+                continue
+            if response.status_code < 400 or attempt > retries or not api.retryable(response):
+                return api.appended(response)
+            await asyncio.sleep(api.retry_delay(attempt, api.retry_after(response)))
+
     async def append(
         self,
         stream_id: str,
@@ -81,20 +102,23 @@ class AsyncClient:
         write_token: Optional[str] = None,
         after: Optional[int] = None,
         idempotency_key: Optional[str] = None,
+        retries: int = api.DEFAULT_RETRIES,
     ) -> Appended:
         """Appends one message or a batch; see `Client.append`."""
-        request = api.append(self.api_key, stream_id, messages, write_token, after, idempotency_key)
-        return api.appended(await self._send(request))
+        key = idempotency_key if idempotency_key is not None else api.fresh_key()
+        return await self._write(api.append(self.api_key, stream_id, messages, write_token, after, key), retries)
 
-    async def end_message(self, stream_id: str, message_id: str, *, write_token: Optional[str] = None) -> Appended:
+    async def end_message(
+        self, stream_id: str, message_id: str, *, write_token: Optional[str] = None, retries: int = api.DEFAULT_RETRIES
+    ) -> Appended:
         """Ends one message (its `message_end`, when it is open)."""
-        request = api.end_part(self.api_key, stream_id, "messages", message_id, write_token)
-        return api.appended(await self._send(request))
+        return await self._write(api.end_part(self.api_key, stream_id, "messages", message_id, write_token), retries)
 
-    async def end_block(self, stream_id: str, block_id: str, *, write_token: Optional[str] = None) -> Appended:
+    async def end_block(
+        self, stream_id: str, block_id: str, *, write_token: Optional[str] = None, retries: int = api.DEFAULT_RETRIES
+    ) -> Appended:
         """Ends one block (its open messages' `message_end`, then its `block_end`, when it is open)."""
-        request = api.end_part(self.api_key, stream_id, "blocks", block_id, write_token)
-        return api.appended(await self._send(request))
+        return await self._write(api.end_part(self.api_key, stream_id, "blocks", block_id, write_token), retries)
 
     async def end(
         self, stream_id: str, outcome: Optional[dict[str, Any]] = None, *, write_token: Optional[str] = None

@@ -61,7 +61,9 @@ class AsyncProducer(Emitter):
         self._task: Optional[asyncio.Task[None]] = None
 
     async def open(self) -> AsyncProducer:
-        """Creates the stream and starts sending (`async with` calls it)."""
+        """Creates the stream and starts sending (`async with` calls it; once open, it does nothing)."""
+        if self._task is not None:
+            return self
         created = await self._client.create_stream(model=self._model, token_ttl=self._token_ttl)
         self.stream_id, self.epoch = created.id, created.epoch
         self.read_token, self.write_token = created.read_token, created.write_token
@@ -198,17 +200,7 @@ class AsyncProducer(Emitter):
             request = api.end_part(self._client.api_key, self.stream_id, op.kind, op.id, self.write_token)
         else:
             request = api.append(self._client.api_key, self.stream_id, op, self.write_token, self.last_sequence, None)
-        attempt = 0
-        while True:
-            attempt += 1
-            self.requests += 1
-            try:
-                response = await self._client._send(request)
-            except httpx.TransportError:
-                if attempt >= MAX_ATTEMPTS:
-                    raise
-                await asyncio.sleep(api.retry_delay(attempt))
-                continue
-            if response.status_code < 400 or attempt >= MAX_ATTEMPTS or not api.retryable(response):
-                return api.appended(response)
-            await asyncio.sleep(api.retry_delay(attempt, api.retry_after(response)))
+        return await self._client._write(request, MAX_ATTEMPTS - 1, self._attempted)
+
+    def _attempted(self) -> None:
+        self.requests += 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import httpx
 from httpx_sse import connect_sse
@@ -79,6 +79,27 @@ class Client:
         """Creates a stream: its id, epoch and tokens."""
         return api.created(api.checked(self._send(api.create_stream(self.api_key, model, token_ttl))))
 
+    def _write(
+        self, request: api.Request, retries: int = api.DEFAULT_RETRIES, attempted: Optional[Callable[[], None]] = None
+    ) -> Appended:
+        """Sends a write, and the same request again (for an append, the same condition and key) when an
+        attempt fails for a reason a retry may fix: no answer, or `api.retryable`."""
+        attempt = 0
+        while True:
+            attempt += 1
+            if attempted is not None:
+                attempted()
+            try:
+                response = self._send(request)
+            except httpx.TransportError:
+                if attempt > retries:
+                    raise
+                time.sleep(api.retry_delay(attempt))
+                continue
+            if response.status_code < 400 or attempt > retries or not api.retryable(response):
+                return api.appended(response)
+            time.sleep(api.retry_delay(attempt, api.retry_after(response)))
+
     def append(
         self,
         stream_id: str,
@@ -87,19 +108,25 @@ class Client:
         write_token: Optional[str] = None,
         after: Optional[int] = None,
         idempotency_key: Optional[str] = None,
+        retries: int = api.DEFAULT_RETRIES,
     ) -> Appended:
-        """Appends one message or a batch; with `after` and/or `idempotency_key` a repeat appends nothing
-        and answers as the first time (`replayed`)."""
-        request = api.append(self.api_key, stream_id, messages, write_token, after, idempotency_key)
-        return api.appended(self._send(request))
+        """Appends one message or a batch under an `Idempotency-Key` (a fresh one unless given) and, with
+        `after`, only when it follows that sequence; retried after a lost answer, a repeat that had landed is
+        answered as the first time (`replayed`) and appends nothing."""
+        key = idempotency_key if idempotency_key is not None else api.fresh_key()
+        return self._write(api.append(self.api_key, stream_id, messages, write_token, after, key), retries)
 
-    def end_message(self, stream_id: str, message_id: str, *, write_token: Optional[str] = None) -> Appended:
-        """Ends one message (its `message_end`, when it is open)."""
-        return api.appended(self._send(api.end_part(self.api_key, stream_id, "messages", message_id, write_token)))
+    def end_message(
+        self, stream_id: str, message_id: str, *, write_token: Optional[str] = None, retries: int = api.DEFAULT_RETRIES
+    ) -> Appended:
+        """Ends one message (its `message_end`, when it is open; ending what is not open ends nothing)."""
+        return self._write(api.end_part(self.api_key, stream_id, "messages", message_id, write_token), retries)
 
-    def end_block(self, stream_id: str, block_id: str, *, write_token: Optional[str] = None) -> Appended:
+    def end_block(
+        self, stream_id: str, block_id: str, *, write_token: Optional[str] = None, retries: int = api.DEFAULT_RETRIES
+    ) -> Appended:
         """Ends one block (its open messages' `message_end`, then its `block_end`, when it is open)."""
-        return api.appended(self._send(api.end_part(self.api_key, stream_id, "blocks", block_id, write_token)))
+        return self._write(api.end_part(self.api_key, stream_id, "blocks", block_id, write_token), retries)
 
     def end(self, stream_id: str, outcome: Optional[dict[str, Any]] = None, *, write_token: Optional[str] = None) -> Ended:
         """Ends the stream (`completed` without an outcome)."""

@@ -2,7 +2,8 @@
 (`Emitter`) only enqueue; one background thread sends: everything pending in one POST, at most
 `flush_interval` after the first pending message, one request in flight at a time, in order. Every append
 carries `after=<the stream's last sequence>`, so a retry after a lost answer (a connection error, a timeout,
-a 429/503 the service says to retry) is recognised by the service as a repeat and appends nothing twice. A
+a refusal the service says a retry may fix: `api.retryable`) is recognised by the service as a repeat and
+appends nothing twice. The retries are `Client._write`'s, shared with the single calls. A
 refused request stops the producer: the `AgentmuxError` is raised by the next emit, `flush` or `end`.
 """
 
@@ -73,7 +74,9 @@ class Producer(Emitter):
     # Lifecycle.
 
     def open(self) -> Producer:
-        """Creates the stream and starts sending (the `with` statement calls it)."""
+        """Creates the stream and starts sending (the `with` statement calls it; once open, it does nothing)."""
+        if self._thread is not None:
+            return self
         created = self._client.create_stream(model=self._model, token_ttl=self._token_ttl)
         self.stream_id, self.epoch = created.id, created.epoch
         self.read_token, self.write_token = created.read_token, created.write_token
@@ -220,17 +223,7 @@ class Producer(Emitter):
             request = api.end_part(self._client.api_key, self.stream_id, op.kind, op.id, self.write_token)
         else:
             request = api.append(self._client.api_key, self.stream_id, op, self.write_token, self.last_sequence, None)
-        attempt = 0
-        while True:
-            attempt += 1
-            self.requests += 1
-            try:
-                response = self._client._send(request)
-            except httpx.TransportError:
-                if attempt >= MAX_ATTEMPTS:
-                    raise
-                time.sleep(api.retry_delay(attempt))
-                continue
-            if response.status_code < 400 or attempt >= MAX_ATTEMPTS or not api.retryable(response):
-                return api.appended(response)
-            time.sleep(api.retry_delay(attempt, api.retry_after(response)))
+        return self._client._write(request, MAX_ATTEMPTS - 1, self._attempted)
+
+    def _attempted(self) -> None:
+        self.requests += 1

@@ -450,5 +450,11 @@ class ApiError(TypedDict, total=False):
     code: Optional[str]
     """A stable code for programs."""
 
+    last_sequence: Optional[int]
+    """
+    The stream's last sequence, on a refused append that was to follow another
+    (`sequence_conflict`, `idempotency_key_reused`): what the producer's next append follows.
+    """
+
 
 __all__ = ["ActionProps", "ApiError", "AudioProps", "BlockEnd", "BlockStart", "DeltaAction", "EndStatus", "ErrorEnvelope", "ErrorProps", "EventProps", "FileProps", "FinishReason", "ImageProps", "LoadingProps", "MessageEnd", "MessageStart", "Metadata", "Outcome", "OutputMessage", "PromptTokensDetails", "ServedBy", "StreamEnd", "StreamStart", "TextProps", "ThinkingProps", "ToolCallProps", "ToolError", "ToolResultProps", "Usage", "VideoProps"]
