@@ -19,7 +19,6 @@ import json
 import multiprocessing as mp
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -54,7 +53,9 @@ def read(base_url: str, stream_id: str, readers: int, ready: Any, out: Any) -> N
         return marks
 
     async def all_readers() -> list[list[tuple[float, int]]]:
-        async with httpx.AsyncClient(timeout=None, trust_env=False, limits=httpx.Limits(max_connections=readers + 5)) as c:
+        async with httpx.AsyncClient(
+            timeout=None, trust_env=False, limits=httpx.Limits(max_connections=readers + 5)
+        ) as c:
             return await asyncio.gather(*(one(c) for _ in range(readers)))
 
     out.put(asyncio.run(all_readers()))
@@ -110,7 +111,12 @@ def run_once(base_url: str, mode: str, count: int, readers: int) -> dict[str, fl
         assert seen == count, (seen, count)
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99) - 1]
-    return {"tokens_per_s": count / (kept - started), "p99_ms": p99 * 1000, "p50_ms": latencies[len(latencies) // 2] * 1000, "posts": requests}
+    return {
+        "tokens_per_s": count / (kept - started),
+        "p99_ms": p99 * 1000,
+        "p50_ms": latencies[len(latencies) // 2] * 1000,
+        "posts": requests,
+    }
 
 
 def main() -> None:

@@ -8,7 +8,9 @@ from typing import Any
 import agentmux
 
 
-def watch_all(client: agentmux.Client, stream_id: str, token: str | None = None, **options: Any) -> tuple[list[dict[str, Any]], agentmux.StreamState]:
+def watch_all(
+    client: agentmux.Client, stream_id: str, token: str | None = None, **options: Any
+) -> tuple[list[dict[str, Any]], agentmux.StreamState]:
     """Every message a CUI watcher gets, and the state at the end."""
     messages: list[dict[str, Any]] = []
     state = agentmux.initial_state()

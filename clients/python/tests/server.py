@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 import agentmux
+
 from helpers import events, of_type, same
 from proxy import AnswerDroppingProxy, CuttingProxy
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 import agentmux
+
 from helpers import events, of_type, same, watch_all
 from proxy import AnswerDroppingProxy
 
@@ -112,12 +113,14 @@ def test_a_token_loop_is_batched_and_every_token_arrives_in_order(server: Any) -
     seen: list[str] = []
     ready = threading.Event()
     with client.stream() as run:
+
         def read() -> None:
             for update in watcher.watch(run.stream_id):
                 ready.set()
                 message = update.message
                 if message["type"] == "text":
                     seen.append(message["props"]["content"])
+
         reader = threading.Thread(target=read)
         reader.start()
         assert ready.wait(10)
@@ -178,7 +181,9 @@ def test_a_refused_append_is_raised_by_the_next_call(server: Any) -> None:
             run.text("mine")
             run.flush()
             # Someone else writes the stream: the producer's next append no longer follows its last sequence.
-            client.append(run.stream_id, [{"type": "text", "props": {"content": "theirs"}}], write_token=run.write_token)
+            client.append(
+                run.stream_id, [{"type": "text", "props": {"content": "theirs"}}], write_token=run.write_token
+            )
             run.text("refused")
             run.flush()
     assert refused.value.code == "sequence_conflict" and refused.value.status == 409
@@ -246,7 +251,9 @@ class _RefusingFirst(httpx.BaseTransport):
 
 
 def test_refusals_a_retry_may_fix_are_retried_and_others_are_not(server: Any) -> None:
-    unreachable = {"error": {"message": "the writer could not be reached", "type": "server_error", "code": "writer_unreachable"}}
+    unreachable = {
+        "error": {"message": "the writer could not be reached", "type": "server_error", "code": "writer_unreachable"}
+    }
     limited = {"error": {"message": "slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}
     transport = _RefusingFirst(
         [httpx.Response(503, json=unreachable), httpx.Response(429, json=limited, headers={"retry-after": "1"})]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import agentmux
+
 from helpers import same
 from server import REPOSITORY
 
@@ -49,7 +50,9 @@ def test_set_creates_the_way_and_merge_replace_append_on_arrays() -> None:
     state = agentmux.initial_state()
     card = {"type": "card", "message_id": "c"}
     agentmux.reduce(state, {**card, "props": {"list": [1]}})
-    agentmux.reduce(state, {**card, "props": {"a": {"b": 2}}, "delta": True, "delta_path": "a.b", "delta_action": "set"})
+    agentmux.reduce(
+        state, {**card, "props": {"a": {"b": 2}}, "delta": True, "delta_path": "a.b", "delta_action": "set"}
+    )
     agentmux.reduce(state, {**card, "props": {"list": [2, 3]}, "delta": True, "delta_path": "list"})
     agentmux.reduce(state, {**card, "props": {"x": 1}, "delta": True, "delta_path": ""})
     agentmux.reduce(

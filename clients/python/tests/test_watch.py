@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 import agentmux
+
 from conftest import RETENTION_MS
 from helpers import of_type, same, watch_all
 from proxy import CuttingProxy

@@ -67,7 +67,9 @@ def stream_path(stream_id: str, rest: str = "") -> str:
     return f"/v1/streams/{quote(stream_id, safe='')}{rest}"
 
 
-def headers(api_key: Optional[str], credential: Optional[str], extra: Optional[dict[str, str]] = None) -> dict[str, str]:
+def headers(
+    api_key: Optional[str], credential: Optional[str], extra: Optional[dict[str, str]] = None
+) -> dict[str, str]:
     """The request's headers: `credential` (a token) where given, else the client's key."""
     out = dict(extra or {})
     key = credential if credential is not None else api_key
@@ -102,10 +104,14 @@ def append(
         extra["idempotency-key"] = idempotency_key
     params = {} if after is None else {"after": str(after)}
     body = messages if isinstance(messages, dict) else list(messages)
-    return Request("POST", stream_path(stream_id, "/messages"), headers(api_key, write_token, extra), params, _json(body))
+    return Request(
+        "POST", stream_path(stream_id, "/messages"), headers(api_key, write_token, extra), params, _json(body)
+    )
 
 
-def end(api_key: Optional[str], stream_id: str, outcome: Optional[dict[str, Any]], write_token: Optional[str]) -> Request:
+def end(
+    api_key: Optional[str], stream_id: str, outcome: Optional[dict[str, Any]], write_token: Optional[str]
+) -> Request:
     body = b"" if outcome is None else _json(outcome)
     extra = {"content-type": "application/json"} if outcome is not None else {}
     return Request("POST", stream_path(stream_id, "/end"), headers(api_key, write_token, extra), {}, body)
@@ -176,7 +182,9 @@ def appended(response: httpx.Response) -> Appended:
 
 def ended(response: httpx.Response) -> Ended:
     body = checked(response) or {}
-    return Ended(id=str(body.get("id", "")), status=str(body.get("status", "")), last_sequence=int(body.get("last_sequence", 0)))
+    return Ended(
+        id=str(body.get("id", "")), status=str(body.get("status", "")), last_sequence=int(body.get("last_sequence", 0))
+    )
 
 
 def retry_after(response: httpx.Response) -> Optional[float]:

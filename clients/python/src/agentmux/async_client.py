@@ -153,7 +153,11 @@ class AsyncClient:
             body["model"] = model
         request = api.chat(self.api_key, body)
         async with self.http.stream(
-            request.method, self.base_url + request.path, headers=request.headers, params=request.params, content=request.body
+            request.method,
+            self.base_url + request.path,
+            headers=request.headers,
+            params=request.params,
+            content=request.body,
         ) as response:
             if response.status_code >= 400:
                 await response.aread()

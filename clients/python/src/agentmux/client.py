@@ -128,7 +128,9 @@ class Client:
         """Ends one block (its open messages' `message_end`, then its `block_end`, when it is open)."""
         return self._write(api.end_part(self.api_key, stream_id, "blocks", block_id, write_token), retries)
 
-    def end(self, stream_id: str, outcome: Optional[dict[str, Any]] = None, *, write_token: Optional[str] = None) -> Ended:
+    def end(
+        self, stream_id: str, outcome: Optional[dict[str, Any]] = None, *, write_token: Optional[str] = None
+    ) -> Ended:
         """Ends the stream (`completed` without an outcome)."""
         return api.ended(self._send(api.end(self.api_key, stream_id, outcome, write_token)))
 
@@ -158,7 +160,11 @@ class Client:
             body["model"] = model
         request = api.chat(self.api_key, body)
         with self.http.stream(
-            request.method, self.base_url + request.path, headers=request.headers, params=request.params, content=request.body
+            request.method,
+            self.base_url + request.path,
+            headers=request.headers,
+            params=request.params,
+            content=request.body,
         ) as response:
             if response.status_code >= 400:
                 response.read()
@@ -192,7 +198,9 @@ class Client:
         while not follower.ended:
             headers = api.headers(self.api_key, follower.options.token, follower.headers())
             try:
-                with connect_sse(self.http, "GET", url, params=follower.params(), headers=headers, timeout=timeout) as source:
+                with connect_sse(
+                    self.http, "GET", url, params=follower.params(), headers=headers, timeout=timeout
+                ) as source:
                     response = source.response
                     if response.status_code == 204:
                         return

@@ -150,7 +150,9 @@ class Emitter:
         """A `thinking` message sent in fragments."""
         return TextStream(self, "thinking", ids)
 
-    def tool_call_stream(self, name: str, call_id: Optional[str] = None, server_side: bool = True, **ids: Any) -> ToolCallStream:
+    def tool_call_stream(
+        self, name: str, call_id: Optional[str] = None, server_side: bool = True, **ids: Any
+    ) -> ToolCallStream:
         """A `tool_call` whose arguments stream in fragments; its end is what lets readers take them whole."""
         return ToolCallStream(self, name, call_id, server_side, ids)
 
@@ -209,7 +211,9 @@ class TextStream(_Stream):
 class ToolCallStream(_Stream):
     """A `tool_call` whose arguments stream in fragments; `call_id` is the id its result names."""
 
-    def __init__(self, emitter: Emitter, name: str, call_id: Optional[str], server_side: bool, ids: dict[str, Any]) -> None:
+    def __init__(
+        self, emitter: Emitter, name: str, call_id: Optional[str], server_side: bool, ids: dict[str, Any]
+    ) -> None:
         message_id = ids.pop("message_id", None) or new_id("call")
         self.call_id = call_id or message_id
         props = {"id": self.call_id, "name": name, "arguments": "", "server_side": server_side}

@@ -53,8 +53,7 @@ class LaggedError(AgentmuxError):
 
     def __init__(self, resume_from: int) -> None:
         super().__init__(
-            "the stream's history after the last message seen is no longer kept; "
-            f"it resumes from {resume_from}",
+            f"the stream's history after the last message seen is no longer kept; it resumes from {resume_from}",
             code="lagged",
         )
         self.resume_from = resume_from

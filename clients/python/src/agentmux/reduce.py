@@ -117,9 +117,7 @@ def _follow(state: StreamState, message: dict[str, Any]) -> None:
         state["status"] = data["status"]
 
 
-def _canonical(
-    kind: str, props: Any, message_id: Any, block_id: Any, thread_id: Any, metadata: Any
-) -> dict[str, Any]:
+def _canonical(kind: str, props: Any, message_id: Any, block_id: Any, thread_id: Any, metadata: Any) -> dict[str, Any]:
     """The fields that are there, in the order the service writes them."""
     out: dict[str, Any] = {"type": kind, "props": props}
     for key, value in (("message_id", message_id), ("block_id", block_id), ("thread_id", thread_id)):

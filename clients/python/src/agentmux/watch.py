@@ -77,7 +77,11 @@ class Follower:
         params = {"format": o.format}
         if not self.cui and o.from_sequence:
             params["from"] = str(o.from_sequence)
-        for name, value in (("include_usage", o.include_usage), ("reasoning", o.reasoning), ("agent_tools", o.agent_tools)):
+        for name, value in (
+            ("include_usage", o.include_usage),
+            ("reasoning", o.reasoning),
+            ("agent_tools", o.agent_tools),
+        ):
             if value is not None:
                 params[name] = str(value).lower() if isinstance(value, bool) else str(value)
         return params
