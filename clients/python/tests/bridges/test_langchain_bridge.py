@@ -10,12 +10,13 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from scripted import ScriptedChatModel
-from server import Server
-from snapshot import blocks, published, snapshot, stream_end
 
 from agentmux import AsyncClient, Client
 from agentmux.bridges.langchain import AgentmuxCallbackHandler, AsyncAgentmuxCallbackHandler
+
+from scripted import ScriptedChatModel
+from server import Server
+from snapshot import blocks, published, snapshot, stream_end
 
 
 @tool

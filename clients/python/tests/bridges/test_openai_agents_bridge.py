@@ -9,11 +9,12 @@ from collections.abc import Iterator
 import pytest
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 from openai import APIError, AsyncOpenAI
-from server import Server
-from snapshot import blocks, published, snapshot, stream_end
 
 from agentmux import AsyncClient
 from agentmux.bridges.openai_agents import publish_events, publish_run
+
+from server import Server
+from snapshot import blocks, published, snapshot, stream_end
 
 
 @pytest.fixture(autouse=True)

@@ -313,13 +313,22 @@ class _Callbacks:
         """The async twin of :meth:`tap_output_iter`."""
         return output
 
-    def _chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
-                     metadata: Any = None, **kwargs: Any) -> None:
+    def _chain_start(
+        self,
+        serialized: Any,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: Optional[UUID] = None,
+        metadata: Any = None,
+        **kwargs: Any,
+    ) -> None:
         name = kwargs.get("name") or (serialized or {}).get("name")
         self._tree.chain_start(run_id, parent_run_id, name, metadata)
 
-    def _model_start(self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
-                     **kwargs: Any) -> None:
+    def _model_start(
+        self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id: Optional[UUID] = None, **kwargs: Any
+    ) -> None:
         self._tree.model_start(run_id, parent_run_id)
 
     def _token(self, token: Any, *, chunk: Any = None, run_id: UUID, **kwargs: Any) -> None:
@@ -329,8 +338,16 @@ class _Callbacks:
         self._tree.model_end(run_id, response)
         return self._tree.finished(run_id)
 
-    def _tool_start(self, serialized: Any, input_str: str, *, run_id: UUID, parent_run_id: Optional[UUID] = None,
-                    inputs: Any = None, **kwargs: Any) -> None:
+    def _tool_start(
+        self,
+        serialized: Any,
+        input_str: str,
+        *,
+        run_id: UUID,
+        parent_run_id: Optional[UUID] = None,
+        inputs: Any = None,
+        **kwargs: Any,
+    ) -> None:
         name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
         arguments = inputs if inputs is not None else input_str
         self._tree.tool_start(run_id, parent_run_id, name, arguments, kwargs.get("tool_call_id"))
