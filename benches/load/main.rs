@@ -275,8 +275,7 @@ fn selected(args: &Args, scenario: &Scenario) -> bool {
         return args.soak || args.only.iter().any(|o| o == "soak");
     }
     if let Kind::Relay(_) = scenario.kind {
-        return args.relay
-            || args.only.iter().any(|o| o.starts_with("relay") && scenario.name.starts_with(o.as_str()));
+        return args.relay || args.only.iter().any(|o| o.starts_with("relay") && scenario.name.starts_with(o.as_str()));
     }
     if let Kind::Cluster { .. } = scenario.kind {
         return args.cluster

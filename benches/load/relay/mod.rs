@@ -169,11 +169,9 @@ impl Measured {
     fn record(&mut self, answer: io::Result<stream::Answer>, took: u64, chunks: usize, counted: bool) {
         let why = match &answer {
             Err(e) => Some(e.to_string()),
-            Ok(a) if !a.done || a.chunk_ns.len() != chunks || a.ttft_ns.is_none() => Some(format!(
-                "short answer: {} stamped chunks of {chunks}, [DONE] {}",
-                a.chunk_ns.len(),
-                a.done
-            )),
+            Ok(a) if !a.done || a.chunk_ns.len() != chunks || a.ttft_ns.is_none() => {
+                Some(format!("short answer: {} stamped chunks of {chunks}, [DONE] {}", a.chunk_ns.len(), a.done))
+            }
             Ok(_) => None,
         };
         self.failing = if why.is_some() { self.failing + 1 } else { 0 };
@@ -206,6 +204,9 @@ struct Outcome {
     upstream_cpu: procfs::Cpu,
     seconds: f64,
     load_cpu: procfs::Cpu,
+    /// The load generator's CPU in cores where it was highest (a concurrent scenario's busiest visit);
+    /// `None`: over the whole counted part.
+    load_cores: Option<f64>,
 }
 
 /// The CPU of every target's server, the upstream's and the load generator's, and the time: taken when the
@@ -238,6 +239,7 @@ impl Marks {
             upstream_cpu: end.upstream.since(self.upstream),
             seconds: end.at.saturating_sub(self.at) as f64 / 1e9,
             load_cpu: end.load.since(self.load),
+            load_cores: None,
         }
     }
 }
@@ -318,7 +320,12 @@ struct Servers {
 }
 
 /// Starts the servers of one run labelled `label`.
-async fn start(relay: &Relay, label: &str, settings: &Settings, litellm: &Result<LiteLlm, String>) -> io::Result<Servers> {
+async fn start(
+    relay: &Relay,
+    label: &str,
+    settings: &Settings,
+    litellm: &Result<LiteLlm, String>,
+) -> io::Result<Servers> {
     let logs = PathBuf::from("target/bench/logs");
     std::fs::create_dir_all(&logs)?;
     let tls_dir = logs.join(format!("{label}-tls"));
@@ -395,6 +402,7 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
     }
     let targets: Vec<_> = listed.iter().map(|(name, server)| (*name, server.addr, server.pid().to_owned())).collect();
     let stream_s = relay.pace.interval.as_secs_f64() * relay.pace.chunks as f64;
+    let concurrency = relay.concurrency;
     let is_litellm = |name: &str| name == LITELLM_TARGET || name == LITELLM_TLS_TARGET;
     let keys = targets.iter().map(|(name, _, _)| is_litellm(name).then(|| servers.master_key.clone())).collect();
     let plan = Plan {
@@ -404,21 +412,21 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
         warmup: relay.warmup,
         requests: relay.requests,
         chunks: relay.pace.chunks,
-        limit: Duration::from_secs_f64(10.0 + 4.0 * stream_s),
+        // Concurrent runs may queue behind each other in a saturated proxy: they get longer, so that a slow
+        // answer is measured as slow rather than counted as an error.
+        limit: Duration::from_secs_f64(10.0 + 4.0 * stream_s * concurrency.min(15) as f64),
         stream: Duration::from_secs_f64(stream_s),
     };
-    let (concurrency, rounds) = (relay.concurrency, relay.rounds);
+    let rounds = relay.rounds;
     let outcome = on_own_thread(move || async move {
         if concurrency > 1 { concurrent::measure(plan, concurrency, rounds).await } else { measure(plan).await }
     })
     .await
     .map_err(|_| io::Error::other("the relay client stopped"))?;
     let mut rows = rows(name, run, &targets, &listed, outcome);
-    if let Some(row) = rows.iter_mut().find(|r| r.target == TARGETS[1]) {
-        row.connections = concurrency;
-        if let Err(why) = &servers.litellm[0] {
-            row.note(format!("LiteLLM not measured: {why}"));
-        }
+    rows.iter_mut().for_each(|row| row.connections = concurrency);
+    if let (Some(row), Err(why)) = (rows.iter_mut().find(|r| r.target == TARGETS[1]), &servers.litellm[0]) {
+        row.note(format!("LiteLLM not measured: {why}"));
     }
     if let (Ok(litellm), Some(row)) = (&litellm, rows.iter_mut().find(|r| is_litellm(&r.target))) {
         row.note(format!("LiteLLM {}", litellm.version));
@@ -473,7 +481,8 @@ fn rows(
         // The load generator's own CPU over the counted part, in cores: it must stay well under one (its
         // client runs on one thread) for the figures to be the servers'.
         if direct {
-            put("load_cpu_cores", (seconds > 0.0).then(|| outcome.load_cpu.total() / seconds));
+            let overall = (seconds > 0.0).then(|| outcome.load_cpu.total() / seconds);
+            put("load_cpu_cores", outcome.load_cores.or(overall));
         }
         rows.push(row);
     }
@@ -500,8 +509,7 @@ fn added(rows: &mut [RunResult]) {
     for (litellm_target, agentmux_target) in [(LITELLM_TARGET, TARGETS[1]), (LITELLM_TLS_TARGET, TARGETS[2])] {
         for quantile in ["p50", "p99"] {
             let key = format!("added_ttft_{quantile}_ms");
-            if let (Some(agentmux), Some(litellm)) =
-                (get(rows, agentmux_target, &key), get(rows, litellm_target, &key))
+            if let (Some(agentmux), Some(litellm)) = (get(rows, agentmux_target, &key), get(rows, litellm_target, &key))
                 && agentmux > 0.0
                 && let Some(row) = rows.iter_mut().find(|r| r.target == litellm_target)
             {
@@ -510,4 +518,3 @@ fn added(rows: &mut [RunResult]) {
         }
     }
 }
-
