@@ -10,7 +10,8 @@
 //! ./bench --soak --soak-duration 60s  # the soak (never in the default set), one minute instead of ten
 //! ./bench --cluster                # one node against three through Redis (never in the default set)
 //! ./bench --relay                  # the relay (never in the default set): agentmux and LiteLLM in front of
-//!                                  # a fast upstream, their added time to first token and per chunk
+//!                                  # a fast upstream, their added time to first token and per chunk, one
+//!                                  # request at a time (relay) and 50 / 200 at once (relay-50, relay-200)
 //! ```
 //!
 //! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
@@ -20,7 +21,8 @@
 //! - `soak/`: about 10,000 connections of every kind for ten minutes while streams come and go, and whether
 //!   the server's RSS stays flat (run only when asked for, once);
 //! - `relay/`: the time agentmux adds to the first token and to each chunk in front of a fast OpenAI-compatible
-//!   upstream, beside LiteLLM's proxy (run only when asked for);
+//!   upstream (plain and over TLS), beside LiteLLM's proxy, one request at a time and many at once (run only
+//!   when asked for);
 //! - `output_server.rs`: agentmux's service with an in-process producer, for the token-streaming scenarios:
 //!   deltas emitted through the `Output` handle instead of posted;
 //! - `cluster.rs`: agentmux nodes through one `redis-server` (`--engine redis`), one node against three

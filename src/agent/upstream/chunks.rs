@@ -122,3 +122,79 @@ impl Chunks {
         }
     }
 }
+
+#[cfg(all(test, feature = "server"))]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::agent::upstream::dialect::Dialect;
+    use crate::agent::upstream::openai::OpenAiChat;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// An answer of `count` events `every` apart, whose body then stays open without another byte.
+    fn answer(every: Duration, count: usize) -> reqwest::Response {
+        let events = futures::stream::unfold(0, move |n| async move {
+            if n == count {
+                std::future::pending::<()>().await;
+            }
+            if n > 0 {
+                tokio::time::sleep(every).await;
+            }
+            let event = format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"t{n}\"}}}}]}}\n\n");
+            Some((Ok::<_, std::io::Error>(Bytes::from(event)), n + 1))
+        });
+        reqwest::Response::from(axum::http::Response::new(reqwest::Body::wrap_stream(events)))
+    }
+
+    /// Every delta until the answer fails, and the failure.
+    async fn read_to_error(mut chunks: Chunks) -> (usize, UpstreamError) {
+        let mut read = 0;
+        loop {
+            match chunks.next().await {
+                Ok(Some(_)) => read += 1,
+                Ok(None) => panic!("the body never ends"),
+                Err(error) => return (read, error),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_longer_than_the_first_byte_timeout_runs_on_until_it_idles() {
+        let started = Instant::now();
+        // 12 events over 550 ms, past the 200 ms first-byte timeout: the timer armed for it fires while events
+        // come, and is armed again for the idle deadline.
+        let chunks = Chunks::new(answer(ms(50), 12), OpenAiChat.decoder(), ms(200), ms(300));
+        let (read, error) = read_to_error(chunks).await;
+        assert_eq!(read, 12);
+        assert!(matches!(error, UpstreamError::Timeout { what: "idle", .. }), "{error:?}");
+        let took = started.elapsed();
+        assert!(took >= ms(550 + 300) && took < ms(550 + 300 + 700), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn an_idle_timeout_shorter_than_the_first_byte_one_is_kept_after_the_first_event() {
+        let started = Instant::now();
+        let chunks = Chunks::new(answer(ms(10), 1), OpenAiChat.decoder(), Duration::from_secs(30), ms(200));
+        let (read, error) = read_to_error(chunks).await;
+        assert_eq!(read, 1);
+        assert!(matches!(error, UpstreamError::Timeout { what: "idle", .. }), "{error:?}");
+        let took = started.elapsed();
+        assert!(took >= ms(200) && took < ms(200 + 700), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn no_first_event_times_out_after_the_first_byte_timeout() {
+        let started = Instant::now();
+        let chunks = Chunks::new(answer(ms(10), 0), OpenAiChat.decoder(), ms(150), ms(5000));
+        let (read, error) = read_to_error(chunks).await;
+        assert_eq!(read, 0);
+        assert!(matches!(error, UpstreamError::Timeout { what: "first-byte", .. }), "{error:?}");
+        assert!(started.elapsed() < ms(150 + 700), "{:?}", started.elapsed());
+    }
+}
