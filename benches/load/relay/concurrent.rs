@@ -25,7 +25,7 @@ use super::{GIVE_UP, Marks, Measured, Outcome, Plan, chat_body, wall_ns};
 use crate::procfs;
 
 /// Requests each client sends one after the other in a visit.
-const PER_VISIT: usize = 2;
+pub(super) const PER_VISIT: usize = 2;
 
 /// `rounds` counted rounds (after one warm-up round) of `concurrency` runs at once against each target.
 pub(super) async fn measure(plan: Plan, concurrency: usize, rounds: usize) -> Outcome {

@@ -46,7 +46,7 @@ fn scenario_name(relay: &Relay) -> String {
 
 /// Counted requests per target and run.
 fn counted(relay: &Relay) -> usize {
-    if relay.concurrency > 1 { relay.concurrency * relay.rounds * 2 } else { relay.requests }
+    if relay.concurrency > 1 { relay.concurrency * relay.rounds * super::concurrent::PER_VISIT } else { relay.requests }
 }
 
 fn one_summary(relay: &Relay, rows: &[RunResult]) -> Option<Summary> {
