@@ -10,7 +10,8 @@
 //! ./bench --soak --soak-duration 60s  # the soak (never in the default set), one minute instead of ten
 //! ./bench --cluster                # one node against three through Redis (never in the default set)
 //! ./bench --relay                  # the relay (never in the default set): agentmux and LiteLLM in front of
-//!                                  # a fast upstream, their added time to first token and per chunk
+//!                                  # a fast upstream, their added time to first token and per chunk, one
+//!                                  # request at a time (relay) and 50 / 200 at once (relay-50, relay-200)
 //! ```
 //!
 //! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
@@ -20,7 +21,8 @@
 //! - `soak/`: about 10,000 connections of every kind for ten minutes while streams come and go, and whether
 //!   the server's RSS stays flat (run only when asked for, once);
 //! - `relay/`: the time agentmux adds to the first token and to each chunk in front of a fast OpenAI-compatible
-//!   upstream, beside LiteLLM's proxy (run only when asked for);
+//!   upstream (plain and over TLS), beside LiteLLM's proxy, one request at a time and many at once (run only
+//!   when asked for);
 //! - `output_server.rs`: agentmux's service with an in-process producer, for the token-streaming scenarios:
 //!   deltas emitted through the `Output` handle instead of posted;
 //! - `cluster.rs`: agentmux nodes through one `redis-server` (`--engine redis`), one node against three
@@ -119,6 +121,17 @@ struct Args {
     /// Leave LiteLLM out of the relay.
     #[arg(long)]
     relay_no_litellm: bool,
+    /// Concurrent streaming runs of the relay's concurrent scenarios (`relay-50`, `relay-200`; comma-separated,
+    /// `0` for none).
+    #[arg(long, value_delimiter = ',', default_values_t = [50, 200])]
+    relay_concurrency: Vec<usize>,
+    /// Between two content chunks of the upstream in the concurrent scenarios.
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    relay_concurrent_interval: Duration,
+    /// Counted rounds of the concurrent scenarios per run: in each, every target serves every client's
+    /// requests (default 2, 1 with --quick).
+    #[arg(long)]
+    relay_concurrent_rounds: Option<usize>,
     /// Internal: run as the relay's upstream.
     #[arg(long, hide = true)]
     relay_upstream: bool,
@@ -202,13 +215,30 @@ fn relay_settings(args: &Args) -> Relay {
         warmup: args.relay_warmup.unwrap_or(if args.quick { 5 } else { 20 }),
         venv: args.relay_venv.clone(),
         no_litellm: args.relay_no_litellm,
+        concurrency: 1,
+        rounds: args.relay_concurrent_rounds.unwrap_or(if args.quick { 1 } else { 2 }).max(1),
     }
+}
+
+/// The relay scenarios: one request at a time (`relay`), then each concurrency of `--relay-concurrency`
+/// (`relay-N`), the upstream streaming at `--relay-concurrent-interval`.
+fn relay_scenarios(args: &Args) -> Vec<Scenario> {
+    let one = relay_settings(args);
+    let mut all = vec![Scenario { name: "relay".into(), kind: Kind::Relay(one.clone()), ceiling: false, nchan: false }];
+    for &concurrency in args.relay_concurrency.iter().filter(|&&n| n > 1) {
+        let mut relay = one.clone();
+        relay.concurrency = concurrency;
+        relay.pace.interval = args.relay_concurrent_interval;
+        let name = format!("relay-{concurrency}");
+        all.push(Scenario { name, kind: Kind::Relay(relay), ceiling: false, nchan: false });
+    }
+    all
 }
 
 /// Every scenario: the relay and the soak (last) only run when asked for by name.
 fn scenarios(args: &Args) -> Vec<Scenario> {
     let mut all = standard(args.quick);
-    all.push(Scenario { name: "relay".into(), kind: Kind::Relay(relay_settings(args)), ceiling: false, nchan: false });
+    all.extend(relay_scenarios(args));
     let soak = Soak {
         duration: args.soak_duration,
         connections: args.soak_connections,
@@ -247,7 +277,7 @@ fn selected(args: &Args, scenario: &Scenario) -> bool {
         return args.soak || args.only.iter().any(|o| o == "soak");
     }
     if let Kind::Relay(_) = scenario.kind {
-        return args.relay || args.only.iter().any(|o| o == "relay");
+        return args.relay || args.only.iter().any(|o| o.starts_with("relay") && scenario.name.starts_with(o.as_str()));
     }
     if let Kind::Cluster { .. } = scenario.kind {
         return args.cluster
@@ -375,7 +405,7 @@ struct Report<'a> {
     all_runs: Vec<RunResult>,
     /// The relay's settings, LiteLLM's version and the issue's targets, when it ran.
     #[serde(skip_serializing_if = "Option::is_none")]
-    relay: Option<relay::Summary>,
+    relay: Option<Vec<relay::Summary>>,
 }
 
 async fn bench(args: Args, nofile: u64) -> ExitCode {
@@ -487,8 +517,11 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
     }
     let medians = medians(&selected, &all);
     print_table(&medians, runs, args.quick);
-    let relay = relay_settings(&args);
-    relay::print_table(&relay, &medians, runs);
+    let relays: Vec<Relay> = selected
+        .iter()
+        .filter_map(|s| if let Kind::Relay(relay) = &s.kind { Some(relay.clone()) } else { None })
+        .collect();
+    relay::print_tables(&relays, &medians, runs);
     println!("total {:.0}s", started.elapsed().as_secs_f64());
     if let Some(path) = &args.json {
         let report = Report {
@@ -500,7 +533,7 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
             deltas_per_message: settings.deltas_per_message,
             sample_every: settings.sample_every,
             nchan: settings.nchan.as_ref().map(|install| install.versions.clone()),
-            relay: relay::summary(&relay, &medians),
+            relay: relay::summary(&relays, &medians),
             medians,
             all_runs: all,
         };

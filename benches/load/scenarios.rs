@@ -107,7 +107,7 @@ impl Scenario {
             Kind::WsIdle(WsIdle { connections, .. }) => 2 * connections,
             Kind::Soak(ref soak) => soak.connections(),
             // The client's connection to each target and the proxies' to the upstream.
-            Kind::Relay(_) => 8,
+            Kind::Relay(ref relay) => 2 * relay.concurrency + 8,
             Kind::Cluster { subscribers, .. } => subscribers,
         }
     }

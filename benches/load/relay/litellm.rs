@@ -8,7 +8,8 @@
 //! agentmux against the upstream.
 //!
 //! Running: `litellm --config FILE --host 127.0.0.1 --port P` with the config mapping the model to
-//! `openai/<model>` at the upstream's `/v1` with a dummy key, a random master key (the proxy refuses to start
+//! `openai/<model>` at the upstream's `/v1` (over HTTPS too: the upstream's CA is then given in `SSL_VERIFY`
+//! and `SSL_CERT_FILE`, which LiteLLM's HTTP clients trust) with a dummy key, a random master key (the proxy refuses to start
 //! without one; the client sends it), no database (spend and error logs off), no callbacks, and the environment kept off the network: the model cost map is the one the package ships
 //! (`LITELLM_LOCAL_MODEL_COST_MAP`), telemetry has no destination, proxies are cleared. It is ready when
 //! `GET /health/liveliness` answers 200.
@@ -103,13 +104,13 @@ pub(crate) fn ensure(venv: &Path) -> Result<LiteLlm, String> {
 }
 
 /// The proxy's configuration: `model` forwarded to the upstream as an OpenAI-compatible one.
-fn config(model: &str, upstream: SocketAddr, master_key: &str) -> String {
+fn config(model: &str, api_base: &str, master_key: &str) -> String {
     format!(
         "model_list:\n\
          \x20 - model_name: {model}\n\
          \x20   litellm_params:\n\
          \x20     model: openai/{model}\n\
-         \x20     api_base: http://{upstream}/v1\n\
+         \x20     api_base: {api_base}\n\
          \x20     api_key: sk-relay-dummy\n\
          litellm_settings:\n\
          \x20 drop_params: true\n\
@@ -122,20 +123,22 @@ fn config(model: &str, upstream: SocketAddr, master_key: &str) -> String {
 }
 
 impl LiteLlm {
-    /// Starts the proxy in front of `upstream` for `model`, and waits until it is alive (up to `within`).
-    /// Clients must send `master_key` as a bearer token.
+    /// Starts the proxy in front of the upstream at `api_base` (`http://ADDR/v1`, or `https://` with its CA in
+    /// `ca`) for `model`, and waits until it is alive (up to `within`). Clients must send `master_key` as a
+    /// bearer token.
     pub(crate) async fn start(
         &self,
         model: &str,
-        upstream: SocketAddr,
+        api_base: &str,
+        ca: Option<&Path>,
         master_key: &str,
         label: &str,
         within: Duration,
     ) -> io::Result<Server> {
         let dir = PathBuf::from("target/bench/relay");
         std::fs::create_dir_all(&dir)?;
-        let config_path = dir.join("litellm.yaml");
-        std::fs::write(&config_path, config(model, upstream, master_key))?;
+        let config_path = dir.join(format!("{label}-litellm.yaml"));
+        std::fs::write(&config_path, config(model, api_base, master_key))?;
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let logs = PathBuf::from("target/bench/logs");
@@ -150,7 +153,12 @@ impl LiteLlm {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        let child = offline(&mut command).spawn()?;
+        offline(&mut command);
+        // Its HTTP clients trust the CA of `SSL_VERIFY` (a path), and httpx's defaults that of `SSL_CERT_FILE`.
+        if let Some(ca) = ca {
+            command.env("SSL_VERIFY", ca).env("SSL_CERT_FILE", ca);
+        }
+        let child = command.spawn()?;
         let mut server = Server::adopt(child, addr);
         let deadline = Instant::now() + within;
         loop {

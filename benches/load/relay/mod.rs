@@ -1,6 +1,8 @@
-//! The `relay` scenario (issue "A relay benchmark"): what agentmux adds to the time to first token and to
-//! each chunk when it relays a fast OpenAI-compatible upstream, side by side in one run with LiteLLM's proxy
-//! in front of the same upstream. Not in the default set: `./bench --relay` (or `--only relay`).
+//! The `relay` scenarios (issue "A relay benchmark", then "The gateway under load"): what agentmux adds to
+//! the time to first token and to each chunk when it relays a fast OpenAI-compatible upstream, side by side in
+//! one run with LiteLLM's proxy in front of the same upstream. Not in the default set: `./bench --relay` (or
+//! `--only relay`) runs `relay` (one request at a time) and `relay-50`, `relay-200` (that many concurrent
+//! streaming runs, `concurrent.rs`).
 //!
 //! Each run starts, on loopback:
 //! - the fast upstream (`upstream.rs`, a child process of the load generator) that stamps every content
@@ -11,23 +13,27 @@
 //!   https://UPSTREAM_TLS/v1 --upstream-ca-file`, the upstream's CA made at start by `tls.rs`): what TLS to
 //!   the upstream adds (a handshake per pooled connection, decrypting each chunk) beside the plain relay;
 //! - LiteLLM's proxy in front of the same upstream (`litellm.rs`: installed into a venv under `target/` the
-//!   first time). If it cannot be installed or started, a line says why and the run measures the other two.
+//!   first time), and a second one, `litellm-tls`, in front of its HTTPS side (trusting the CA through
+//!   `SSL_VERIFY`). If it cannot be installed or started, a line says why and the run measures the others.
 //!
-//! Then one client (`stream.rs`, on a thread of its own) sends streaming chat requests one at a time,
-//! interleaved: the upstream directly (the baseline), agentmux, LiteLLM, again (each round starting one
+//! Then, in `relay`, one client (`stream.rs`, on a thread of its own) sends streaming chat requests one at a
+//! time, interleaved: the upstream directly (the baseline), agentmux, LiteLLM, again (each round starting one
 //! target further on, so each follows every other as often), `warmup` rounds that are not counted, then
 //! `requests` rounds that are, so noise meets every target alike. Per target: time to first
 //! token (request written to first content chunk read) and per-chunk latency (chunk read less its stamp),
 //! p50 and p99, exact over the samples. "Added" is a target's quantile less the direct one's of the same
-//! run. The table shows the medians over the runs of every figure, and LiteLLM's added TTFT p50 over
-//! agentmux's.
+//! run (the plain upstream's, for the TLS targets too: what TLS costs is part of what they add). The tables
+//! (`report.rs`) show the medians over the runs of every figure, and LiteLLM's added TTFT over agentmux's.
 
+mod concurrent;
 mod litellm;
+mod report;
 mod stream;
 mod tls;
 pub(crate) mod upstream;
 
-use std::collections::BTreeMap;
+pub(crate) use report::{Summary, notes, print_tables, summary};
+
 use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
@@ -35,7 +41,6 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tokio::sync::OnceCell;
 
 use crate::procfs::{self, Server};
@@ -63,11 +68,17 @@ pub(crate) struct Relay {
     pub(crate) venv: PathBuf,
     /// Leave LiteLLM out.
     pub(crate) no_litellm: bool,
+    /// Streaming runs in flight at once: 1 is `relay` (one request at a time, `requests` of them, after
+    /// `warmup`), more is a concurrent scenario (`concurrent.rs`: `rounds` counted rounds).
+    pub(crate) concurrency: usize,
+    /// Counted rounds of a concurrent scenario.
+    pub(crate) rounds: usize,
 }
 
 /// The targets, in the order each round visits them.
-pub(crate) const TARGETS: [&str; 4] = ["direct", "agentmux", "agentmux-tls", "litellm"];
+pub(crate) const TARGETS: [&str; 5] = ["direct", "agentmux", "agentmux-tls", "litellm", "litellm-tls"];
 const LITELLM_TARGET: &str = TARGETS[3];
+const LITELLM_TLS_TARGET: &str = TARGETS[4];
 
 /// LiteLLM, installed once per process (or why not).
 static LITELLM: OnceCell<Result<LiteLlm, String>> = OnceCell::const_new();
@@ -152,6 +163,87 @@ struct Measured {
 /// Failures in a row after which a target is not asked again in that run.
 const GIVE_UP: usize = 5;
 
+impl Measured {
+    /// One answer (`took` nanoseconds from writing the request to its end) of `chunks` expected: its samples
+    /// when `counted`, its error (counted or not) when it failed.
+    fn record(&mut self, answer: io::Result<stream::Answer>, took: u64, chunks: usize, counted: bool) {
+        let why = match &answer {
+            Err(e) => Some(e.to_string()),
+            Ok(a) if !a.done || a.chunk_ns.len() != chunks || a.ttft_ns.is_none() => {
+                Some(format!("short answer: {} stamped chunks of {chunks}, [DONE] {}", a.chunk_ns.len(), a.done))
+            }
+            Ok(_) => None,
+        };
+        self.failing = if why.is_some() { self.failing + 1 } else { 0 };
+        if self.failing == GIVE_UP {
+            self.notes.push(format!("left out after {GIVE_UP} failures in a row"));
+        }
+        if let Some(why) = why {
+            let why = if counted { why } else { format!("warm-up: {why}") };
+            self.errors += 1;
+            if self.notes.len() < 4 && !self.notes.contains(&why) {
+                self.notes.push(why);
+            }
+        }
+        if !counted {
+            return;
+        }
+        self.requests += 1;
+        self.busy_ns += took;
+        if let Ok(answer) = answer {
+            self.ttft.extend(answer.ttft_ns);
+            self.chunks.extend(answer.chunk_ns);
+        }
+    }
+}
+
+/// What a measurement gives: every target's samples and CPU over the counted part, the upstream's CPU,
+/// the counted part's wall time, and the load generator's own CPU over it.
+struct Outcome {
+    measured: Vec<Measured>,
+    upstream_cpu: procfs::Cpu,
+    seconds: f64,
+    load_cpu: procfs::Cpu,
+    /// The load generator's CPU in cores where it was highest (a concurrent scenario's busiest visit);
+    /// `None`: over the whole counted part.
+    load_cores: Option<f64>,
+}
+
+/// The CPU of every target's server, the upstream's and the load generator's, and the time: taken when the
+/// counted part starts and again when it ends.
+struct Marks {
+    targets: Vec<procfs::Cpu>,
+    upstream: procfs::Cpu,
+    load: procfs::Cpu,
+    at: u64,
+}
+
+impl Marks {
+    fn now(plan: &Plan) -> Marks {
+        Marks {
+            targets: plan.targets.iter().map(|(_, _, pid)| procfs::cpu_seconds(pid)).collect(),
+            upstream: procfs::cpu_seconds(&plan.upstream_pid),
+            load: procfs::cpu_seconds(&std::process::id().to_string()),
+            at: wall_ns(),
+        }
+    }
+
+    /// The outcome of `measured` since these marks.
+    fn outcome(self, plan: &Plan, mut measured: Vec<Measured>) -> Outcome {
+        let end = Marks::now(plan);
+        for ((measured, before), after) in measured.iter_mut().zip(self.targets).zip(end.targets) {
+            measured.cpu = after.since(before);
+        }
+        Outcome {
+            measured,
+            upstream_cpu: end.upstream.since(self.upstream),
+            seconds: end.at.saturating_sub(self.at) as f64 / 1e9,
+            load_cpu: end.load.since(self.load),
+            load_cores: None,
+        }
+    }
+}
+
 struct Plan {
     /// Name, address, server pid.
     targets: Vec<(&'static str, SocketAddr, String)>,
@@ -162,26 +254,31 @@ struct Plan {
     requests: usize,
     chunks: usize,
     limit: Duration,
+    /// How long one answer streams.
+    stream: Duration,
 }
 
-/// The interleaved rounds; every target's samples and CPU over the counted ones, and the upstream's CPU.
-async fn measure(plan: Plan) -> (Vec<Measured>, procfs::Cpu, f64) {
-    let body = serde_json::json!({
+/// The body of every request.
+fn chat_body() -> Vec<u8> {
+    serde_json::json!({
         "model": MODEL,
         "stream": true,
         "messages": [{"role": "user", "content": "Say something."}],
     })
     .to_string()
-    .into_bytes();
+    .into_bytes()
+}
+
+/// The interleaved rounds, one request at a time.
+async fn measure(plan: Plan) -> Outcome {
+    let body = chat_body();
     let mut clients: Vec<Client> =
         plan.targets.iter().zip(&plan.keys).map(|(&(_, addr, _), key)| Client::new(addr, key.clone())).collect();
     let mut out: Vec<Measured> = plan.targets.iter().map(|_| Measured::default()).collect();
-    let cpus = |plan: &Plan| plan.targets.iter().map(|(_, _, pid)| procfs::cpu_seconds(pid)).collect::<Vec<_>>();
-    let (mut before, mut upstream_before, mut started) =
-        (cpus(&plan), procfs::cpu_seconds(&plan.upstream_pid), wall_ns());
+    let mut marks = Marks::now(&plan);
     for round in 0..plan.warmup + plan.requests {
         if round == plan.warmup {
-            (before, upstream_before, started) = (cpus(&plan), procfs::cpu_seconds(&plan.upstream_pid), wall_ns());
+            marks = Marks::now(&plan);
         }
         let counted = round >= plan.warmup;
         // Each round starts one target further on, so that each follows every other one as often, and
@@ -194,44 +291,10 @@ async fn measure(plan: Plan) -> (Vec<Measured>, procfs::Cpu, f64) {
             }
             let began = wall_ns();
             let answer = client.stream("/v1/chat/completions", &body, plan.limit).await;
-            let took = wall_ns().saturating_sub(began);
-            let why = match &answer {
-                Err(e) => Some(e.to_string()),
-                Ok(a) if !a.done || a.chunk_ns.len() != plan.chunks || a.ttft_ns.is_none() => Some(format!(
-                    "short answer: {} stamped chunks of {}, [DONE] {}",
-                    a.chunk_ns.len(),
-                    plan.chunks,
-                    a.done
-                )),
-                Ok(_) => None,
-            };
-            measured.failing = if why.is_some() { measured.failing + 1 } else { 0 };
-            if measured.failing == GIVE_UP {
-                measured.notes.push(format!("left out after {GIVE_UP} failures in a row"));
-            }
-            if let Some(why) = why {
-                let why = if counted { why } else { format!("warm-up: {why}") };
-                measured.errors += 1;
-                if measured.notes.len() < 4 && !measured.notes.contains(&why) {
-                    measured.notes.push(why);
-                }
-            }
-            if !counted {
-                continue;
-            }
-            measured.requests += 1;
-            measured.busy_ns += took;
-            if let Ok(answer) = answer {
-                measured.ttft.extend(answer.ttft_ns);
-                measured.chunks.extend(answer.chunk_ns);
-            }
+            measured.record(answer, wall_ns().saturating_sub(began), plan.chunks, counted);
         }
     }
-    let seconds = wall_ns().saturating_sub(started) as f64 / 1e9;
-    for ((measured, before), after) in out.iter_mut().zip(before).zip(cpus(&plan)) {
-        measured.cpu = after.since(before);
-    }
-    (out, procfs::cpu_seconds(&plan.upstream_pid).since(upstream_before), seconds)
+    marks.outcome(&plan, out)
 }
 
 /// The value at quantile `q` of `values` (nearest rank), in milliseconds.
@@ -244,13 +307,27 @@ fn quantile_ms(values: &mut [u64], q: f64) -> Option<f64> {
     Some(values[rank - 1] as f64 / 1e6)
 }
 
-/// One run: the three servers, the rounds, a row per target.
-pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settings) -> io::Result<Vec<RunResult>> {
-    let label = format!("{name}-run{run}");
-    let litellm = litellm(relay).await;
+/// The servers of one run: the upstream, the two agentmux and the LiteLLM proxies that started.
+struct Servers {
+    upstream: Server,
+    agentmux: Server,
+    agentmux_tls: Server,
+    /// LiteLLM in front of the plain upstream and of its HTTPS side, or why not.
+    litellm: [Result<Server, String>; 2],
+    master_key: String,
+    /// Fresh data directories, removed with the servers.
+    _data: Vec<procfs::DataDir>,
+}
+
+/// Starts the servers of one run labelled `label`.
+async fn start(
+    relay: &Relay,
+    label: &str,
+    settings: &Settings,
+    litellm: &Result<LiteLlm, String>,
+) -> io::Result<Servers> {
     let logs = PathBuf::from("target/bench/logs");
     std::fs::create_dir_all(&logs)?;
-
     let tls_dir = logs.join(format!("{label}-tls"));
     let mut command = Command::new(std::env::current_exe()?);
     command.args(["--relay-upstream", "--addr", "127.0.0.1:0", "--relay-chunks"]).arg(relay.pace.chunks.to_string());
@@ -265,11 +342,12 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
     })?;
 
     // With its store (the service's default), what a client receives waits for the writer's commit.
-    let (plain_data, tls_data) = (
-        settings.store.then(|| crate::procfs::DataDir::fresh(&label)),
-        settings.store.then(|| crate::procfs::DataDir::fresh(&format!("{label}-tls"))),
-    );
-    let agentmux_in_front = |url: String, data: Option<&crate::procfs::DataDir>, extra: Vec<std::ffi::OsString>| {
+    let data: Vec<procfs::DataDir> = if settings.store {
+        vec![procfs::DataDir::fresh(label), procfs::DataDir::fresh(&format!("{label}-tls"))]
+    } else {
+        Vec::new()
+    };
+    let agentmux_in_front = |url: String, data: Option<&procfs::DataDir>, extra: Vec<std::ffi::OsString>| {
         let mut command = Command::new(&settings.agentmux);
         command.args(["--addr", "127.0.0.1:0", "--upstream-url", &url]).args(extra);
         match data {
@@ -278,50 +356,96 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
         };
         command
     };
-    let command = agentmux_in_front(format!("http://{}/v1", upstream.addr), plain_data.as_ref(), Vec::new());
+    let command = agentmux_in_front(format!("http://{}/v1", upstream.addr), data.first(), Vec::new());
     let agentmux =
         spawn_announcing(command, logs.join(format!("{label}-agentmux.log")), "agentmux listening", within).await?;
-    let ca = vec!["--upstream-ca-file".into(), tls_dir.join("ca.pem").into_os_string()];
-    let command = agentmux_in_front(format!("https://{tls_addr}/v1"), tls_data.as_ref(), ca);
+    let ca_file = tls_dir.join("ca.pem");
+    let ca = vec!["--upstream-ca-file".into(), ca_file.clone().into_os_string()];
+    let command = agentmux_in_front(format!("https://{tls_addr}/v1"), data.get(1), ca);
     let agentmux_tls =
         spawn_announcing(command, logs.join(format!("{label}-agentmux-tls.log")), "agentmux listening", within).await?;
 
     let master_key = format!("sk-relay-{:032x}", rand::random::<u128>());
-    let proxy = match &litellm {
-        Ok(litellm) => litellm
-            .start(MODEL, upstream.addr, &master_key, &label, Duration::from_secs(180))
-            .await
-            .map_err(|e| e.to_string()),
-        Err(why) => Err(why.clone()),
+    let proxy = |base: String, ca: Option<PathBuf>, label: String| {
+        let master_key = master_key.clone();
+        async move {
+            match litellm {
+                Ok(litellm) => litellm
+                    .start(MODEL, &base, ca.as_deref(), &master_key, &label, Duration::from_secs(180))
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(why) => Err(why.clone()),
+            }
+        }
     };
-    if let (Ok(_), Err(why)) = (&litellm, &proxy) {
-        eprintln!("relay: LiteLLM did not start in run {run}, measuring direct and agentmux only: {why}");
+    let plain = proxy(format!("http://{}/v1", upstream.addr), None, label.to_owned()).await;
+    let tls = proxy(format!("https://{tls_addr}/v1"), Some(ca_file), format!("{label}-tls")).await;
+    for (which, proxy) in [("", &plain), (" (TLS upstream)", &tls)] {
+        if let (Ok(_), Err(why)) = (litellm, proxy) {
+            eprintln!("relay: LiteLLM{which} did not start in {label}: {why}");
+        }
     }
+    Ok(Servers { upstream, agentmux, agentmux_tls, litellm: [plain, tls], master_key, _data: data })
+}
 
-    let mut targets = vec![(TARGETS[0], upstream.addr, upstream.pid().to_owned())];
-    targets.push((TARGETS[1], agentmux.addr, agentmux.pid().to_owned()));
-    targets.push((TARGETS[2], agentmux_tls.addr, agentmux_tls.pid().to_owned()));
-    if let Ok(proxy) = &proxy {
-        targets.push((LITELLM_TARGET, proxy.addr, proxy.pid().to_owned()));
+/// One run: the servers, the rounds, a row per target.
+pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settings) -> io::Result<Vec<RunResult>> {
+    let label = format!("{name}-run{run}");
+    let litellm = litellm(relay).await;
+    let servers = start(relay, &label, settings, &litellm).await?;
+    let mut listed: Vec<(&'static str, &Server)> =
+        vec![(TARGETS[0], &servers.upstream), (TARGETS[1], &servers.agentmux), (TARGETS[2], &servers.agentmux_tls)];
+    for (target, proxy) in [LITELLM_TARGET, LITELLM_TLS_TARGET].into_iter().zip(&servers.litellm) {
+        if let Ok(proxy) = proxy {
+            listed.push((target, proxy));
+        }
     }
+    let targets: Vec<_> = listed.iter().map(|(name, server)| (*name, server.addr, server.pid().to_owned())).collect();
     let stream_s = relay.pace.interval.as_secs_f64() * relay.pace.chunks as f64;
-    let keys = targets.iter().map(|(name, _, _)| (*name == LITELLM_TARGET).then(|| master_key.clone())).collect();
+    let concurrency = relay.concurrency;
+    let is_litellm = |name: &str| name == LITELLM_TARGET || name == LITELLM_TLS_TARGET;
+    let keys = targets.iter().map(|(name, _, _)| is_litellm(name).then(|| servers.master_key.clone())).collect();
     let plan = Plan {
         targets: targets.clone(),
         keys,
-        upstream_pid: upstream.pid().to_owned(),
+        upstream_pid: servers.upstream.pid().to_owned(),
         warmup: relay.warmup,
         requests: relay.requests,
         chunks: relay.pace.chunks,
-        limit: Duration::from_secs_f64(10.0 + 4.0 * stream_s),
+        // Concurrent runs may queue behind each other in a saturated proxy: they get longer, so that a slow
+        // answer is measured as slow rather than counted as an error.
+        limit: Duration::from_secs_f64(10.0 + 4.0 * stream_s * concurrency.min(15) as f64),
+        stream: Duration::from_secs_f64(stream_s),
     };
-    let (mut measured, upstream_cpu, seconds) =
-        on_own_thread(move || measure(plan)).await.map_err(|_| io::Error::other("the relay client stopped"))?;
+    let rounds = relay.rounds;
+    let outcome = on_own_thread(move || async move {
+        if concurrency > 1 { concurrent::measure(plan, concurrency, rounds).await } else { measure(plan).await }
+    })
+    .await
+    .map_err(|_| io::Error::other("the relay client stopped"))?;
+    let mut rows = rows(name, run, &targets, &listed, outcome);
+    rows.iter_mut().for_each(|row| row.connections = concurrency);
+    if let (Some(row), Err(why)) = (rows.iter_mut().find(|r| r.target == TARGETS[1]), &servers.litellm[0]) {
+        row.note(format!("LiteLLM not measured: {why}"));
+    }
+    if let (Ok(litellm), Some(row)) = (&litellm, rows.iter_mut().find(|r| is_litellm(&r.target))) {
+        row.note(format!("LiteLLM {}", litellm.version));
+    }
+    Ok(rows)
+}
 
-    let servers: Vec<&Server> =
-        [Some(&upstream), Some(&agentmux), Some(&agentmux_tls), proxy.as_ref().ok()].into_iter().flatten().collect();
+/// A row per target of one run's `outcome`.
+fn rows(
+    name: &str,
+    run: usize,
+    targets: &[(&'static str, SocketAddr, String)],
+    servers: &[(&'static str, &Server)],
+    mut outcome: Outcome,
+) -> Vec<RunResult> {
+    let seconds = outcome.seconds;
     let mut rows = Vec::new();
-    for (((target, _, _), measured), server) in targets.iter().zip(measured.iter_mut()).zip(servers) {
+    for (((target, _, _), measured), (_, server)) in targets.iter().zip(outcome.measured.iter_mut()).zip(servers) {
+        let direct = *target == TARGETS[0];
         let mut row = RunResult {
             scenario: name.to_owned(),
             target: (*target).to_owned(),
@@ -334,7 +458,7 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
             latency_samples: measured.ttft.len() as u64,
             p50_ms: quantile_ms(&mut measured.ttft, 0.5),
             p99_ms: quantile_ms(&mut measured.ttft, 0.99),
-            server_cpu_s: if *target == TARGETS[0] { upstream_cpu.total() } else { measured.cpu.total() },
+            server_cpu_s: if direct { outcome.upstream_cpu.total() } else { measured.cpu.total() },
             server_peak_rss_mib: server.peak_rss_kib() as f64 / 1024.0,
             errors: measured.errors,
             ..RunResult::default()
@@ -350,28 +474,20 @@ pub(crate) async fn run(relay: &Relay, name: &str, run: usize, settings: &Settin
         put("chunk_p50_ms", quantile_ms(&mut measured.chunks, 0.5));
         put("chunk_p99_ms", quantile_ms(&mut measured.chunks, 0.99));
         // The upstream served every target's requests: its CPU per request it answered.
-        let served = if *target == TARGETS[0] {
-            measured.requests as f64 * targets.len() as f64
-        } else {
-            measured.requests as f64
-        };
+        let served = if direct { measured.requests as f64 * targets.len() as f64 } else { measured.requests as f64 };
         put("cpu_ms_per_request", (served > 0.0).then(|| row.server_cpu_s * 1e3 / served));
         let requests = measured.requests as f64;
         put("request_ms", (requests > 0.0).then(|| measured.busy_ns as f64 / 1e6 / requests));
-        if *target == LITELLM_TARGET
-            && let Ok(litellm) = &litellm
-        {
-            row.note(format!("LiteLLM {}", litellm.version));
+        // The load generator's own CPU over the counted part, in cores: it must stay well under one (its
+        // client runs on one thread) for the figures to be the servers'.
+        if direct {
+            let overall = (seconds > 0.0).then(|| outcome.load_cpu.total() / seconds);
+            put("load_cpu_cores", outcome.load_cores.or(overall));
         }
         rows.push(row);
     }
     added(&mut rows);
-    if let Err(why) = &proxy
-        && let Some(row) = rows.iter_mut().find(|r| r.target == TARGETS[1])
-    {
-        row.note(format!("LiteLLM not measured: {why}"));
-    }
-    Ok(rows)
+    rows
 }
 
 /// Each proxy's figures less the direct ones of the same run, and LiteLLM's added TTFT p50 over agentmux's.
@@ -386,188 +502,19 @@ fn added(rows: &mut [RunResult]) {
             }
         }
     }
-    let added_p50 = |rows: &[RunResult], target: &str| {
-        rows.iter().find(|r| r.target == target).and_then(|r| r.extra.get("added_ttft_p50_ms").copied())
+    let get = |rows: &[RunResult], target: &str, key: &str| {
+        rows.iter().find(|r| r.target == target).and_then(|r| r.extra.get(key).copied())
     };
-    if let (Some(agentmux), Some(litellm)) = (added_p50(rows, TARGETS[1]), added_p50(rows, LITELLM_TARGET))
-        && agentmux > 0.0
-        && let Some(row) = rows.iter_mut().find(|r| r.target == LITELLM_TARGET)
-    {
-        row.extra.insert("added_ttft_p50_over_agentmux".into(), litellm / agentmux);
-    }
-}
-
-/// What the relay's JSON report adds: the settings, LiteLLM, the targets of the issue and whether they were
-/// met (from the medians).
-#[derive(Debug, Serialize)]
-pub(crate) struct Summary {
-    chunks: usize,
-    interval_ms: f64,
-    requests: usize,
-    warmup: usize,
-    litellm_version: Option<String>,
-    litellm_missing: Option<String>,
-    agentmux_added_ttft_p50_ms: Option<f64>,
-    /// The same through agentmux with its upstream over HTTPS.
-    agentmux_tls_added_ttft_p50_ms: Option<f64>,
-    litellm_added_ttft_p50_ms: Option<f64>,
-    /// LiteLLM's added TTFT p50 over agentmux's, from the medians.
-    litellm_over_agentmux: Option<f64>,
-    /// Target: agentmux's added TTFT p50 under 1 ms.
-    added_ttft_p50_under_1ms: Option<bool>,
-    /// Target: at least 5 times less than LiteLLM's.
-    at_least_5x_less_than_litellm: Option<bool>,
-}
-
-fn figure(rows: &[RunResult], target: &str, key: &str) -> Option<f64> {
-    rows.iter().find(|r| r.scenario == "relay" && r.target == target).and_then(|r| r.extra.get(key).copied())
-}
-
-/// The summary of the median `rows`, if the relay ran.
-pub(crate) fn summary(relay: &Relay, rows: &[RunResult]) -> Option<Summary> {
-    rows.iter().find(|r| r.scenario == "relay")?;
-    let agentmux = figure(rows, TARGETS[1], "added_ttft_p50_ms");
-    let litellm = figure(rows, LITELLM_TARGET, "added_ttft_p50_ms");
-    let ratio = match (agentmux, litellm) {
-        (Some(a), Some(l)) if a > 0.0 => Some(l / a),
-        _ => None,
-    };
-    let state = LITELLM.get().cloned();
-    Some(Summary {
-        chunks: relay.pace.chunks,
-        interval_ms: relay.pace.interval.as_secs_f64() * 1e3,
-        requests: relay.requests,
-        warmup: relay.warmup,
-        litellm_version: state.as_ref().and_then(|s| s.as_ref().ok()).map(|l| l.version.clone()),
-        litellm_missing: match (&state, litellm) {
-            (Some(Err(why)), _) => Some(why.clone()),
-            (_, None) => Some(if relay.no_litellm { "left out (--relay-no-litellm)" } else { "did not start" }.into()),
-            _ => None,
-        },
-        agentmux_added_ttft_p50_ms: agentmux,
-        agentmux_tls_added_ttft_p50_ms: figure(rows, TARGETS[2], "added_ttft_p50_ms"),
-        litellm_added_ttft_p50_ms: litellm,
-        litellm_over_agentmux: ratio,
-        added_ttft_p50_under_1ms: agentmux.map(|a| a < 1.0),
-        at_least_5x_less_than_litellm: match (agentmux, litellm) {
-            (Some(a), Some(l)) => Some(a <= 0.0 || l / a >= 5.0),
-            _ => None,
-        },
-    })
-}
-
-fn ms(value: Option<f64>) -> String {
-    value.map_or("-".into(), |v| format!("{v:.3}"))
-}
-
-/// The relay's own table, from the median rows.
-pub(crate) fn print_table(relay: &Relay, rows: &[RunResult], runs: usize) {
-    let Some(summary) = summary(relay, rows) else { return };
-    let header = [
-        "target",
-        "TTFT p50",
-        "TTFT p99",
-        "chunk p50",
-        "chunk p99",
-        "added TTFT p50",
-        "added TTFT p99",
-        "added chunk p50",
-        "added chunk p99",
-        "request",
-        "CPU ms/req",
-        "requests",
-        "errors",
-    ];
-    let mut lines = vec![header.iter().map(|h| h.to_string()).collect::<Vec<_>>()];
-    for row in rows.iter().filter(|r| r.scenario == "relay") {
-        let get = |key: &str| row.extra.get(key).copied();
-        let cpu = get("cpu_ms_per_request").map_or("-".into(), |v| format!("{v:.2}"));
-        lines.push(vec![
-            row.target.clone(),
-            ms(get("ttft_p50_ms")),
-            ms(get("ttft_p99_ms")),
-            ms(get("chunk_p50_ms")),
-            ms(get("chunk_p99_ms")),
-            ms(get("added_ttft_p50_ms")),
-            ms(get("added_ttft_p99_ms")),
-            ms(get("added_chunk_p50_ms")),
-            ms(get("added_chunk_p99_ms")),
-            get("request_ms").map_or("-".into(), |v| format!("{v:.1}")),
-            cpu,
-            row.messages.to_string(),
-            row.errors.to_string(),
-        ]);
-    }
-    let widths: Vec<usize> = (0..header.len()).map(|i| lines.iter().map(|l| l[i].len()).max().unwrap_or(0)).collect();
-    println!();
-    println!(
-        "relay ({} content chunks {:.1} ms apart; {} requests per target after {} warm-up, interleaved; {}; ms):",
-        summary.chunks,
-        summary.interval_ms,
-        summary.requests,
-        summary.warmup,
-        if runs > 1 { format!("medians of {runs} runs") } else { "one run".into() }
-    );
-    for line in &lines {
-        let cells: Vec<String> = line
-            .iter()
-            .enumerate()
-            .map(|(i, c)| if i == 0 { format!("{c:<w$}", w = widths[i]) } else { format!("{c:>w$}", w = widths[i]) })
-            .collect();
-        println!("{}", cells.join("  "));
-    }
-    let verdict = |met: Option<bool>| match met {
-        Some(true) => "met",
-        Some(false) => "NOT met",
-        None => "not measured",
-    };
-    match (&summary.litellm_version, &summary.litellm_missing) {
-        (Some(version), None) => println!("LiteLLM {version} (litellm[proxy], one worker, its defaults)"),
-        (version, Some(why)) => {
-            println!("LiteLLM{} not measured: {why}", version.as_ref().map(|v| format!(" {v}")).unwrap_or_default())
+    // Each LiteLLM beside the agentmux in front of the same upstream.
+    for (litellm_target, agentmux_target) in [(LITELLM_TARGET, TARGETS[1]), (LITELLM_TLS_TARGET, TARGETS[2])] {
+        for quantile in ["p50", "p99"] {
+            let key = format!("added_ttft_{quantile}_ms");
+            if let (Some(agentmux), Some(litellm)) = (get(rows, agentmux_target, &key), get(rows, litellm_target, &key))
+                && agentmux > 0.0
+                && let Some(row) = rows.iter_mut().find(|r| r.target == litellm_target)
+            {
+                row.extra.insert(format!("added_ttft_{quantile}_over_agentmux"), litellm / agentmux);
+            }
         }
-        (None, None) => {}
     }
-    println!(
-        "LiteLLM's added TTFT p50 / agentmux's: {}",
-        summary.litellm_over_agentmux.map_or("-".into(), |r| format!("{r:.1}x"))
-    );
-    println!(
-        "TLS to the upstream: agentmux-tls's added TTFT p50 {} ms against agentmux's {} ms over plain HTTP",
-        ms(summary.agentmux_tls_added_ttft_p50_ms),
-        ms(summary.agentmux_added_ttft_p50_ms)
-    );
-    println!(
-        "targets: agentmux's added TTFT p50 {} ms under 1 ms: {}; at least 5x less than LiteLLM's: {}",
-        ms(summary.agentmux_added_ttft_p50_ms),
-        verdict(summary.added_ttft_p50_under_1ms),
-        verdict(summary.at_least_5x_less_than_litellm)
-    );
-    println!(
-        "TTFT: request written to first content chunk read; chunk: a content chunk read less the time the upstream \
-         stamped in it; added: the proxy's quantile less the direct one of the same run (median over runs); request: \
-         the mean time from writing a request to the end of its answer; CPU: the server process per counted \
-         request (direct: the upstream, which served every target)."
-    );
-}
-
-/// The keys of a relay row's figures, for the main table's notes.
-pub(crate) fn notes(extra: &BTreeMap<String, f64>) -> Option<String> {
-    let chunk_p50 = extra.get("chunk_p50_ms")?;
-    let get = |key: &str| extra.get(key).map_or("-".into(), |v| format!("{v:.3}"));
-    let mut text =
-        format!("p50/p99: time to first token; per chunk p50 {chunk_p50:.3} / p99 {} ms", get("chunk_p99_ms"));
-    if extra.contains_key("added_ttft_p50_ms") {
-        text.push_str(&format!(
-            "; added TTFT p50 {} / p99 {} ms, per chunk p50 {} / p99 {} ms",
-            get("added_ttft_p50_ms"),
-            get("added_ttft_p99_ms"),
-            get("added_chunk_p50_ms"),
-            get("added_chunk_p99_ms")
-        ));
-    }
-    if let Some(cpu) = extra.get("cpu_ms_per_request") {
-        text.push_str(&format!("; {cpu:.2} ms CPU/request"));
-    }
-    Some(text)
 }
