@@ -14,8 +14,15 @@
 //!
 //! A stream has one feed per worker thread, and each connection keeps to one of them, so every core
 //! writes. Readers parked on a feed keep up by definition, so a feed gathers as a keeping-up reader does
-//! (`sse.rs`): a change that comes less than [`BUSY`] after the end of its last pass is written no sooner
-//! than [`GATHER`] after it, so tokens posted one at a time share writes.
+//! (`sse.rs`), where that pays: a change that comes less than [`BUSY`] after the end of its last pass is
+//! written no sooner than [`GATHER`] after it, so tokens posted one at a time to many readers share writes.
+//! Not for a stream's lone reader: a hold saves it nothing and delays each message (see `sse.rs`,
+//! `shares_writes`).
+//!
+//! A pass lets the worker's other tasks run only every [`DELIVERIES_PER_TURN`] deliveries, so a producer
+//! posting bursts gets about one turn per pass, as it would among readers that each had a task of their own
+//! (the ceiling's). More turns than that let it append a batch per turn and get ever further ahead of its
+//! readers, and what it is ahead by is what they see as latency.
 //!
 //! Nothing is missed between a relay's last look and its parking: the relay is looked at once more after it
 //! is listed, and every change after that wakes the feed, whose pass looks at every listed relay.
@@ -30,12 +37,15 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::chunked;
-use super::sse::{BUSY, GATHER, Relay};
+use super::sse::{BUSY, GATHER, Relay, shares_writes_of};
 use crate::hub::Stream;
 use crate::sync::lock;
 
-/// Deliveries a feed makes before it lets the worker's other tasks run (a producer waiting for its answer).
-const DELIVERIES_PER_TURN: usize = 128;
+/// Deliveries a feed makes before it lets the worker's other tasks run (a producer waiting for its answer):
+/// a pass over up to this many readers is one turn. At 128, a producer posting batches to 1,000 readers (a
+/// feed of 500 on each of two workers) got four turns a pass, and its messages' publish-to-receive p99 was
+/// 3 to 10 times the ceiling's (`docs/benchmarks-history.md`, session 28).
+const DELIVERIES_PER_TURN: usize = 1024;
 
 /// Every stream's feeds; see the module doc.
 #[derive(Clone, Default)]
@@ -133,7 +143,7 @@ impl Feeds {
 }
 
 /// A feed's task: a pass over its relays at each change of the stream, until no one is parked on it.
-async fn write(feed: Arc<Feed>, feeds: Feeds, mut changes: watch::Receiver<u64>, _stream: Arc<Stream>) {
+async fn write(feed: Arc<Feed>, feeds: Feeds, mut changes: watch::Receiver<u64>, stream: Arc<Stream>) {
     let mut last_pass: Option<Instant> = None;
     loop {
         tokio::select! {
@@ -160,6 +170,7 @@ async fn write(feed: Arc<Feed>, feeds: Feeds, mut changes: watch::Receiver<u64>,
         }
         if let Some(last) = last_pass
             && Instant::now() < last + BUSY
+            && shares_writes_of(&stream)
         {
             tokio::time::sleep_until(last + GATHER).await;
         }
