@@ -11,10 +11,10 @@
 //! It runs in one of two modes ([`Mode`]), each a row of the table:
 //! - **coalescing** (`ceiling`, the bound): a subscriber that keeps up gathers as agentmux's do. When it is
 //!   woken less than [`GATHER`] after its last write, and that write took everything there was, it waits
-//!   until [`GATHER`] after that write before it looks (agentmux's feed does the same), so messages posted one at a time to many
-//!   subscribers share a write. Writes are most of a delivery's cost, and this is the one thing agentmux
-//!   does to them that the naive mode does not: without it the ceiling writes once per message per
-//!   subscriber in the token scenarios, and stops bounding anything there.
+//!   until [`GATHER`] after that write before it takes what is pending (agentmux's feed does the same), so
+//!   messages posted one at a time to many subscribers share a write. Writes are most of a delivery's cost,
+//!   and this is the one thing agentmux does to them that the naive mode does not: without it the ceiling
+//!   writes once per message per subscriber in the token scenarios, and stops bounding anything there.
 //! - **naive** (`ceiling-naive`, `--ceiling-naive`): it looks at once at every wake-up, so a message posted
 //!   on its own is written on its own to each subscriber (the ceiling of sessions 1 to 27).
 
