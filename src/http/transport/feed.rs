@@ -19,11 +19,6 @@
 //! Not for a stream's lone reader: a hold saves it nothing and delays each message (see `sse.rs`,
 //! `shares_writes`).
 //!
-//! A pass lets the worker's other tasks run only every [`DELIVERIES_PER_TURN`] deliveries, so a producer
-//! posting bursts gets about one turn per pass, as it would among readers that each had a task of their own
-//! (the ceiling's). More turns than that let it append a batch per turn and get ever further ahead of its
-//! readers, and what it is ahead by is what they see as latency.
-//!
 //! Nothing is missed between a relay's last look and its parking: the relay is looked at once more after it
 //! is listed, and every change after that wakes the feed, whose pass looks at every listed relay.
 
@@ -41,11 +36,10 @@ use super::sse::{BUSY, GATHER, Relay, shares_writes_of};
 use crate::hub::Stream;
 use crate::sync::lock;
 
-/// Deliveries a feed makes before it lets the worker's other tasks run (a producer waiting for its answer):
-/// a pass over up to this many readers is one turn. At 128, a producer posting batches to 1,000 readers (a
-/// feed of 500 on each of two workers) got four turns a pass, and its messages' publish-to-receive p99 was
-/// 3 to 10 times the ceiling's (`docs/benchmarks-history.md`, session 28).
-const DELIVERIES_PER_TURN: usize = 1024;
+/// Deliveries a feed makes before it lets the worker's other tasks run (a producer waiting for its answer).
+/// (A pass of one turn, 1,024, lowered fan-out 1,000's latency but cost it CPU: `docs/benchmarks-history.md`,
+/// session 28.)
+const DELIVERIES_PER_TURN: usize = 128;
 
 /// Every stream's feeds; see the module doc.
 #[derive(Clone, Default)]
