@@ -242,3 +242,112 @@ async fn subscribers_that_keep_up_get_every_message_and_their_pings_from_the_fee
     assert_eq!(ids, (1..=last).collect::<Vec<_>>(), "the stalled reader gets every message too");
     assert_eq!(events.iter().filter(|e| e.data.contains(&long)).count(), 100);
 }
+
+/// Reads from `tcp` into `seen` until it holds `needle`.
+async fn read_until(tcp: &mut TcpStream, seen: &mut Vec<u8>, needle: &str) {
+    let mut buffer = [0u8; 4096];
+    while !seen.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+        let read = tokio::time::timeout(PATIENCE, tcp.read(&mut buffer)).await.expect("more events").expect("read");
+        assert!(read > 0, "the connection closed before {needle:?}");
+        seen.extend_from_slice(&buffer[..read]);
+    }
+}
+
+/// The median of `delays`, in ms.
+fn median_ms(mut delays: Vec<Duration>) -> f64 {
+    delays.sort();
+    delays[delays.len() / 2].as_secs_f64() * 1e3
+}
+
+/// A stream's lone subscriber gets each message as soon as it is appended, however soon after the last
+/// (the relay's case: one chat completion read by its own client), on both paths a subscriber is written by:
+/// its stream's feed (the first request of a connection) and its own relay (a request hyper serves, after
+/// another on the same connection). Holding writes back to gather messages pays only where several readers
+/// share them (`transport/sse.rs`, `shares_writes`): before, a message appended less than 2.5 ms after the
+/// last write was held until 1.5 ms after it, so each of these came 1.5 to 2.5 ms late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_subscriber_gets_each_message_at_once() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    // On the feed: the connection's first request.
+    let fed = create_stream(&client, &server).await;
+    let mut fed_tcp = subscribe_raw(&server, &fed, None).await;
+    // On hyper: a first request it serves, then the events on the same connection.
+    let relayed = create_stream(&client, &server).await;
+    let mut relayed_tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let requests = format!(
+        "GET /healthz HTTP/1.1\r\nHost: agentmux\r\n\r\nGET /v1/streams/{relayed}/events HTTP/1.1\r\nHost: agentmux\r\n\r\n"
+    );
+    relayed_tcp.write_all(requests.as_bytes()).await.expect("write");
+    for (id, tcp) in [(&fed, &mut fed_tcp), (&relayed, &mut relayed_tcp)] {
+        let stream = server.hub.get(id).expect("the stream");
+        let mut seen = Vec::new();
+        read_until(tcp, &mut seen, "stream_start").await;
+        let mut delays = Vec::new();
+        for n in 0..30 {
+            // Appended as soon as the last one arrived: well within 2.5 ms of its write.
+            let token = format!("token{n}-");
+            let appended = std::time::Instant::now();
+            stream.append(agentmux::output::OutputMessage::text(token.clone())).expect("append");
+            read_until(tcp, &mut seen, &token).await;
+            delays.push(appended.elapsed());
+        }
+        let median = median_ms(delays);
+        assert!(
+            median < 1.0,
+            "stream {id}: each message reached its lone reader {median:.2} ms (median) after its append"
+        );
+    }
+}
+
+/// Readers that share a stream still gather: messages appended every 300 µs reach each of them in writes at
+/// least 1.5 ms apart, several messages a write, not one write per message (and every message once, in order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_that_share_a_stream_still_gather_fast_messages() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        readers.push(subscribe_raw(&server, &id, None).await);
+    }
+    eventually("every subscriber to be counted", PATIENCE, async || subscribers(&client, &server).await == 3).await;
+    let stream = server.hub.get(&id).expect("the stream");
+    let readers: Vec<_> =
+        readers.into_iter().map(|mut tcp| tokio::spawn(async move { read_to_close(&mut tcp).await })).collect();
+    let appends = 60;
+    let appending = tokio::task::spawn_blocking(move || {
+        for n in 0..appends {
+            stream.append(agentmux::output::OutputMessage::text(format!("t{n} "))).expect("append");
+            // The pace of a fast model: the scenario, not synchronisation (a timer would round it up to 1 ms).
+            let next = std::time::Instant::now() + Duration::from_micros(300);
+            while std::time::Instant::now() < next {
+                std::hint::spin_loop();
+            }
+        }
+    });
+    appending.await.expect("the appends");
+    let last = end_stream(&client, &server, &id).await;
+    for reader in readers {
+        let (_, body) = split_head(&reader.await.expect("read"));
+        let chunks = chunk_count(&body);
+        let (events, _) = parse_sse(&dechunk(&body));
+        let ids: Vec<u64> = events.iter().filter_map(|e| e.id).collect();
+        assert_eq!(ids, (1..=last).collect::<Vec<_>>(), "every message once, in order");
+        assert!(chunks <= appends / 2, "{chunks} writes for {appends} messages 300 µs apart: they were not gathered");
+    }
+}
+
+/// How many chunks a chunked body has, the last one left out.
+fn chunk_count(mut body: &[u8]) -> usize {
+    let mut count = 0;
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&body[..line]).expect("ASCII"), 16).expect("hex");
+        if size == 0 {
+            return count;
+        }
+        count += 1;
+        body = &body[line + 2 + size + 2..];
+    }
+}

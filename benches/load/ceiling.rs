@@ -7,6 +7,16 @@
 //! frame it is behind as one body chunk (so hyper writes it at once). That is the least a fan-out server
 //! can do and stay fair; everything agentmux adds on top is left out: parsing and validation, the delta
 //! reducer, lifecycle events, the bound on a slow subscriber, keep-alive pings, routing and tracing.
+//!
+//! It runs in one of two modes ([`Mode`]), each a row of the table:
+//! - **coalescing** (`ceiling`, the bound): a subscriber that keeps up gathers as agentmux's do. When it is
+//!   woken less than [`GATHER`] after its last write, and that write took everything there was, it waits
+//!   until [`GATHER`] after that write before it takes what is pending (agentmux's feed does the same), so
+//!   messages posted one at a time to many subscribers share a write. Writes are most of a delivery's cost,
+//!   and this is the one thing agentmux does to them that the naive mode does not: without it the ceiling
+//!   writes once per message per subscriber in the token scenarios, and stops bounding anything there.
+//! - **naive** (`ceiling-naive`, `--ceiling-naive`): it looks at once at every wake-up, so a message posted
+//!   on its own is written on its own to each subscriber (the ceiling of sessions 1 to 27).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -28,6 +38,19 @@ use tokio::sync::watch;
 
 /// The most one write carries: a subscriber far behind catches up in chunks of this size.
 const BATCH_BYTES: usize = 256 << 10;
+
+/// How long a coalescing subscriber that keeps up gathers after a write (agentmux's `GATHER`,
+/// `src/http/transport/sse.rs`).
+const GATHER: Duration = Duration::from_micros(1500);
+
+/// How a subscriber meets a wake-up; see the module doc.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Gathers for [`GATHER`] after a write when it keeps up with a fast producer.
+    Coalescing,
+    /// Looks at once at every wake-up.
+    Naive,
+}
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -94,7 +117,7 @@ fn not_found() -> Response<Body> {
     json(StatusCode::NOT_FOUND, r#"{"error":{"message":"not found","code":"not_found"}}"#.into())
 }
 
-async fn handle(streams: Arc<Streams>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn handle(streams: Arc<Streams>, mode: Mode, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -130,7 +153,7 @@ async fn handle(streams: Arc<Streams>, request: Request<Incoming>) -> Result<Res
         },
         (&Method::GET, ["v1", "streams", id, "events"]) => match streams.get(id) {
             None => not_found(),
-            Some(stream) => subscribe(stream),
+            Some(stream) => subscribe(stream, mode),
         },
         _ => not_found(),
     };
@@ -163,12 +186,27 @@ struct Subscriber {
     stream: Arc<Stream>,
     cursor: usize,
     changes: watch::Receiver<u64>,
+    mode: Mode,
+    /// When the last chunk was taken, and whether it took everything there was then.
+    wrote: Option<(tokio::time::Instant, bool)>,
 }
 
 impl Subscriber {
     /// Every frame past the cursor (up to [`BATCH_BYTES`]) as one chunk; `None` once the stream has ended and
-    /// everything was sent.
+    /// everything was sent. A coalescing subscriber that keeps up first gathers (see the module doc).
     async fn next(&mut self) -> Option<Bytes> {
+        if self.mode == Mode::Coalescing
+            && let Some((wrote, true)) = self.wrote
+        {
+            // Woken by the next change (or already told of it), then held if it came soon after the write.
+            if matches!(self.changes.has_changed(), Ok(false)) && self.changes.changed().await.is_err() {
+                return None;
+            }
+            let now = tokio::time::Instant::now();
+            if now < wrote + GATHER {
+                tokio::time::sleep_until(wrote + GATHER).await;
+            }
+        }
         loop {
             self.changes.borrow_and_update();
             let ended = {
@@ -186,6 +224,8 @@ impl Subscriber {
                     let mut out = BytesMut::with_capacity(taken);
                     log.frames[self.cursor..until].iter().for_each(|f| out.extend_from_slice(f));
                     self.cursor = until;
+                    let everything = until == log.frames.len() && !log.ended;
+                    self.wrote = Some((tokio::time::Instant::now(), everything));
                     return Some(out.freeze());
                 }
                 log.ended
@@ -197,9 +237,9 @@ impl Subscriber {
     }
 }
 
-fn subscribe(stream: Arc<Stream>) -> Response<Body> {
+fn subscribe(stream: Arc<Stream>, mode: Mode) -> Response<Body> {
     let changes = stream.changes.subscribe();
-    let subscriber = Subscriber { stream, cursor: 0, changes };
+    let subscriber = Subscriber { stream, cursor: 0, changes, mode, wrote: None };
     let body = futures::stream::unfold(subscriber, |mut subscriber| async move {
         let batch = subscriber.next().await?;
         Some((Ok::<_, Infallible>(Frame::data(batch)), subscriber))
@@ -211,8 +251,8 @@ fn subscribe(stream: Arc<Stream>) -> Response<Body> {
     response
 }
 
-/// `load --ceiling-server --addr A`: serves until killed.
-pub(crate) fn main(addr: &str) -> ExitCode {
+/// `load --ceiling-server [--ceiling-naive] --addr A`: serves until killed.
+pub(crate) fn main(addr: &str, mode: Mode) -> ExitCode {
     let addr: SocketAddr = match addr.parse() {
         Ok(addr) => addr,
         Err(e) => {
@@ -249,7 +289,7 @@ pub(crate) fn main(addr: &str) -> ExitCode {
             let _ = tcp.set_nodelay(true);
             let streams = Arc::clone(&streams);
             tokio::spawn(async move {
-                let service = service_fn(move |request| handle(Arc::clone(&streams), request));
+                let service = service_fn(move |request| handle(Arc::clone(&streams), mode, request));
                 let _ = http1::Builder::new().serve_connection(TokioIo::new(tcp), service).await;
             });
         }

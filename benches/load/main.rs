@@ -27,7 +27,8 @@
 //!   deltas emitted through the `Output` handle instead of posted;
 //! - `cluster.rs`: agentmux nodes through one `redis-server` (`--engine redis`), one node against three
 //!   (run only when asked for: `--cluster`);
-//! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with;
+//! - `ceiling.rs`: the minimal hyper server each fan-out figure is compared with, coalescing (the ceiling)
+//!   and naive (a second row);
 //! - `nchan.rs`: nginx with nchan, the third target of the fan-out, latency and idle scenarios (its
 //!   configuration is `benches/nchan/nginx.conf`);
 //! - `procfs.rs`: the child servers and their CPU and memory from `/proc`;
@@ -148,9 +149,12 @@ struct Args {
     /// are appended rather than committed (subscribers still receive them only once committed).
     #[arg(long)]
     no_durable_acks: bool,
-    /// Skip the ceiling server.
+    /// Skip the ceiling servers (coalescing and naive).
     #[arg(long)]
     no_ceiling: bool,
+    /// Skip the naive ceiling (a write per wake-up, no gathering), keeping the coalescing one.
+    #[arg(long)]
+    no_naive_ceiling: bool,
     /// Skip nchan (nginx with the nchan module), which the fan-out, latency and idle scenarios otherwise
     /// run against too when Debian's `nginx` and `libnginx-mod-nchan` are installed.
     #[arg(long)]
@@ -167,6 +171,9 @@ struct Args {
     /// Internal: run as the ceiling server.
     #[arg(long, hide = true)]
     ceiling_server: bool,
+    /// Internal: with `--ceiling-server`, the naive one.
+    #[arg(long, hide = true)]
+    ceiling_naive: bool,
     /// Internal: run as the output server (agentmux with an in-process producer).
     #[arg(long, hide = true)]
     output_server: bool,
@@ -359,7 +366,8 @@ fn standard(quick: bool) -> Vec<Scenario> {
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.ceiling_server {
-        return ceiling::main(args.addr.as_deref().unwrap_or("127.0.0.1:8090"));
+        let mode = if args.ceiling_naive { ceiling::Mode::Naive } else { ceiling::Mode::Coalescing };
+        return ceiling::main(args.addr.as_deref().unwrap_or("127.0.0.1:8090"), mode);
     }
     if args.output_server {
         return output_server::main(args.addr.as_deref().unwrap_or("127.0.0.1:8090"));
@@ -482,6 +490,9 @@ async fn bench(args: Args, nofile: u64) -> ExitCode {
             let mut targets = vec![Target::Agentmux];
             if scenario.ceiling && !args.no_ceiling {
                 targets.push(Target::Ceiling);
+                if !args.no_naive_ceiling {
+                    targets.push(Target::CeilingNaive);
+                }
             }
             if scenario.nchan && settings.nchan.is_some() {
                 targets.push(Target::Nchan);
@@ -649,7 +660,7 @@ type Figure = fn(&RunResult) -> Option<f64>;
 /// instead of on one side of the ratio of medians; the runs' own ratios go beside it (`..._run<n>`).
 fn paired_ratios(runs: &[&RunResult], all: &[RunResult]) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for peer in [Target::Ceiling.name(), Target::Nchan.name()] {
+    for peer in [Target::Ceiling.name(), Target::CeilingNaive.name(), Target::Nchan.name()] {
         let figures: [(&str, Figure); 2] = [
             ("deliveries", |r| Some(r.deliveries_per_s).filter(|d| *d > 0.0)),
             ("p99", |r| r.p99_ms.filter(|p| *p > 0.0)),
@@ -723,7 +734,7 @@ fn notes(row: &RunResult, rows: &[RunResult]) -> String {
         ));
     }
     // The p99 beside each peer's, run by run (as the vs columns are for deliveries).
-    for peer in ["ceiling", "nchan"] {
+    for peer in ["ceiling", "ceiling-naive", "nchan"] {
         if let Some(ratio) = get(&format!("paired_p99_vs_{peer}")) {
             let each: Vec<String> = (1..)
                 .map_while(|run| get(&format!("paired_p99_vs_{peer}_run{run}")))
@@ -817,6 +828,7 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
         "msgs",
         "deliv/s",
         "vs ceil",
+        "vs naive",
         "vs nchan",
         "p50 ms",
         "p99 ms",
@@ -842,6 +854,7 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
             row.messages.to_string(),
             if idle { "-".into() } else { rate(row.deliveries_per_s) },
             versus("ceiling"),
+            versus("ceiling-naive"),
             versus("nchan"),
             ms(row.p50_ms),
             ms(row.p99_ms),
@@ -882,7 +895,10 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
     println!(
         "deliv/s: SSE events received per second by all subscribers (pings and the initial stream_start excluded) \
          from the first publish to the last event; vs ceil: agentmux / the minimal hyper server doing the same \
-         transport, each run's ratio (the two run seconds apart) and the median of those; vs nchan: the same \
+         transport and gathering as agentmux does (a subscriber that keeps up waits 1.5 ms after a write before \
+         the next), each run's ratio (the two run seconds apart) and the median of those; vs naive: the same \
+         against that server without the gathering (a write per wake-up, so one per message per subscriber \
+         when messages come one at a time); vs nchan: the same \
          against nginx with nchan (2 workers, EventSource; a message per POST, a batch's \
          POSTs pipelined; the same data: lines; a tenth of the batched fan-out scenarios' messages, at its \
          pace a run of seconds rather than minutes); latency: publish (stamped in the message; at a steady \

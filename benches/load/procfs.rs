@@ -121,7 +121,10 @@ pub(crate) fn children_of(pid: &str) -> Vec<String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
     Agentmux,
+    /// The coalescing ceiling (`ceiling.rs`).
     Ceiling,
+    /// The naive ceiling: the same server without the gathering.
+    CeilingNaive,
     /// nginx with the nchan module (`nchan.rs`), started by `nchan::start`.
     Nchan,
 }
@@ -131,6 +134,7 @@ impl Target {
         match self {
             Target::Agentmux => "agentmux",
             Target::Ceiling => "ceiling",
+            Target::CeilingNaive => "ceiling-naive",
             Target::Nchan => "nchan",
         }
     }
@@ -182,9 +186,12 @@ impl Server {
                 c.env("AGENTMUX_CONNECTIONS_PER_CLIENT", "100000000");
                 c
             }
-            Target::Ceiling => {
+            Target::Ceiling | Target::CeilingNaive => {
                 let mut c = Command::new(std::env::current_exe()?);
                 c.arg("--ceiling-server");
+                if target == Target::CeilingNaive {
+                    c.arg("--ceiling-naive");
+                }
                 c
             }
         };

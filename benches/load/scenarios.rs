@@ -407,7 +407,9 @@ async fn publish(
     out.last_ns = now_ns();
     let end = match target {
         Target::Nchan => conn.request("DELETE", &path, None, b"").await,
-        Target::Agentmux | Target::Ceiling => conn.request("POST", &format!("/v1/streams/{id}/end"), None, b"").await,
+        Target::Agentmux | Target::Ceiling | Target::CeilingNaive => {
+            conn.request("POST", &format!("/v1/streams/{id}/end"), None, b"").await
+        }
     };
     match end {
         Ok((200, _)) => {}
@@ -551,7 +553,7 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
             emitter = Some(control);
             server
         }
-        (Target::Ceiling, _, Kind::Tokens { source: TokenSource::Output, .. }) => {
+        (Target::Ceiling | Target::CeilingNaive, _, Kind::Tokens { source: TokenSource::Output, .. }) => {
             return Err(io::Error::other("only agentmux emits through Output"));
         }
         _ => Server::start_with(target, &settings.agentmux, &label, &args).await?,

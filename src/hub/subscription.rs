@@ -175,6 +175,7 @@ impl Subscription {
             (shared.reader(if private.is_some() { usize::MAX } else { cursor }), shared.renders())
         };
         let probes = stream.probes().cursor();
+        stream.subscribed();
         let (done, live) = (false, false);
         Subscription {
             stream,

@@ -14,8 +14,10 @@
 //!
 //! A stream has one feed per worker thread, and each connection keeps to one of them, so every core
 //! writes. Readers parked on a feed keep up by definition, so a feed gathers as a keeping-up reader does
-//! (`sse.rs`): a change that comes less than [`BUSY`] after the end of its last pass is written no sooner
-//! than [`GATHER`] after it, so tokens posted one at a time share writes.
+//! (`sse.rs`), where that pays: a change that comes less than [`BUSY`] after the end of its last pass is
+//! written no sooner than [`GATHER`] after it, so tokens posted one at a time to many readers share writes.
+//! Not for a stream's lone reader: a hold saves it nothing and delays each message (see `sse.rs`,
+//! `shares_writes`).
 //!
 //! Nothing is missed between a relay's last look and its parking: the relay is looked at once more after it
 //! is listed, and every change after that wakes the feed, whose pass looks at every listed relay.
@@ -30,11 +32,13 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::chunked;
-use super::sse::{BUSY, GATHER, Relay};
+use super::sse::{BUSY, GATHER, Relay, shares_writes_of};
 use crate::hub::Stream;
 use crate::sync::lock;
 
 /// Deliveries a feed makes before it lets the worker's other tasks run (a producer waiting for its answer).
+/// (A pass of one turn, 1,024, lowered fan-out 1,000's latency but cost it CPU: `docs/benchmarks-history.md`,
+/// session 28.)
 const DELIVERIES_PER_TURN: usize = 128;
 
 /// Every stream's feeds; see the module doc.
@@ -133,7 +137,7 @@ impl Feeds {
 }
 
 /// A feed's task: a pass over its relays at each change of the stream, until no one is parked on it.
-async fn write(feed: Arc<Feed>, feeds: Feeds, mut changes: watch::Receiver<u64>, _stream: Arc<Stream>) {
+async fn write(feed: Arc<Feed>, feeds: Feeds, mut changes: watch::Receiver<u64>, stream: Arc<Stream>) {
     let mut last_pass: Option<Instant> = None;
     loop {
         tokio::select! {
@@ -160,6 +164,7 @@ async fn write(feed: Arc<Feed>, feeds: Feeds, mut changes: watch::Receiver<u64>,
         }
         if let Some(last) = last_pass
             && Instant::now() < last + BUSY
+            && shares_writes_of(&stream)
         {
             tokio::time::sleep_until(last + GATHER).await;
         }

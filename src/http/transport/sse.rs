@@ -24,7 +24,7 @@ use axum::response::Response;
 use tokio::time::{Instant, Sleep};
 
 use crate::http::edge::metrics::SubscriberMeter;
-use crate::hub::{Batch, Subscription};
+use crate::hub::{Batch, Stream, Subscription};
 
 const PING: Bytes = Bytes::from_static(b": ping\n\n");
 
@@ -142,8 +142,9 @@ impl Relay {
     /// and came less than [`BUSY`] after the one before, it takes the next one no sooner than [`GATHER`]
     /// after the last, so messages that come that fast (tokens posted one at a time to many readers) share a
     /// write instead of costing one write per message per reader, which is where the kernel's time goes.
-    /// A message after a pause, a reader catching up, and a reader whose turns are already further apart
-    /// (many readers share the cores, so each already takes several messages a turn) are never held.
+    /// A message after a pause, a reader catching up, a reader whose turns are already further apart
+    /// (many readers share the cores, so each already takes several messages a turn), and the lone reader
+    /// of a stream (nothing to share: see [`shares_writes`]) are never held.
     pub(crate) async fn next(&mut self) -> Option<Bytes> {
         let next = self.next_chunk().await;
         if next.is_none() {
@@ -237,9 +238,22 @@ impl Relay {
             pings.sent(now);
         }
         let soon = self.wrote.is_some_and(|before| now < before + BUSY);
-        self.gather = soon && self.subscription.is_live();
+        self.gather = soon && self.subscription.is_live() && shares_writes(&self.subscription);
         self.wrote = Some(now);
     }
+}
+
+/// True when holding a write back pays for `subscription`'s stream: several readers share its messages, so a
+/// message written at once costs a write per reader, and a hold saves that many. A lone reader (a chat
+/// completion's own answer, the relay's case) gains nothing from one: one write per message is all it costs,
+/// and each held message reaches the client up to [`GATHER`] (a timer tick more, in fact) late.
+fn shares_writes(subscription: &Subscription) -> bool {
+    shares_writes_of(subscription.stream())
+}
+
+/// The same for a stream's writer (`feed.rs`).
+pub(crate) fn shares_writes_of(stream: &Stream) -> bool {
+    stream.subscribers() > 1
 }
 
 /// Batches this close together mark a reader that keeps up with a fast producer; see [`Relay::next`].

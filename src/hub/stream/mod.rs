@@ -18,7 +18,7 @@
 //! The snapshot, here, is a reader like any other (`readers.rs` says why readers never touch the producer's
 //! state): it reads the log, and keeps its own reduction of it behind a mutex of its own.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
@@ -148,6 +148,8 @@ pub struct Stream {
     active_ms: AtomicU64,
     /// When a sample of its messages were published, for the publish-to-deliver histogram.
     probes: Probes,
+    /// Its live subscriptions (see [`Stream::subscribers`]).
+    subscribers: AtomicUsize,
     /// Written on another node and followed here: its producer's side refuses everything, and its status is
     /// its log's.
     followed: bool,
@@ -189,6 +191,7 @@ impl Stream {
             held: AtomicU64::new(0),
             pending: AtomicI64::new(0),
             forgotten: AtomicBool::new(false),
+            subscribers: AtomicUsize::new(0),
             warm: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             next_id: AtomicU64::new(1),
@@ -270,6 +273,7 @@ impl Stream {
             held: AtomicU64::new(held),
             pending: AtomicI64::new(0),
             forgotten: AtomicBool::new(false),
+            subscribers: AtomicUsize::new(0),
             warm: AtomicBool::new(false),
             cancel: CancellationToken::new(),
             next_id: AtomicU64::new(last + 1),

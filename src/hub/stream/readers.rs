@@ -115,10 +115,22 @@ impl Stream {
         true
     }
 
+    /// A subscription starts (counted in [`Stream::subscribers`]).
+    pub(crate) fn subscribed(&self) {
+        self.subscribers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many subscriptions read the stream now: a transport gathers a moment before it writes only when
+    /// its writes are shared by several (`http/transport/sse.rs`).
+    pub(crate) fn subscribers(&self) -> usize {
+        self.subscribers.load(Ordering::Relaxed)
+    }
+
     /// A subscriber is done with `rendition`: an ended stream drops it, and gives back what it was counted
     /// at, when nobody else holds it (its frames are most of what a stream holds; a later subscriber renders
     /// the log again).
     pub(crate) fn unsubscribed(&self, rendition: &Arc<Mutex<Rendition>>) {
+        self.subscribers.fetch_sub(1, Ordering::Relaxed);
         if !self.log.is_ended() || self.forgotten.load(Ordering::Acquire) {
             return;
         }
