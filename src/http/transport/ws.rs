@@ -131,10 +131,14 @@ impl Pings {
 }
 
 /// A connection's gathering, as an SSE reader's (`sse.rs`, `Relay::next`): when its last batch took
-/// everything its stream had and went out less than [`BUSY`] after the one before, the next one is taken no
-/// sooner than [`GATHER`] after it, so tokens posted one at a time to many readers share a write (one frame
-/// each, in one `write`) instead of costing a write per token per reader. A message after a pause and a
-/// reader catching up are never held; replies, pings and the client's frames are not held either.
+/// everything its stream had, was one frame, and went out less than [`BUSY`] after the one before, the next
+/// one is taken no sooner than [`GATHER`] after it, so tokens posted one at a time to many readers share a
+/// write instead of costing a write per token per reader. A message after a pause and a reader catching up
+/// are never held; replies, pings and the client's frames are not held either. Nor is a reader whose batches
+/// already hold several frames (1,000 readers share the cores, so each already takes several tokens a turn):
+/// unlike SSE's parked readers, which their stream's feed holds with one timer (`feed.rs`), each WebSocket
+/// connection holds with its own, and at 1,000 readers of one token per POST those timers cost more than the
+/// writes they saved (2.3× the server CPU per delivery, `docs/benchmarks-history.md`, session 28).
 #[derive(Default)]
 struct Gathering {
     /// When the last batch went out.
@@ -144,7 +148,7 @@ struct Gathering {
 }
 
 impl Gathering {
-    /// A batch went out; `live`: it took everything its stream had.
+    /// A batch went out; `live`: it took everything its stream had and was worth gathering after.
     fn wrote(&mut self, live: bool) {
         self.wrote_at(live, Instant::now());
     }
@@ -343,8 +347,11 @@ impl WebSocketConnection {
         match item {
             Some((batch, live)) => {
                 self.lagged |= batch.lagged;
-                let sent = send(&mut self.sink, messages(&batch)).await;
-                self.gathering.wrote(live);
+                let messages = messages(&batch);
+                // Only a batch of one frame is worth gathering after: see `Gathering`.
+                let lone = messages.len() == 1;
+                let sent = send(&mut self.sink, messages).await;
+                self.gathering.wrote(live && lone);
                 sent.err().map(|_| End::Close(None))
             }
             None => {
