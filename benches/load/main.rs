@@ -14,6 +14,8 @@
 //! ```
 //!
 //! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
+//! - `ws_client.rs`: the WebSocket subscriber of the `ws-` scenarios (each the twin of an SSE one, run right
+//!   after it: the same load, its subscribers on `/v1/streams/{id}/ws`), as cheap as the SSE reader;
 //! - `scenarios.rs`: fan-out, latency, many streams, idle connections, OpenAI mix, every format at once, chat;
 //! - `stall.rs`: the first OpenAI subscriber to a long stream, and the producer's POST latency meanwhile;
 //! - `ws_idle.rs`: the server memory that SSE and WebSocket subscribers which never read cost;
