@@ -9,7 +9,8 @@
 //! encoding is left in place: a chunk is a batch of whole frames, so its size lines never hold `\n\n`. The
 //! body is over when the server closes after the last chunk (`0\r\n\r\n`): readers send
 //! `Connection: close`. nchan's EventSource is not chunked: its body is over when nginx closes after the
-//! `:410` comment that tells its subscribers the channel was deleted.
+//! `:410` comment that tells its subscribers the channel was deleted. A WebSocket subscriber (`ws_client.rs`)
+//! shares the read loop and the counts; only its parsing of what it reads differs.
 
 use std::cell::RefCell;
 use std::io;
@@ -234,17 +235,32 @@ pub(crate) struct Sse {
     channel_deleted: bool,
     pub(crate) error: Option<String>,
     tail: [u8; 8],
-    phase: u64,
+    /// Events since the last latency sample.
+    pub(crate) phase: u64,
+    /// A WebSocket subscriber's place in the frames (`ws_client.rs`); none for SSE.
+    pub(crate) ws: Option<Box<crate::ws_client::Frames>>,
 }
 
 impl Sse {
+    /// A WebSocket reader, before its first frame.
+    pub(crate) fn websocket() -> Sse {
+        Sse { ws: Some(Box::default()), ..Sse::default() }
+    }
+
     /// A reader that never got going.
     pub(crate) fn failed(error: String) -> Sse {
         Sse { error: Some(error), ..Sse::default() }
     }
 
-    /// Counts the events in `data`, the next bytes of the body, read at `now` (see [`is_retry_hint`]).
-    fn feed(&mut self, data: &[u8], now: u64, ctx: &Ctx) {
+    /// Counts the events in `data`, the next bytes of the body (or of a WebSocket's frames), read at `now`
+    /// (see [`is_retry_hint`]).
+    pub(crate) fn feed(&mut self, data: &[u8], now: u64, ctx: &Ctx) {
+        if let Some(mut frames) = self.ws.take() {
+            self.bytes += data.len() as u64;
+            crate::ws_client::feed(self, &mut frames, data, now, ctx);
+            self.ws = Some(frames);
+            return;
+        }
         let Some(&first) = data.first() else { return };
         self.bytes += data.len() as u64;
         let before = self.events;
@@ -306,7 +322,10 @@ impl Sse {
             Ok(()) => self.closed = !self.cancelled,
             Err(e) => self.error = Some(e.to_string()),
         }
-        self.complete = self.tail.ends_with(b"\r\n0\r\n\r\n") || (self.closed && self.channel_deleted);
+        let ws_closed = self.ws.as_ref().is_some_and(|frames| frames.closed);
+        self.complete = self.tail.ends_with(b"\r\n0\r\n\r\n")
+            || (self.closed && self.channel_deleted)
+            || (ws_closed && !self.lagged);
         self
     }
 }
@@ -325,6 +344,10 @@ async fn read_loop(stream: &TcpStream, sse: &mut Sse, ctx: &Ctx) -> io::Result<(
                     return Ok(true);
                 }
                 sse.feed(&buffer[..n], now_ns(), ctx);
+                // A WebSocket is over at its close frame: the reader does not wait for the server to close.
+                if sse.ws.as_ref().is_some_and(|frames| frames.closed) {
+                    return Ok(true);
+                }
                 if n < buffer.len() { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(false) }
             })
         });
@@ -338,7 +361,7 @@ async fn read_loop(stream: &TcpStream, sse: &mut Sse, ctx: &Ctx) -> io::Result<(
 }
 
 /// The stamp in an event: `@@` and 13 digits.
-fn stamp(event: &[u8]) -> Option<u64> {
+pub(crate) fn stamp(event: &[u8]) -> Option<u64> {
     let at = STAMP.find(event)?;
     let digits = event.get(at + 2..at + 15)?;
     digits.iter().try_fold(0u64, |n, &d| d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0')))

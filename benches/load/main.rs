@@ -15,6 +15,8 @@
 //! ```
 //!
 //! - `client.rs`: HTTP/1.1 and SSE over raw sockets, cheap enough that the client is not the bottleneck;
+//! - `ws_client.rs`: the WebSocket subscriber of the `ws-` scenarios (each the twin of an SSE one, run right
+//!   after it: the same load, its subscribers on `/v1/streams/{id}/ws`), as cheap as the SSE reader;
 //! - `scenarios.rs`: fan-out, latency, many streams, idle connections, OpenAI mix, every format at once, chat;
 //! - `stall.rs`: the first OpenAI subscriber to a long stream, and the producer's POST latency meanwhile;
 //! - `ws_idle.rs`: the server memory that SSE and WebSocket subscribers which never read cost;
@@ -45,6 +47,7 @@ mod relay;
 mod scenarios;
 mod soak;
 mod stall;
+mod ws_client;
 mod ws_idle;
 
 use std::collections::BTreeMap;
@@ -57,7 +60,7 @@ use serde::Serialize;
 
 use procfs::Target;
 use relay::Relay;
-use scenarios::{Kind, RunResult, Scenario, Settings, TokenSource};
+use scenarios::{Kind, RunResult, Scenario, Settings, TokenSource, Transport};
 use soak::Soak;
 use ws_idle::WsIdle;
 
@@ -192,7 +195,13 @@ fn default_server() -> PathBuf {
 
 fn fanout(name: &str, cui: usize, openai: usize, messages: usize) -> Scenario {
     let formats = vec![("", cui), ("openai", openai)].into_iter().filter(|(_, count)| *count > 0).collect();
-    Scenario { name: name.into(), kind: Kind::Fanout { formats, messages }, ceiling: true, nchan: true }
+    Scenario {
+        name: name.into(),
+        kind: Kind::Fanout { formats, messages },
+        ceiling: true,
+        nchan: true,
+        transport: Transport::Sse,
+    }
 }
 
 /// Fan-out with the subscribers spread evenly over every format agentmux speaks (agentmux alone: the others
@@ -201,7 +210,7 @@ fn formats(subscribers: usize, messages: usize) -> Scenario {
     let names = ["", "openai", "ui-message", "ag-ui", "anthropic", "responses"];
     let formats = names.iter().map(|&name| (name, subscribers / names.len())).collect();
     let name = format!("formats-{subscribers}");
-    Scenario { name, kind: Kind::Fanout { formats, messages }, ceiling: false, nchan: false }
+    Scenario { name, kind: Kind::Fanout { formats, messages }, ceiling: false, nchan: false, transport: Transport::Sse }
 }
 
 /// Token streaming: a delta at a time, posted (against the ceiling and nchan too) or emitted in-process
@@ -212,7 +221,13 @@ fn tokens(subscribers: usize, messages: usize, source: TokenSource) -> Scenario 
         TokenSource::Output => format!("tokens-output-{subscribers}"),
     };
     let posted = source == TokenSource::Post;
-    Scenario { name, kind: Kind::Tokens { subscribers, messages, source }, ceiling: posted, nchan: posted }
+    Scenario {
+        name,
+        kind: Kind::Tokens { subscribers, messages, source },
+        ceiling: posted,
+        nchan: posted,
+        transport: Transport::Sse,
+    }
 }
 
 fn relay_settings(args: &Args) -> Relay {
@@ -231,13 +246,19 @@ fn relay_settings(args: &Args) -> Relay {
 /// (`relay-N`), the upstream streaming at `--relay-concurrent-interval`.
 fn relay_scenarios(args: &Args) -> Vec<Scenario> {
     let one = relay_settings(args);
-    let mut all = vec![Scenario { name: "relay".into(), kind: Kind::Relay(one.clone()), ceiling: false, nchan: false }];
+    let mut all = vec![Scenario {
+        name: "relay".into(),
+        kind: Kind::Relay(one.clone()),
+        ceiling: false,
+        nchan: false,
+        transport: Transport::Sse,
+    }];
     for &concurrency in args.relay_concurrency.iter().filter(|&&n| n > 1) {
         let mut relay = one.clone();
         relay.concurrency = concurrency;
         relay.pace.interval = args.relay_concurrent_interval;
         let name = format!("relay-{concurrency}");
-        all.push(Scenario { name, kind: Kind::Relay(relay), ceiling: false, nchan: false });
+        all.push(Scenario { name, kind: Kind::Relay(relay), ceiling: false, nchan: false, transport: Transport::Sse });
     }
     all
 }
@@ -254,7 +275,13 @@ fn scenarios(args: &Args) -> Vec<Scenario> {
         sample: args.soak_sample.max(Duration::from_millis(100)),
         server_args: args.soak_server_arg.clone(),
     };
-    all.push(Scenario { name: "soak".into(), kind: Kind::Soak(soak), ceiling: false, nchan: false });
+    all.push(Scenario {
+        name: "soak".into(),
+        kind: Kind::Soak(soak),
+        ceiling: false,
+        nchan: false,
+        transport: Transport::Sse,
+    });
     all.extend(cluster(args.quick));
     all
 }
@@ -270,6 +297,7 @@ fn cluster(quick: bool) -> Vec<Scenario> {
         kind: Kind::Cluster { nodes, remote, subscribers, messages, rate, seconds },
         ceiling: false,
         nchan: false,
+        transport: Transport::Sse,
     };
     vec![
         scenario("cluster-latency-1node", 1, false, subscribers, Some(100.0)),
@@ -296,13 +324,44 @@ fn selected(args: &Args, scenario: &Scenario) -> bool {
     args.only.is_empty() || args.only.iter().any(|o| scenario.name.starts_with(o.as_str()))
 }
 
+/// The WebSocket twin of an SSE scenario: the same load with its subscribers on `/v1/streams/{id}/ws`,
+/// beside nchan's WebSocket subscribers (not the ceiling's: it speaks SSE only; the table sets each WebSocket
+/// figure beside agentmux's SSE one of the same run instead).
+fn ws_twin(sse: &Scenario) -> Scenario {
+    Scenario { name: format!("ws-{}", sse.name), transport: Transport::WebSocket, ceiling: false, ..sse.clone() }
+}
+
+/// The SSE scenarios that have a WebSocket twin, which runs right after each.
+fn twinned(name: &str) -> bool {
+    matches!(name, "fanout-100" | "fanout-1000" | "tokens-100" | "tokens-1000")
+        || name.starts_with("latency-")
+        || name.starts_with("idle-")
+}
+
 fn standard(quick: bool) -> Vec<Scenario> {
-    let other = |name: &str, kind| Scenario { name: name.into(), kind, ceiling: false, nchan: false };
+    standard_sse(quick)
+        .into_iter()
+        .flat_map(|scenario| {
+            let twin = twinned(&scenario.name).then(|| ws_twin(&scenario));
+            std::iter::once(scenario).chain(twin)
+        })
+        .collect()
+}
+
+fn standard_sse(quick: bool) -> Vec<Scenario> {
+    let other = |name: &str, kind| Scenario {
+        name: name.into(),
+        kind,
+        ceiling: false,
+        nchan: false,
+        transport: Transport::Sse,
+    };
     let idle = |name: &str, connections, hold| Scenario {
         name: name.into(),
         kind: Kind::Idle { connections, hold },
         ceiling: false,
         nchan: true,
+        transport: Transport::Sse,
     };
     // The same in both modes (under 10 s each): a stream holds at most 100,000 messages, so the fill leaves
     // room for the live producer's 3,000 and the stream's own events.
@@ -319,6 +378,7 @@ fn standard(quick: bool) -> Vec<Scenario> {
                 kind: Kind::Latency { subscribers: 500, rate: 100.0, seconds: 5.0 },
                 ceiling: true,
                 nchan: true,
+                transport: Transport::Sse,
             },
             other("many-streams-2000", Kind::ManyStreams { streams: 2000, seconds: 3.0 }),
             idle("idle-2000", 2000, 1.0),
@@ -346,6 +406,7 @@ fn standard(quick: bool) -> Vec<Scenario> {
                 kind: Kind::Latency { subscribers: 1000, rate: 100.0, seconds: 20.0 },
                 ceiling: true,
                 nchan: true,
+                transport: Transport::Sse,
             },
             other("many-streams-10000", Kind::ManyStreams { streams: 10_000, seconds: 10.0 }),
             idle("idle-10000", 10_000, 5.0),
@@ -618,6 +679,7 @@ fn medians(selected: &[Scenario], all: &[RunResult]) -> Vec<RunResult> {
             }
             if target == Target::Agentmux.name() {
                 extra.extend(paired_ratios(&runs, all));
+                extra.extend(paired_with_sse(&runs, all));
             }
             let mut notes: Vec<String> = Vec::new();
             for note in runs.iter().flat_map(|r| r.notes.iter()) {
@@ -682,6 +744,32 @@ fn paired_ratios(runs: &[&RunResult], all: &[RunResult]) -> BTreeMap<String, f64
     out
 }
 
+/// A WebSocket scenario's agentmux figures over agentmux's own in its SSE twin, run by run, and the median of
+/// those (`paired_<figure>_vs_sse`): deliveries per second, p99, and an idle connection's RSS.
+fn paired_with_sse(runs: &[&RunResult], all: &[RunResult]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let figures: [(&str, Figure); 3] = [
+        ("deliveries", |r| Some(r.deliveries_per_s).filter(|d| *d > 0.0)),
+        ("p99", |r| r.p99_ms.filter(|p| *p > 0.0)),
+        ("rss_per_conn", |r| r.extra.get("server_rss_kib_per_conn").copied().filter(|k| *k > 0.0)),
+    ];
+    for (figure, value) in figures {
+        let mut ratios = Vec::new();
+        for mine in runs {
+            let Some(sse) = mine.scenario.strip_prefix("ws-") else { continue };
+            let theirs = all.iter().find(|r| r.scenario == sse && r.target == mine.target && r.run == mine.run);
+            if let (Some(a), Some(b)) = (value(mine), theirs.and_then(value)) {
+                out.insert(format!("paired_{figure}_vs_sse_run{}", mine.run), a / b);
+                ratios.push(a / b);
+            }
+        }
+        if !ratios.is_empty() {
+            out.insert(format!("paired_{figure}_vs_sse"), median(ratios));
+        }
+    }
+    out
+}
+
 fn rate(per_s: f64) -> String {
     match per_s {
         r if r >= 1e6 => format!("{:.2}M", r / 1e6),
@@ -734,14 +822,18 @@ fn notes(row: &RunResult, rows: &[RunResult]) -> String {
         ));
     }
     // The p99 beside each peer's, run by run (as the vs columns are for deliveries).
-    for peer in ["ceiling", "ceiling-naive", "nchan"] {
+    for peer in ["ceiling", "ceiling-naive", "nchan", "sse"] {
         if let Some(ratio) = get(&format!("paired_p99_vs_{peer}")) {
             let each: Vec<String> = (1..)
                 .map_while(|run| get(&format!("paired_p99_vs_{peer}_run{run}")))
                 .map(|r| format!("{r:.2}"))
                 .collect();
-            parts.push(format!("p99 {ratio:.2}x the {peer}'s (per run {})", each.join(", ")));
+            let whose = if peer == "sse" { "agentmux SSE twin".to_owned() } else { peer.to_owned() };
+            parts.push(format!("p99 {ratio:.2}x the {whose}'s (per run {})", each.join(", ")));
         }
+    }
+    if let Some(ratio) = get("paired_rss_per_conn_vs_sse") {
+        parts.push(format!("RSS/conn {ratio:.2}x the agentmux SSE twin's"));
     }
     if let Some(mib) = get("received_mib_per_s") {
         parts.push(format!("{mib:.0} MiB/s"));
@@ -830,6 +922,7 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
         "vs ceil",
         "vs naive",
         "vs nchan",
+        "vs sse",
         "p50 ms",
         "p99 ms",
         "p99.9 ms",
@@ -856,6 +949,7 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
             versus("ceiling"),
             versus("ceiling-naive"),
             versus("nchan"),
+            versus("sse"),
             ms(row.p50_ms),
             ms(row.p99_ms),
             ms(row.p999_ms),
@@ -899,9 +993,10 @@ fn print_table(rows: &[RunResult], runs: usize, quick: bool) {
          the next), each run's ratio (the two run seconds apart) and the median of those; vs naive: the same \
          against that server without the gathering (a write per wake-up, so one per message per subscriber \
          when messages come one at a time); vs nchan: the same \
-         against nginx with nchan (2 workers, EventSource; a message per POST, a batch's \
+         against nginx with nchan (2 workers, EventSource, or WebSocket in the ws- rows; a message per POST, a batch's \
          POSTs pipelined; the same data: lines; a tenth of the batched fan-out scenarios' messages, at its \
-         pace a run of seconds rather than minutes); latency: publish (stamped in the message; at a steady \
+         pace a run of seconds rather than minutes); vs sse: a ws- row (the same load, its subscribers on \
+         /v1/streams/{{id}}/ws, a text frame per event) over agentmux's own SSE twin of the same run; latency: publish (stamped in the message; at a steady \
          rate, the moment it was due, so a server that falls behind is charged for its backlog) to receipt, \
          sampled; \
          tokens: a delta per POST, or (tokens-output) emitted inside agentmux through its Output handle; \

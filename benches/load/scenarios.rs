@@ -83,10 +83,31 @@ pub(crate) enum TokenSource {
     Output,
 }
 
+/// How a scenario's subscribers read their stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Transport {
+    /// `GET /v1/streams/{id}/events`, read as SSE (`client.rs`).
+    Sse,
+    /// `GET /v1/streams/{id}/ws`, read as WebSocket frames (`ws_client.rs`); CUI only.
+    WebSocket,
+}
+
+impl Transport {
+    /// The subscription path of stream `id` (`query`: `?format=...` or empty, SSE only).
+    fn path(self, id: &str, query: &str) -> String {
+        match self {
+            Transport::Sse => format!("/v1/streams/{id}/events{query}"),
+            Transport::WebSocket => format!("/v1/streams/{id}/ws{query}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Scenario {
     pub(crate) name: String,
     pub(crate) kind: Kind,
+    /// How its subscribers read (the fan-out, token, latency and idle kinds; the others read SSE).
+    pub(crate) transport: Transport,
     /// Also run against the ceiling server.
     pub(crate) ceiling: bool,
     /// Also run against nchan (when it is installed).
@@ -423,10 +444,11 @@ async fn publish(
 /// backlog), which a burst of connects overflows, each dropped SYN costing a second.
 const HANDSHAKES: usize = 64;
 
-/// Opens an SSE subscription per path (at most [`HANDSHAKES`] at a time) and reads each in a task of its
+/// Opens a subscription per path (SSE or WebSocket) (at most [`HANDSHAKES`] at a time) and reads each in a task of its
 /// own. Returns once every handshake is done.
 async fn subscribe_all(
     server: SocketAddr,
+    transport: Transport,
     paths: Vec<String>,
     ctx: &Arc<Ctx>,
     cancel: &CancellationToken,
@@ -440,7 +462,10 @@ async fn subscribe_all(
             (Arc::clone(&handshakes), ready_tx.clone(), Arc::clone(ctx), cancel.clone());
         readers.spawn(async move {
             let permit = handshakes.acquire_owned().await;
-            let opened = client::open_sse(server, source_ip(i), "GET", &path, b"", &ctx).await;
+            let opened = match transport {
+                Transport::Sse => client::open_sse(server, source_ip(i), "GET", &path, b"", &ctx).await,
+                Transport::WebSocket => crate::ws_client::open_ws(server, source_ip(i), &path, &ctx).await,
+            };
             drop(permit);
             let _ = ready.send(());
             match opened {
@@ -540,7 +565,8 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
         };
         let producer = Producer::Http { target, pace };
         let before = cluster.counters().await?;
-        fanout(cluster.writer(), &readers_at, settings, &[("", subscribers)], producer, &mut result).await?;
+        let (writer, sse) = (cluster.writer(), Transport::Sse);
+        fanout(writer, &readers_at, settings, sse, &[("", subscribers)], producer, &mut result).await?;
         cluster.counters().await?.since(&before).report(&mut result);
         return Ok(result);
     }
@@ -569,7 +595,7 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
         Kind::Fanout { ref formats, messages } => {
             let messages = share(messages);
             let producer = Producer::Http { target, pace: Pace::Burst { messages, batch: settings.batch } };
-            let id = fanout(&server, &[], settings, formats, producer, &mut result).await?;
+            let id = fanout(&server, &[], settings, scenario.transport, formats, producer, &mut result).await?;
             if target == Target::Agentmux && formats.len() > 1 {
                 renders_per_message(&server, &id, formats, &mut result).await?;
             }
@@ -579,18 +605,18 @@ pub(crate) async fn run(scenario: &Scenario, target: Target, run: usize, setting
                 Some(emitter) => Producer::InProcess { emitter, messages },
                 None => Producer::Http { target, pace: Pace::Burst { messages, batch: 1 } },
             };
-            fanout(&server, &[], settings, &[("", subscribers)], producer, &mut result).await?;
+            fanout(&server, &[], settings, scenario.transport, &[("", subscribers)], producer, &mut result).await?;
             result.per_message_cpu();
         }
         Kind::Latency { subscribers, rate, seconds } => {
             let producer = Producer::Http { target, pace: Pace::Steady { rate, seconds } };
-            fanout(&server, &[], settings, &[("", subscribers)], producer, &mut result).await?;
+            fanout(&server, &[], settings, scenario.transport, &[("", subscribers)], producer, &mut result).await?;
             result.burst_floor(subscribers);
         }
         Kind::ManyStreams { streams, seconds } => {
             many_streams(&server, settings, streams, seconds, &mut result).await?
         }
-        Kind::Idle { connections, hold } => idle(&server, connections, hold, &mut result).await?,
+        Kind::Idle { connections, hold } => idle(&server, scenario.transport, connections, hold, &mut result).await?,
         Kind::Chat { concurrency, requests, words } => {
             chat(&server, settings, concurrency, requests, words, &mut result).await?;
         }
@@ -619,10 +645,12 @@ enum Producer {
 /// One stream, its subscribers (so many in each format), and a producer: a burst's latency is sampled (one
 /// event in `settings.sample_every`), a steady producer's every event. The subscribers take turns over
 /// `readers_at` (none: `server`, where the producer posts). Returns the stream's id.
+#[allow(clippy::too_many_arguments)]
 async fn fanout(
     server: &Server,
     readers_at: &[SocketAddr],
     settings: &Settings,
+    transport: Transport,
     formats: &[(&'static str, usize)],
     producer: Producer,
     result: &mut RunResult,
@@ -642,14 +670,14 @@ async fn fanout(
         for (format, count) in left.iter_mut().filter(|(_, count)| *count > 0) {
             *count -= 1;
             let query = if format.is_empty() { String::new() } else { format!("?format={format}") };
-            paths.push(format!("/v1/streams/{id}/events{query}"));
+            paths.push(transport.path(&id, &query));
         }
     }
     let readers_at = if readers_at.is_empty() { std::slice::from_ref(&server.addr) } else { readers_at };
     let mut reader_sets = Vec::with_capacity(readers_at.len());
     for (n, at) in readers_at.iter().enumerate() {
         let mine = paths.iter().skip(n).step_by(readers_at.len()).cloned().collect();
-        reader_sets.push(subscribe_all(*at, mine, &ctx, &cancel).await);
+        reader_sets.push(subscribe_all(*at, transport, mine, &ctx, &cancel).await);
     }
     let window = Window::start(server);
     let (addr, dpm, durable) = (server.addr, settings.deltas_per_message, settings.durable_acks);
@@ -745,7 +773,7 @@ async fn many_streams(
     let ctx = Arc::new(Ctx { latency: Histogram::default(), sample_every: 1 });
     let cancel = CancellationToken::new();
     let paths = ids.iter().map(|id| format!("/v1/streams/{id}/events")).collect();
-    let readers = subscribe_all(server.addr, paths, &ctx, &cancel).await;
+    let readers = subscribe_all(server.addr, Transport::Sse, paths, &ctx, &cancel).await;
 
     let window = Window::start(server);
     let addr = server.addr;
@@ -808,7 +836,13 @@ async fn many_streams(
     Ok(())
 }
 
-async fn idle(server: &Server, connections: usize, hold: f64, result: &mut RunResult) -> io::Result<()> {
+async fn idle(
+    server: &Server,
+    transport: Transport,
+    connections: usize,
+    hold: f64,
+    result: &mut RunResult,
+) -> io::Result<()> {
     let mut control = Conn::open(server.addr, source_ip(0)).await?;
     let id = create_stream(&mut control).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -816,8 +850,8 @@ async fn idle(server: &Server, connections: usize, hold: f64, result: &mut RunRe
     let ctx = Arc::new(Ctx::default());
     let cancel = CancellationToken::new();
     let started = Instant::now();
-    let readers =
-        subscribe_all(server.addr, vec![format!("/v1/streams/{id}/events"); connections], &ctx, &cancel).await;
+    let paths = vec![transport.path(&id, ""); connections];
+    let readers = subscribe_all(server.addr, transport, paths, &ctx, &cancel).await;
     let connect_s = started.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (rss1, kernel1, client1) = (server.rss_kib(), procfs::slab_kib(), procfs::status_kib("self", "VmRSS"));

@@ -108,9 +108,12 @@ pub(crate) async fn many(State(app): State<App>, Extension(grant): Extension<Gra
 /// what the kernel took; the rest of its batch stays shared with every other subscriber.
 const WRITE_BUFFER: usize = 8 << 10;
 
-/// The reader's buffer: clients send small ops, and a larger message grows it as it needs (tungstenite
-/// zero-fills the whole buffer on the first read, so its 128 KiB default would cost every connection that).
-const READ_BUFFER: usize = 4 << 10;
+/// The reader's buffer, and the most one read takes: clients send small ops (a subscribe, a token's publish
+/// fit in a few hundred bytes), and a larger message grows the buffer as it needs, a read of this much at a
+/// time. tungstenite zero-fills the whole buffer when the connection first waits to read, so every
+/// connection, however idle, holds all of it: its 128 KiB default would cost each that, and at 4 KiB it was
+/// a third of an idle connection (`docs/benchmarks-history.md`, session 28).
+const READ_BUFFER: usize = 1 << 10;
 
 /// The upgrade with the service's limits on client frames and messages, and the socket's buffers.
 fn limits(upgrade: Upgrade, app: &App) -> Upgrade {
@@ -158,15 +161,17 @@ async fn connection(app: App, grant: Grant, socket: WebSocket, single: Option<(S
     let liveness =
         Liveness { ping_interval: app.settings.ws_ping_interval, idle_timeout: app.settings.ws_idle_timeout };
     let mut connection = WebSocketConnection::new(socket, app.lifetime.clone(), liveness, single);
+    // The op's future and the close's are boxed: held only while they run, so a connection that waits (nearly
+    // all of them, nearly always) holds no room for them in its task.
     while let Some(text) = connection.next_text().await {
-        let reply = match handle(&app, &grant, text.as_str(), &mut connection).await {
+        let reply = match Box::pin(handle(&app, &grant, text.as_str(), &mut connection)).await {
             Ok(Answer::Now(reply)) => Box::pin(std::future::ready(text_of(&reply))),
             Ok(Answer::Kept { stream, appended, on, published }) => kept(stream, appended, on, published),
             Err(error) => Box::pin(std::future::ready(text_of(&error_reply(error)))),
         };
         connection.reply(reply);
     }
-    connection.close().await;
+    Box::pin(connection.close()).await;
 }
 
 /// What an op answers: its reply now, or a publish's or an end's acknowledged once what it appended is kept.

@@ -4,6 +4,8 @@
 //!
 //! Imports run one way, from the top of this list down (each file uses only files below it):
 //!
+//! - `ws.rs`: the loop of a WebSocket connection, which relays its subscriptions (gathering as an SSE
+//!   reader does, by `sse.rs`'s rule) and hands the client's frames to the endpoint;
 //! - `event_connection.rs`: a connection whose first request is a GET of an event stream, served without
 //!   hyper (so a waiting subscriber holds none of hyper's buffers); every other connection goes to hyper;
 //! - `feed.rs`: the writers that send a stream's new batches to its waiting event connections;
@@ -13,8 +15,6 @@
 //!   its client's share, the bytes read ahead put back for hyper;
 //! - `watched.rs`: a future watched by another, polled only when its own waker was woken;
 //! - `repoll.rs`: a hyper connection that wakes itself is polled again at once;
-//! - `ws.rs`: the loop of a WebSocket connection, which relays its subscriptions and hands the client's
-//!   frames to the endpoint;
 //! - `lifetime.rs`: where the service is in its shutdown, which every connection watches;
 //! - `streamed_json.rs`: a JSON answer with one long array written out as the client takes it, from items
 //!   shared with what the service keeps (a thread's transcript and audit log).

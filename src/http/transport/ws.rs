@@ -6,7 +6,9 @@
 //! one, so a connection has at most one batch (up to the hub's batch limit) in flight, however many streams
 //! it watches and however slowly it reads, and a reader that is behind costs the server no more than an SSE
 //! one. The bytes it writes were encoded once per stream for every WebSocket subscriber of that format;
-//! nothing is parsed or re-wrapped here.
+//! nothing is parsed or re-wrapped here. A connection that keeps up with a fast producer gathers for a moment
+//! between batches ([`Gathering`], the rule of an SSE reader in `sse.rs`), so tokens posted one at a time go
+//! out several to a write.
 //!
 //! Replies go out in the order of the frames they answer, each once it is ready ([`Reply`]): an op answered at
 //! once is sent at once, and one whose answer waits (a `publish`, acknowledged once its message is kept) holds
@@ -40,11 +42,13 @@ use tokio::time::{Instant, Sleep};
 use tokio_stream::StreamMap;
 
 use super::lifetime::Lifetime;
+use super::sse::{BUSY, GATHER};
 use crate::http::edge::metrics::SubscriberMeter;
 use crate::hub::{Batch, Subscription};
 
-/// A subscription's batches, then `None` once when it ends.
-pub(crate) type Batches = Pin<Box<dyn futures::Stream<Item = Option<Batch>> + Send>>;
+/// A subscription's batches, each with whether it took everything its stream had (the reader keeps up, see
+/// `Subscription::is_live`), then `None` once when it ends.
+pub(crate) type Batches = Pin<Box<dyn futures::Stream<Item = Option<(Batch, bool)>> + Send>>;
 
 /// A connection's subscriptions, by stream id.
 pub(crate) type Subscriptions = StreamMap<String, Batches>;
@@ -58,10 +62,12 @@ pub(crate) type Reply = Pin<Box<dyn Future<Output = Message> + Send>>;
 const PENDING: usize = 1024;
 
 /// A subscription as the connection polls it, counted in the metrics while it is polled.
-pub(crate) fn batches(subscription: Subscription, mut meter: SubscriberMeter) -> Batches {
-    let batches = subscription.into_stream().map(move |batch| {
+pub(crate) fn batches(subscription: Subscription, meter: SubscriberMeter) -> Batches {
+    let batches = futures::stream::unfold((subscription, meter), |(mut subscription, mut meter)| async move {
+        let batch = subscription.next().await?;
         meter.delivered(&batch);
-        Some(batch)
+        let live = subscription.is_live();
+        Some((Some((batch, live)), (subscription, meter)))
     });
     Box::pin(batches.chain(futures::stream::once(async { None })))
 }
@@ -124,6 +130,55 @@ impl Pings {
     }
 }
 
+/// A connection's gathering, as an SSE reader's (`sse.rs`, `Relay::next`): when its last batch took
+/// everything its stream had, was one frame, and went out less than [`BUSY`] after the one before, the next
+/// one is taken no sooner than [`GATHER`] after it, so tokens posted one at a time to many readers share a
+/// write instead of costing a write per token per reader. A message after a pause and a reader catching up
+/// are never held; replies, pings and the client's frames are not held either. Nor is a reader whose batches
+/// already hold several frames (1,000 readers share the cores, so each already takes several tokens a turn):
+/// unlike SSE's parked readers, which their stream's feed holds with one timer (`feed.rs`), each WebSocket
+/// connection holds with its own, and at 1,000 readers of one token per POST those timers cost more than the
+/// writes they saved (2.3× the server CPU per delivery, `docs/benchmarks-history.md`, session 28).
+#[derive(Default)]
+struct Gathering {
+    /// When the last batch went out.
+    wrote: Option<Instant>,
+    /// The next batch is not taken before this.
+    until: Option<Instant>,
+}
+
+impl Gathering {
+    /// A batch went out; `live`: it took everything its stream had and was worth gathering after.
+    fn wrote(&mut self, live: bool) {
+        self.wrote_at(live, Instant::now());
+    }
+
+    /// A batch went out at `now`.
+    fn wrote_at(&mut self, live: bool, now: Instant) {
+        let soon = self.wrote.is_some_and(|before| now < before + BUSY);
+        self.until = (soon && live).then_some(now + GATHER);
+        self.wrote = Some(now);
+    }
+
+    /// Until when the next batch is held, if it is.
+    fn held(&self) -> Option<Instant> {
+        self.held_at(Instant::now())
+    }
+
+    /// The same at `now`.
+    fn held_at(&self, now: Instant) -> Option<Instant> {
+        self.until.filter(|until| now < *until)
+    }
+
+    /// Waits until `until` (forever without one).
+    async fn wait(until: Option<Instant>) {
+        match until {
+            Some(until) => tokio::time::sleep_until(until).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
 /// A WebSocket connection's loop: see the module doc.
 pub(crate) struct WebSocketConnection {
     sink: SplitSink<WebSocket, Message>,
@@ -140,6 +195,8 @@ pub(crate) struct WebSocketConnection {
     closing: bool,
     /// The pings, and what was last heard (none: no pings).
     pings: Option<Pings>,
+    /// When the last batch went out, and until when the next one waits to be gathered (see [`Gathering`]).
+    gathering: Gathering,
     /// Set once the loop ended.
     end: Option<End>,
 }
@@ -171,6 +228,7 @@ impl WebSocketConnection {
             lagged: false,
             closing: false,
             pings,
+            gathering: Gathering::default(),
             end: None,
         }
     }
@@ -210,6 +268,7 @@ impl WebSocketConnection {
                 break End::Close(Some(close_frame(close_code::AWAY, "the server is shutting down")));
             }
             let reading = read && !self.closing && self.replies.len() < PENDING;
+            let held = self.gathering.held();
             tokio::select! {
                 () = self.lifetime.gone.cancelled() => break End::Gone,
                 () = self.lifetime.closing.cancelled(), if !self.closing => self.closing = true,
@@ -241,7 +300,8 @@ impl WebSocketConnection {
                         break end;
                     }
                 }
-                Some((stream, item)) = self.subscriptions.next(), if !self.subscriptions.is_empty() => {
+                () = Gathering::wait(held), if held.is_some() => self.gathering.until = None,
+                Some((stream, item)) = self.subscriptions.next(), if !self.subscriptions.is_empty() && held.is_none() => {
                     if let Some(end) = self.relayed(&stream, item).await {
                         break end;
                     }
@@ -283,11 +343,16 @@ impl WebSocketConnection {
     }
 
     /// Sends a subscription's batch, or notes its end: how the connection ends, if it does.
-    async fn relayed(&mut self, stream: &str, item: Option<Batch>) -> Option<End> {
+    async fn relayed(&mut self, stream: &str, item: Option<(Batch, bool)>) -> Option<End> {
         match item {
-            Some(batch) => {
+            Some((batch, live)) => {
                 self.lagged |= batch.lagged;
-                send(&mut self.sink, messages(&batch)).await.err().map(|_| End::Close(None))
+                let messages = messages(&batch);
+                // Only a batch of one frame is worth gathering after: see `Gathering`.
+                let lone = messages.len() == 1;
+                let sent = send(&mut self.sink, messages).await;
+                self.gathering.wrote(live && lone);
+                sent.err().map(|_| End::Close(None))
             }
             None => {
                 self.subscriptions.remove(stream);
@@ -378,4 +443,36 @@ async fn send(sink: &mut SplitSink<WebSocket, Message>, messages: Vec<Message>) 
         sink.feed(message).await?;
     }
     sink.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::{BUSY, GATHER, Gathering};
+
+    /// A reader that keeps up (its batches took everything) and whose batches come less than `BUSY` apart
+    /// holds the next one for `GATHER`; one catching up, or the first batch after a pause, is never held.
+    #[test]
+    fn a_reader_that_keeps_up_with_a_fast_producer_gathers() {
+        let start = Instant::now();
+        let at = |micros: u64| start + Duration::from_micros(micros);
+        let mut gathering = Gathering::default();
+        gathering.wrote_at(true, at(0));
+        assert_eq!(gathering.held_at(at(1)), None, "the first batch holds nothing");
+        let soon = (BUSY / 4).as_micros() as u64;
+        gathering.wrote_at(true, at(soon));
+        assert_eq!(gathering.held_at(at(soon + 1)), Some(at(soon) + GATHER), "a second batch soon after holds");
+        assert_eq!(gathering.held_at(at(soon) + GATHER), None, "the hold ends after GATHER");
+
+        let later = soon + (GATHER + BUSY / 4).as_micros() as u64;
+        gathering.wrote_at(false, at(later));
+        assert_eq!(gathering.held_at(at(later + 1)), None, "a reader catching up is not held");
+
+        let paused = later + BUSY.as_micros() as u64 + 1000;
+        gathering.wrote_at(true, at(paused));
+        assert_eq!(gathering.held_at(at(paused + 1)), None, "a batch after a pause is not held");
+    }
 }
