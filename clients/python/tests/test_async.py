@@ -66,6 +66,22 @@ async def test_the_async_producer_writes_what_a_watcher_reads(server: Any) -> No
     assert 1 <= posts <= 100, posts
 
 
+async def test_handles_and_blocks_take_async_with_as_with(server: Any) -> None:
+    client = agentmux.AsyncClient(server.base_url)
+    async with client.stream("async-with") as run:
+        async with run.block() as block_id:
+            async with run.thinking_stream() as thinking:
+                thinking.append("hm")
+            async with run.tool_call_stream("lookup", call_id="c2") as call:
+                call.append("{}")
+    state = await client.snapshot(run.stream_id)
+    assert of_type(state, "thinking")[0]["props"]["content"] == "hm"
+    assert of_type(state, "tool_call")[0]["block_id"] == block_id
+    ended = [e["props"]["data"]["message_id"] for e in events(state, "message_end")]
+    assert thinking.id in ended and call.id in ended
+    assert events(state, "block_end")[0]["props"]["data"]["block_id"] == block_id
+
+
 async def test_an_exception_in_async_with_ends_the_stream_error(server: Any) -> None:
     client = agentmux.AsyncClient(server.base_url)
     with pytest.raises(KeyError):

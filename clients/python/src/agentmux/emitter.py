@@ -193,6 +193,14 @@ class _Stream:
     def __exit__(self, *exc: object) -> None:
         self.end()
 
+    # `async with` too, for code that writes it under asyncio: entering and ending only enqueue, so both
+    # forms do the same and neither waits.
+    async def __aenter__(self) -> Any:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.end()
+
 
 class TextStream(_Stream):
     """A `text` or `thinking` message streamed in fragments."""
@@ -240,6 +248,12 @@ class Block:
         return self.id
 
     def __exit__(self, *exc: object) -> None:
+        self.end()
+
+    async def __aenter__(self) -> str:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
         self.end()
 
     def end(self) -> None:
