@@ -148,6 +148,9 @@ async fn listed_origins_get_cors_and_a_star_reads_only() {
     let events = client.get(server.url(&format!("/v1/streams/{id}/events"))).header("origin", EVIL).send().await;
     let events = events.expect("events");
     assert_eq!(header(&events, "access-control-allow-origin"), EVIL);
+    // The epoch a resuming page compares is readable by it.
+    assert_eq!(header(&events, "x-agentmux-epoch").len(), 16);
+    assert!(header(&events, "access-control-expose-headers").contains("x-agentmux-epoch"));
     assert!(read_body(events).await.starts_with(b"retry: 2000\n\n"));
     let openai = client.get(server.url(&format!("/v1/streams/{id}/events?format=openai"))).send().await;
     assert!(!read_body(openai.expect("events")).await.starts_with(b"retry:"));

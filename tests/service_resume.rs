@@ -3,7 +3,8 @@
 //! The header wins over `from`, so reconnects while the producer appends read every event exactly once; a
 //! reconnect after the end answers 204 (in every format), which stops `EventSource`; `from` alone still
 //! resumes; an empty header counts as absent; a header that is not a sequence is 400 with the OpenAI error
-//! envelope, and one beyond the stream is 400 `sequence_ahead`.
+//! envelope, and one beyond the stream is 400 `sequence_ahead`. Every answer to a subscription names the
+//! stream's epoch (`x-agentmux-epoch`), so a resumed reader of any format can tell it is the same history.
 
 mod common;
 
@@ -191,4 +192,57 @@ async fn a_last_event_id_that_is_not_a_sequence_is_400_with_the_envelope() {
     let response = client.get(&ahead).send().await.expect("GET");
     assert_eq!(response.status(), 400);
     assert_envelope(&response.json().await.expect("JSON"), Some("from"), "sequence_ahead");
+}
+
+/// Every answer to a subscription names the stream's epoch in `x-agentmux-epoch` (the only epoch a resumed
+/// subscription in a format other than CUI learns): in every format, on a connection's first request
+/// (served outside hyper, `connection: close`) and on a kept-alive one (hyper), the `204` after the end, and
+/// the WebSocket upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_subscription_answer_names_the_streams_epoch() {
+    let server = TestServer::start().await;
+    let pooled = reqwest::Client::new();
+    let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).build().expect("client");
+    let id = create_stream(&pooled, &server).await;
+    let (status, reply) = post_json(&pooled, &server.url(&format!("/v1/streams/{id}/messages")), &batch(0, 3)).await;
+    assert_eq!(status, 200, "{reply}");
+    let last = end_stream(&pooled, &server, &id).await;
+    let snapshot_url = server.url(&format!("/v1/streams/{id}"));
+    let snapshot: Value = pooled.get(&snapshot_url).send().await.expect("snapshot").json().await.expect("JSON");
+    let epoch = snapshot["epoch"].as_str().expect("the snapshot's epoch").to_owned();
+    assert_eq!(epoch.len(), 16, "{snapshot}");
+
+    for format in ["cui", "openai", "ui-message", "ag-ui", "anthropic", "responses"] {
+        let url = server.url(&format!("/v1/streams/{id}/events?format={format}&from=1"));
+        let first = fresh.get(&url).send().await.expect("events on a new connection");
+        assert_eq!(first.status(), 200, "{format}");
+        assert_eq!(header(&first, "connection"), "close", "{format}: a first request, served outside hyper");
+        assert_eq!(header(&first, "x-agentmux-epoch"), epoch, "{format}: first request");
+        first.bytes().await.expect("the body");
+        // Behind another request on the same connection: served by hyper.
+        let kept = behind_another(&server, &format!("/v1/streams/{id}/events?format={format}&from=1")).await;
+        assert!(kept.contains(&format!("\r\nx-agentmux-epoch: {epoch}\r\n")), "{format}: by hyper: {kept}");
+        let done = fresh.get(server.url(&format!("/v1/streams/{id}/events?format={format}&from={last}"))).send();
+        let done = done.await.expect("events after the end");
+        assert_eq!(done.status(), 204, "{format}");
+        assert_eq!(header(&done, "x-agentmux-epoch"), epoch, "{format}: the 204");
+    }
+
+    let ws = server.url(&format!("/v1/streams/{id}/ws")).replacen("http", "ws", 1);
+    let (_socket, upgrade) = tokio_tungstenite::connect_async(ws.as_str()).await.expect("WebSocket");
+    let named = upgrade.headers().get("x-agentmux-epoch").and_then(|v| v.to_str().ok());
+    assert_eq!(named, Some(epoch.as_str()), "the WebSocket upgrade");
+}
+
+/// The answer to `GET path` sent on a new connection right behind a `GET /healthz` (so the service reads the
+/// connection with hyper, not as an event stream's first request): the connection's bytes, as text.
+async fn behind_another(server: &TestServer, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(server.addr).await.expect("connect");
+    let requests =
+        format!("GET /healthz HTTP/1.1\r\nhost: x\r\n\r\nGET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    socket.write_all(requests.as_bytes()).await.expect("write");
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, socket.read_to_end(&mut answer)).await.expect("in time").expect("read");
+    String::from_utf8_lossy(&answer).into_owned()
 }

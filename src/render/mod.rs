@@ -281,6 +281,8 @@ impl Renderer for ViewRenderer {
     }
 
     fn interrupt(&self, gone: &Gone, out: &mut Vec<Bytes>) {
+        // The text is part of the contract (`docs/http-api.md`, "Slow readers and `lagged`"): the UI message
+        // stream's notice has no code, so clients (`clients/python`'s watcher) tell it by this text.
         let error = ErrorProps {
             message: format!(
                 "the history this subscriber needs is no longer kept here; resume after sequence {}",

@@ -1,20 +1,17 @@
 """The watcher against a real agentmux: resumed across a connection killed mid-event (CUI with
 `Last-Event-ID`, another format from the same `from`) with every message exactly once, a start after a
-sequence, a chat run, `LaggedError` for a watcher left behind past the retention, `EpochChangedError` when a
-resumed stream is another history, and an error answer as `AgentmuxError`."""
+sequence, a chat run, and an error answer as `AgentmuxError`. The typed errors (`LaggedError`,
+`EpochChangedError`) in every format are `test_watch_errors.py`'s."""
 
 from __future__ import annotations
 
-import json
-import time
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 import agentmux
 
-from conftest import RETENTION_MS
 from helpers import of_type, same, watch_all
 from proxy import CuttingProxy
 
@@ -87,73 +84,6 @@ def test_a_chat_run_is_watched_to_its_end(server: Any) -> None:
         state = update.state
     assert state is not None and state.status == "completed" and state.id == run.stream_id
     assert "".join(m["props"]["content"] for m in state.messages if m["type"] == "text") == "hello there"
-
-
-def test_a_watcher_left_behind_past_the_retention_gets_a_lagged_error(retention: Any) -> None:
-    client = agentmux.Client(retention.base_url)
-    created = client.create_stream()
-    big = "x" * 1_000_000
-    for post in range(5):
-        batch = [{"type": "text", "props": {"content": big}, "message_id": f"big{post}-{i}"} for i in range(7)]
-        client.append(created.id, batch, write_token=created.write_token)
-    client.end(created.id, write_token=created.write_token)
-    updates = client.watch(created.id, token=created.read_token)
-    first = next(updates)
-    assert first.message["props"]["event"] == "stream_start"
-    time.sleep(RETENTION_MS / 1000 + 2)
-    read = 1
-    with pytest.raises(agentmux.LaggedError) as lagged:
-        for _ in updates:
-            read += 1
-    assert isinstance(lagged.value, agentmux.AgentmuxError) and lagged.value.code == "lagged"
-    assert lagged.value.resume_from > 0 and read < 37
-
-
-class _ReplacedHistory(httpx.BaseTransport):
-    """Cuts the first event stream after its first message, then answers the snapshot with another epoch."""
-
-    def __init__(self, stream_id: str) -> None:
-        self.inner = httpx.HTTPTransport()
-        self.stream_id = stream_id
-        self.cut = False
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        response = self.inner.handle_request(request)
-        if request.url.path.endswith("/events") and not self.cut:
-            self.cut = True
-            return httpx.Response(response.status_code, headers=response.headers, stream=_Cut(response))
-        if request.url.path == f"/v1/streams/{self.stream_id}" and self.cut:
-            response.read()
-            body = {**json.loads(response.content), "epoch": "another-history"}
-            return httpx.Response(200, json=body)
-        return response
-
-
-class _Cut(httpx.SyncByteStream):
-    def __init__(self, response: httpx.Response) -> None:
-        self.response = response
-
-    def __iter__(self) -> Iterator[bytes]:
-        seen = b""
-        for chunk in self.response.iter_raw():
-            yield chunk
-            seen += chunk
-            if b"\nid: " in seen:
-                break  # a message went through
-        self.response.close()
-        raise httpx.ReadError("network error")
-
-
-def test_a_changed_epoch_at_a_resume_is_an_epoch_changed_error(server: Any) -> None:
-    producer = agentmux.Client(server.base_url)
-    created = producer.create_stream()
-    producer.append(created.id, [text("one "), text("two ")], write_token=created.write_token)
-    watcher = agentmux.Client(server.base_url, http_client=httpx.Client(transport=_ReplacedHistory(created.id)))
-    with pytest.raises(agentmux.EpochChangedError) as changed:
-        for _ in watcher.watch(created.id, token=created.read_token):
-            pass
-    assert changed.value.was == created.epoch and changed.value.now == "another-history"
-    producer.end(created.id, write_token=created.write_token)
 
 
 def test_an_error_answer_is_an_agentmux_error(keyed: Any) -> None:

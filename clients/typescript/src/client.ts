@@ -246,13 +246,15 @@ export function createClient(options: ClientOptions): Client {
         await sleep(Math.min(5000, 100 * 2 ** (failures - 1)), opts.signal);
         continue;
       }
+      // Every answer names the stream's epoch (a resumed subscription starts after the stream_start that
+      // carries it): another than the first answer's is another history.
+      const named = response.headers.get('x-agentmux-epoch');
+      if (named) {
+        if (epoch === undefined) epoch = named;
+        else if (named !== epoch) throw new EpochChangedError(epoch, named);
+      }
       if (response.status === 204) break;
       if (!response.ok) throw await failed(response);
-      if (epoch !== undefined && last > 0) {
-        // A resumed subscription starts after stream_start: the snapshot says whether it is the same history.
-        const now = (await snapshot(streamId, { token: opts.token })).epoch;
-        if (now !== epoch) throw new EpochChangedError(epoch, now);
-      }
       try {
         const messages = read(response, (message, id) => {
           const sequence = id === undefined || id === '' ? undefined : Number(id);
@@ -271,7 +273,6 @@ export function createClient(options: ClientOptions): Client {
           last = Math.max(last, sequence);
           failures = 0;
           reduce(state, message);
-          if (state.epoch) epoch = state.epoch;
           yield { message, state };
           const props = (message.props ?? {}) as Record<string, unknown>;
           if (message.type === 'event' && props.event === 'stream_end') ended = true;

@@ -193,9 +193,9 @@ export const scenarios = {
   },
 
   // The service keeps a stream's epoch across restarts; a history replaced under the same id (a store
-  // restored from an older copy, a stream made again elsewhere) has another one. Here the service's snapshot
-  // is made to name another epoch at the resume: the watcher stops with an EpochChangedError rather than
-  // mix two histories.
+  // restored from an older copy, a stream made again elsewhere) has another one. Here the answer to the
+  // resume is made to name another epoch (`x-agentmux-epoch`): the watcher stops with an EpochChangedError
+  // rather than mix two histories.
   async 'a changed epoch at a resume is an EpochChangedError'({ lib, plain }) {
     const producer = lib.createClient({ baseUrl: plain });
     const stream = await producer.createStream();
@@ -219,22 +219,27 @@ export const scenarios = {
         });
         return new Response(body, { status: response.status, headers: response.headers });
       }
-      if (path === `/v1/streams/${stream.id}` && cut) {
-        const snapshot = await response.json();
-        return new Response(JSON.stringify({ ...snapshot, epoch: 'another-history' }), { status: 200, headers: response.headers });
+      if (path.endsWith('/events')) {
+        const headers = new Headers(response.headers);
+        headers.set('x-agentmux-epoch', 'another-history');
+        return new Response(response.body, { status: response.status, headers });
       }
       return response;
     };
     const watcher = lib.createClient({ baseUrl: plain, fetch: replaced });
+    // The stream ends soon, so a watcher that does not check the epoch ends too (rather than wait forever).
+    const ending = new Promise((resolve) => setTimeout(resolve, 2000)).then(() =>
+      producer.end(stream.id, undefined, { writeToken: stream.write_token }),
+    );
     let error;
     try {
       for await (const update of watcher.watch(stream.id, { token: stream.read_token })) void update;
     } catch (e) {
       error = e;
     }
+    await ending;
     check(error instanceof lib.EpochChangedError, 'an EpochChangedError', String(error));
     check(error.was === stream.epoch && error.now === 'another-history', 'both epochs named', { was: error.was, now: error.now });
-    await producer.end(stream.id, undefined, { writeToken: stream.write_token });
   },
 
   // The first answer to an append is cut after the append landed (a real TCP close, by the proxy): the

@@ -8,7 +8,10 @@
 //! repeat with the first answer (`crate::hub::Condition`). Ending a message or a block is how an outside
 //! producer closes what it streamed (a tool call's input, say) before the stream's end. Subscribing resumes after the `Last-Event-ID` header
 //! (what a browser's `EventSource` sends when it reconnects), else after `from`. Resuming at the end of an
-//! ended stream answers 204, which tells `EventSource` to stop reconnecting.
+//! ended stream answers 204, which tells `EventSource` to stop reconnecting. Every answer to a subscription
+//! (SSE, its 204, the WebSocket upgrade) names the stream's epoch in `x-agentmux-epoch` ([`EPOCH`]): a resumed
+//! connection in a format that carries no epoch (every one but CUI's `stream_start`) still tells a reader
+//! whether it is the history it was reading.
 
 use std::sync::Arc;
 
@@ -93,8 +96,13 @@ pub(crate) fn endpoints() -> Vec<Endpoint> {
             "streams",
             None,
             vec![
-                (200, "Server-sent events; each CUI event's data is an OutputMessage", vec![EventStream]),
-                (204, "Nothing to send: resumed at the end of an ended stream", vec![]),
+                (
+                    200,
+                    "Server-sent events; each CUI event's data is an OutputMessage; x-agentmux-epoch names the \
+                     stream's epoch",
+                    vec![EventStream],
+                ),
+                (204, "Nothing to send: resumed at the end of an ended stream (with x-agentmux-epoch)", vec![]),
             ],
         ),
     ));
@@ -286,6 +294,17 @@ pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The header on the answer to a repeat.
 pub(crate) const REPLAYED: &str = "idempotent-replayed";
+
+/// The header naming the stream's epoch on every answer to a subscription.
+pub(crate) const EPOCH: &str = "x-agentmux-epoch";
+
+/// `response` with the stream's epoch in [`EPOCH`].
+pub(crate) fn with_epoch(mut response: Response, stream: &Stream) -> Response {
+    if let Ok(epoch) = HeaderValue::from_str(stream.epoch()) {
+        response.headers_mut().insert(EPOCH, epoch);
+    }
+    response
+}
 
 /// `POST /v1/streams/{id}/messages`: `{"sequences": [..], "last_sequence": N}`. With `?after=N` or an
 /// `Idempotency-Key`, a repeat of an append that landed appends nothing and answers the first's answer with
@@ -523,7 +542,7 @@ pub(crate) async fn events(
     // Resuming at the end of an ended stream: nothing is left to send, and 204 tells `EventSource` to stop
     // reconnecting.
     if query.resumes(&headers) && stream.status() != Status::Open && from == stream.last_sequence() {
-        return Ok(StatusCode::NO_CONTENT.into_response());
+        return Ok(with_epoch(StatusCode::NO_CONTENT.into_response(), &stream));
     }
     let subscription = stream.subscribe(format, from).map_err(|error| {
         let mut error = HttpError::from(error);
@@ -541,7 +560,7 @@ pub(crate) async fn events(
         // What the AI SDK's transport checks to know it reads a UI message stream.
         response.headers_mut().insert("x-vercel-ai-ui-message-stream", axum::http::HeaderValue::from_static("v1"));
     }
-    Ok(response)
+    Ok(with_epoch(response, &stream))
 }
 
 /// What an append takes: one message, or an array of them (or NDJSON, one per line).

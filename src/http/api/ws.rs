@@ -1,4 +1,5 @@
-//! WebSocket subscribers: `GET /v1/streams/{id}/ws` for one stream, `GET /v1/ws` for several at once.
+//! WebSocket subscribers: `GET /v1/streams/{id}/ws` for one stream (its upgrade answer names the stream's
+//! epoch in `x-agentmux-epoch`, as an SSE answer does), `GET /v1/ws` for several at once.
 //!
 //! Both speak one protocol of JSON text frames. From the client: `{"op": "subscribe", "stream", "format"?,
 //! "from"?, "include_usage"?, "reasoning"?, "agent_tools"?}`, `{"op": "unsubscribe", "stream"}`, `{"op":
@@ -39,7 +40,7 @@ use tracing::Instrument;
 
 use super::endpoint::{Endpoint, endpoint, op};
 use super::format::FormatFields;
-use super::streams::{SubscribeQuery, find, not_kept};
+use super::streams::{SubscribeQuery, find, not_kept, with_epoch};
 use crate::http::app::App;
 use crate::http::edge::auth::{Access, Grant};
 use crate::http::edge::error::HttpError;
@@ -91,8 +92,9 @@ pub(crate) async fn one(
     let span = tracing::info_span!("ws", stream = stream.id());
     let single = (stream.id().to_owned(), batches(subscription, meter));
     let sockets = app.lifetime.sockets.clone();
-    Ok(limits(upgrade, &app)
-        .on_upgrade(move |socket| sockets.track_future(connection(app, grant, socket, Some(single)).instrument(span))))
+    let response = limits(upgrade, &app)
+        .on_upgrade(move |socket| sockets.track_future(connection(app, grant, socket, Some(single)).instrument(span)));
+    Ok(with_epoch(response, &stream))
 }
 
 /// `GET /v1/ws`.

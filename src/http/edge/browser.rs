@@ -13,7 +13,7 @@
 //!
 //! Listed origins get CORS (tower-http's layer): preflights answered, any request header allowed,
 //! `Authorization` and `Last-Event-ID` included, and the headers a client needs exposed (the stream id, the
-//! read token, the thread id, `Retry-After`). `--cors-origin '*'` lets any page read (`GET`: events,
+//! read token, the thread id, the epoch, `idempotent-replayed`, `Retry-After`). `--cors-origin '*'` lets any page read (`GET`: events,
 //! snapshots) but not write: its preflights for anything else get no CORS headers, and the guard above
 //! refuses what a page sends without one. Clients that are not browsers send no `Origin` and meet only the
 //! media-type rule. A read from a page on an unlisted origin is served (its browser hides the answer), and
@@ -140,6 +140,7 @@ impl Origins {
             "x-agentmux-stream-id",
             "x-agentmux-read-token",
             "x-agentmux-thread-id",
+            "x-agentmux-epoch",
             "retry-after",
             "idempotent-replayed",
         ];

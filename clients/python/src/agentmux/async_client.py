@@ -17,7 +17,7 @@ from .api import Appended, Created, Ended
 from .async_producer import AsyncProducer
 from .errors import AgentmuxError
 from .reduce import StreamState
-from .watch import Follower, Update, WatchOptions
+from .watch import EPOCH_HEADER, Follower, Update, WatchOptions
 
 
 @dataclass
@@ -195,15 +195,12 @@ class AsyncClient:
                     self.http, "GET", url, params=follower.params(), headers=headers, timeout=timeout
                 ) as source:
                     response = source.response
+                    follower.answered(response.headers.get(EPOCH_HEADER))
                     if response.status_code == 204:
                         return
                     if response.status_code >= 400:
                         await response.aread()
                         raise api.failure(response)
-                    follower.connected()
-                    if follower.needs_epoch_check():
-                        snapshot = await self.snapshot(follower.stream_id, token=follower.options.token)
-                        follower.check_epoch(snapshot.epoch)
                     async for event in source.aiter_sse():
                         item = follower.on_event(event.data)
                         if item is not None:

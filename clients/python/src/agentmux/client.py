@@ -18,7 +18,7 @@ from .api import Appended, Created, Ended
 from .errors import AgentmuxError
 from .producer import Producer
 from .reduce import StreamState
-from .watch import Follower, Update, WatchOptions
+from .watch import EPOCH_HEADER, Follower, Update, WatchOptions
 
 
 @dataclass
@@ -202,14 +202,12 @@ class Client:
                     self.http, "GET", url, params=follower.params(), headers=headers, timeout=timeout
                 ) as source:
                     response = source.response
+                    follower.answered(response.headers.get(EPOCH_HEADER))
                     if response.status_code == 204:
                         return
                     if response.status_code >= 400:
                         response.read()
                         raise api.failure(response)
-                    follower.connected()
-                    if follower.needs_epoch_check():
-                        follower.check_epoch(self.snapshot(follower.stream_id, token=follower.options.token).epoch)
                     for event in source.iter_sse():
                         item = follower.on_event(event.data)
                         if item is not None:

@@ -3,13 +3,18 @@ open the event streams and wait): where to resume, which events a resumed stream
 has ended, and the typed errors.
 
 - CUI: each event carries its sequence (`id:`); a cut connection resumes with `Last-Event-ID` after the
-  last one seen, and a message at or before it is dropped. A resumed stream's epoch is checked against the
-  snapshot's (`EpochChangedError`), and the service's lagged notice (an `error` without a sequence) is a
-  `LaggedError`. Each message is reduced into the state (`Update(message, state)`).
+  last one seen, and a message at or before it is dropped. Each message is reduced into the state
+  (`Update(message, state)`).
 - Other formats carry no sequence: a cut connection subscribes again from the same `from`, and the events
   already delivered are skipped by count (every subscriber of a format reads the same rendition of the
   stream, so the events come again in the same order). Each event is its parsed JSON (`dict`); the end is the
   format's own last event (`[DONE]`, `RUN_FINISHED`, `message_stop`, `response.completed` ...).
+- The typed errors, alike in every format: the service's lagged notice, in the format's own shape (CUI's
+  `error` without a sequence, OpenAI's error object and AG-UI's `RUN_ERROR` with code `lagged`, ...: see
+  `_lagged_message`), is a `LaggedError` naming where the service says to resume; and every answer names the
+  stream's epoch (`x-agentmux-epoch`), which must stay the first answer's on every reconnect, else
+  `EpochChangedError` (the formats other than CUI carry no epoch, and a resumed CUI subscription starts after
+  the `stream_start` that names it, so the header is the one check for all).
 - A connection that fails or closes before the end is retried after 100 ms, doubling to 5 s, at most
   `retries` times in a row; a `204` (nothing after that sequence, and the stream has ended) ends the watch.
 """
@@ -17,6 +22,7 @@ has ended, and the typed errors.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -31,6 +37,14 @@ _LAST = {
     "anthropic": {"message_stop", "error"},
     "responses": {"response.completed", "response.incomplete", "response.failed"},
 }
+
+#: The header naming the stream's epoch on every answer to a subscription.
+EPOCH_HEADER = "x-agentmux-epoch"
+#: How the service's lagged notice begins in every format; the UI message stream's (`{"type": "error",
+#: "errorText"}`, all the AI SDK allows) has no code, so there the text is what tells it from a stream's error.
+_LAGGED_TEXT = "the history this subscriber needs is no longer kept here"
+#: Where the notice's text says to resume (every format's notice carries the same text).
+_RESUME = re.compile(r"resume after sequence (\d+)")
 
 
 @dataclass
@@ -93,17 +107,16 @@ class Follower:
             headers["last-event-id"] = str(self.last)
         return headers
 
-    def connected(self) -> None:
-        """A new connection answered: the events it repeats are counted again."""
+    def answered(self, epoch: Optional[str]) -> None:
+        """A new connection answered (naming the stream's epoch): the events it repeats are counted again, and
+        its epoch must be the first answer's."""
         self.seen = 0
-
-    def needs_epoch_check(self) -> bool:
-        """Whether this connection resumed a history whose epoch is known (so the snapshot must agree)."""
-        return self.cui and self.epoch is not None and self.last > 0
-
-    def check_epoch(self, now: str) -> None:
-        if self.epoch is not None and now != self.epoch:
-            raise EpochChangedError(self.epoch, now)
+        if not epoch:
+            return
+        if self.epoch is None:
+            self.epoch = epoch
+        elif epoch != self.epoch:
+            raise EpochChangedError(self.epoch, epoch)
 
     def on_event(self, data: str) -> Any:
         """The update (CUI) or event (other formats) an SSE event's data stands for, or None to skip it."""
@@ -121,15 +134,14 @@ class Follower:
         if not isinstance(sequence, int):
             if message.get("type") == "error" and props.get("code") == "lagged":
                 details = props.get("details") or {}
-                raise LaggedError(int(details.get("resume_from", 0)))
+                resume_from = details.get("resume_from") if isinstance(details, dict) else None
+                raise LaggedError(resume_from if isinstance(resume_from, int) else 0)
             sequence = 0
         if sequence != 0 and sequence <= self.last:
             return None
         self.last = max(self.last, sequence)
         self.failures = 0
         reduce(self.state, message)
-        if self.state.epoch:
-            self.epoch = self.state.epoch
         if message.get("type") == "event" and props.get("event") == "stream_end":
             self.ended = True
         return Update(message, self.state)
@@ -142,6 +154,11 @@ class Follower:
         if self.seen <= self.delivered:
             return None
         event = json.loads(data)
+        if isinstance(event, dict):
+            notice = _lagged_message(self.options.format, event)
+            if notice is not None:
+                resume = _RESUME.search(notice)
+                raise LaggedError(int(resume.group(1)) if resume else 0)
         self.delivered += 1
         self.failures = 0
         kind = event.get("type") if isinstance(event, dict) else None
@@ -160,3 +177,27 @@ class Follower:
             )
         delay: float = min(5.0, 0.1 * 2.0 ** (self.failures - 1))
         return delay
+
+
+def _lagged_message(format: str, event: dict[str, Any]) -> Optional[str]:
+    """The text of the service's lagged notice when `event` is one, in that format's shape (`docs/http-api.md`,
+    "Slow readers and `lagged`"); None for any other event, a stream's own error among them."""
+    kind = event.get("type")
+    error = event.get("error")
+    if format == "ui-message":
+        text = event.get("errorText")
+        return text if kind == "error" and isinstance(text, str) and text.startswith(_LAGGED_TEXT) else None
+    if format == "openai":
+        notice = error if isinstance(error, dict) and error.get("code") == "lagged" else None
+    elif format == "anthropic":
+        notice = error if kind == "error" and isinstance(error, dict) and error.get("type") == "lagged" else None
+    elif format == "ag-ui":
+        notice = event if kind == "RUN_ERROR" and event.get("code") == "lagged" else None
+    elif format == "responses":
+        notice = event if kind == "error" and event.get("code") == "lagged" else None
+    else:
+        notice = None
+    if notice is None:
+        return None
+    message = notice.get("message")
+    return message if isinstance(message, str) else ""
