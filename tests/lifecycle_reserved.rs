@@ -125,3 +125,66 @@ async fn no_producer_path_appends_a_lifecycle_event_and_readers_see_only_the_rea
     // Of the producer's, only the messages it was acknowledged: stream_start, the two, the two after, the end.
     assert_eq!(events.len(), 6, "{named:?}");
 }
+
+/// The error code `lagged` is the service's notice to a reader whose history is gone, and the formats without
+/// sequences carry it only by that code: a producer's `error` message with it (whole, a delta, a code spelt by
+/// appending) and an end whose outcome has it are refused, over HTTP and the WebSocket, and nothing is appended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_producer_sends_the_lagged_code_that_readers_trust() {
+    let server = TestServer::start().await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    let messages = server.url(&format!("/v1/streams/{id}/messages"));
+    let (status, reply) = post_json(
+        &client,
+        &messages,
+        &json!({"type": "error", "props": {"message": "x", "code": "lag"}, "message_id": "e"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    let forgeries = [
+        (json!({"type": "error", "props": {"message": "gone", "code": "lagged"}}), "messages[0].props.code"),
+        (
+            json!({"type": "error", "props": {"code": "lagged"}, "message_id": "e", "delta": true,
+            "delta_path": "code", "delta_action": "set"}),
+            "messages[0].props.code",
+        ),
+        (
+            json!({"type": "error", "props": {"code": "ged"}, "message_id": "e", "delta": true, "delta_path": "code"}),
+            "messages[0].delta_action",
+        ),
+    ];
+    for (forgery, param) in &forgeries {
+        let (status, body) = post_json(&client, &messages, forgery).await;
+        assert_eq!(status, 400, "{forgery} -> {body}");
+        assert_envelope(&body, Some(param), "invalid_message");
+    }
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/v1/ws", server.addr)).await.expect("ws");
+    let publish = json!({"op": "publish", "stream": id, "message": forgeries[0].0});
+    ws.send(Message::text(publish.to_string())).await.expect("send publish");
+    let reply = ws_reply(&mut ws).await;
+    assert_eq!(reply["error"]["code"], "invalid_message", "{reply}");
+    assert_eq!(reply["error"]["param"], "message.props.code", "{reply}");
+    let end = client
+        .post(server.url(&format!("/v1/streams/{id}/end")))
+        .json(&json!({"status": "error", "error": {"message": "gone", "code": "lagged"}}))
+        .send()
+        .await
+        .expect("POST end");
+    assert_eq!(end.status(), 400);
+    let body: Value = end.json().await.expect("JSON");
+    assert_envelope(&body, Some("error.code"), "invalid_message");
+    // Nothing of them was appended: the error as first sent, and the stream still open for a real end.
+    let snapshot: Value = client
+        .get(server.url(&format!("/v1/streams/{id}")))
+        .send()
+        .await
+        .expect("GET snapshot")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(snapshot["status"], "open", "{snapshot}");
+    let error = snapshot["messages"].as_array().and_then(|m| m.iter().find(|m| m["type"] == "error")).cloned();
+    assert_eq!(error.map(|e| e["props"]["code"].clone()), Some(json!("lag")), "{snapshot}");
+    end_stream(&client, &server, &id).await;
+}

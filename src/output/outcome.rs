@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::props::ErrorProps;
-use super::validate::{ValidationError, check_name};
+use super::validate::{LAGGED, ValidationError, check_name};
 
 /// The end of a stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default, schemars::JsonSchema)]
@@ -68,6 +68,8 @@ impl Outcome {
     /// [`super::NAME_BYTES`] long (the field is `error.code`). Its size is the stream's to check.
     pub fn validate(&self) -> Result<(), ValidationError> {
         match self.error.as_ref().and_then(|e| e.code.as_deref()) {
+            // The readers' `lagged` notice is the stream's own (`validate.rs`, "Lifecycle events").
+            Some(LAGGED) => Err(ValidationError::Reserved { field: "error.code".into(), found: LAGGED.into() }),
             Some(code) => check_name("error.code", code),
             None => Ok(()),
         }

@@ -32,6 +32,11 @@
 //! whole, a delta or a `type_change`, and so is a delta that would spell one by appending to an event's name.
 //! Every producer's message passes here (an HTTP append, a WebSocket `publish`, a Rust agent's `Output`, a
 //! replay), so no path can append one.
+//!
+//! The error code `lagged` is the service's likewise: it tells a reader that its history is gone and where
+//! to resume, and in the formats without sequences (OpenAI, AG-UI, Anthropic, Responses) the clients know it
+//! only by that code. So an `error` message whose `props.code` is `lagged` ([`LAGGED`]; a delta or a
+//! `type_change` too) and an outcome whose `error.code` is `lagged` are refused as reserved.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -72,11 +77,11 @@ pub enum ValidationError {
         /// The value, cut to 100 characters.
         found: String,
     },
-    /// The name of a lifecycle event (`stream_end`, ...): the stream sends those itself, and its readers
-    /// trust them.
-    #[error("{field} is {found:?}, a lifecycle event: only the stream itself sends those")]
+    /// The name of a lifecycle event (`stream_end`, ...) or the error code `lagged`: the stream sends those
+    /// itself, and its readers trust them.
+    #[error("{field} is {found:?}, which only the stream itself sends: its readers trust it")]
     Reserved {
-        /// `props.event`
+        /// `props.event`, `props.code` or `error.code`
         field: String,
         /// The name.
         found: String,
@@ -281,6 +286,7 @@ pub(crate) fn validate(message: &OutputMessage) -> Result<(), ValidationError> {
         }
     }
     not_lifecycle(message)?;
+    not_lagged(message)?;
     let Some(fields) = schema(&message.kind) else {
         return Ok(());
     };
@@ -304,6 +310,9 @@ pub(crate) fn validate(message: &OutputMessage) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// The error code of the notice a reader gets when its history is gone (see the module doc).
+pub(crate) const LAGGED: &str = "lagged";
+
 /// The names of the lifecycle events (`lifecycle.rs`, whose test checks this list against its types): the
 /// stream's own, which readers, adapters and a restart trust.
 pub(crate) const LIFECYCLE_NAMES: [&str; 6] =
@@ -325,6 +334,25 @@ fn not_lifecycle(message: &OutputMessage) -> Result<(), ValidationError> {
         return Err(ValidationError::WrongType {
             field: "delta_action".into(),
             expected: "replace or set on an event's name, which is given whole".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses the `lagged` code on a producer's `error` message, whole or as a delta, and a delta that appends
+/// to an error's code, which could spell it piece by piece (a code is given whole: `replace` or `set` it).
+fn not_lagged(message: &OutputMessage) -> Result<(), ValidationError> {
+    if message.kind != "error" {
+        return Ok(());
+    }
+    if message.props.get("code").and_then(Value::as_str) == Some(LAGGED) {
+        return Err(ValidationError::Reserved { field: "props.code".into(), found: LAGGED.into() });
+    }
+    let appends = !matches!(message.delta_action, Some(DeltaAction::Replace | DeltaAction::Set));
+    if message.delta && message.delta_path.as_deref() == Some("code") && appends {
+        return Err(ValidationError::WrongType {
+            field: "delta_action".into(),
+            expected: "replace or set on an error's code, which is given whole".into(),
         });
     }
     Ok(())
