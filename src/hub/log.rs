@@ -169,18 +169,6 @@ pub trait Log: Send + Sync + std::fmt::Debug {
         self.append(entries);
     }
 
-    /// Appends as [`Log::append`] does, for a stream's producer, which calls [`Log::hasten`] once its own
-    /// lock is released when this returns true. A log that hands its writes to another thread may instead
-    /// leave that thread asleep and ask its caller to commit them there and then: a store does when its
-    /// producer appends seldom (its first entries, or the first after a pause, as an agent's tokens come),
-    /// where the two hand-offs (its writer woken, then the reader woken from outside the runtime) would be
-    /// most of the latency, and leaves a fast producer's appends to its writer, which gathers them into one
-    /// commit. By default, [`Log::append`] and false.
-    fn append_produced(&self, entries: Vec<Entry>) -> bool {
-        self.append(entries);
-        false
-    }
-
     /// Drops the history (the stream was evicted): later reads are [`Gone`].
     fn forget(&self);
 

@@ -27,9 +27,8 @@
 //! came back first (the failed batch is written then, with that end) or not (the stream ends `interrupted`
 //! after what was kept), never shows a client a second message under a sequence it has seen.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -37,16 +36,9 @@ use super::read::Reader;
 use super::writer::{Command, Serialised, Writer};
 use crate::hub::{Committed, Entry, Gone, Log, MemoryLog};
 use crate::output::Outcome;
-use crate::sync::lock;
 
 /// Committed entries an open stream keeps in memory (at least; at most twice as many).
 pub(crate) const HOT: u64 = 1024;
-
-/// A producer's append that comes at least this long after its previous one (or is its first) is committed
-/// on the producer's thread when nothing else is committing ([`Log::append_produced`]): an agent's tokens,
-/// milliseconds apart, each reach their readers without two hand-offs between threads; appends closer
-/// together are left to the writer, which gathers them.
-const PAUSE: Duration = Duration::from_millis(1);
 
 /// A stream's log in the store; see the module doc.
 #[derive(Debug)]
@@ -57,22 +49,13 @@ pub(crate) struct StoreLog {
     reader: Arc<Reader>,
     /// Evicted: its rows are going, and reads are [`Gone`].
     forgotten: AtomicBool,
-    /// When the producer last appended through [`Log::append_produced`]: its pace.
-    produced: Mutex<Option<Instant>>,
 }
 
 impl StoreLog {
     /// The log of a new stream.
     pub(crate) fn new(stream: &str, writer: Writer, reader: Arc<Reader>) -> Self {
         let committed = Committed::new(0, false, MemoryLog::default());
-        StoreLog {
-            stream: stream.to_owned(),
-            committed,
-            writer,
-            reader,
-            forgotten: AtomicBool::new(false),
-            produced: Mutex::new(None),
-        }
+        StoreLog { stream: stream.to_owned(), committed, writer, reader, forgotten: AtomicBool::new(false) }
     }
 
     /// The log of an ended stream kept in the store: `last` entries, every one on disk, and its outcome.
@@ -80,14 +63,7 @@ impl StoreLog {
         let memory = MemoryLog::after(last);
         memory.append(vec![Entry::End(Arc::new(outcome))]);
         let committed = Committed::new(last, true, memory);
-        StoreLog {
-            stream: stream.to_owned(),
-            committed,
-            writer,
-            reader,
-            forgotten: AtomicBool::new(false),
-            produced: Mutex::new(None),
-        }
+        StoreLog { stream: stream.to_owned(), committed, writer, reader, forgotten: AtomicBool::new(false) }
     }
 
     fn gone(&self, asked: u64) -> Gone {
@@ -128,19 +104,6 @@ impl Log for StoreLog {
     /// thread when nobody else is committing, and otherwise wakes the writer (`writer.rs`).
     fn append_awaited(&self, entries: Vec<Entry>) {
         self.hand_over(entries, false);
-    }
-
-    /// The first append of a producer, or one after a pause of [`PAUSE`], is queued without waking the
-    /// writer's thread, and the caller hastens it: committed on its thread when nobody else is committing
-    /// (else the writer is woken then). A commit is a write to the WAL with no fsync (`mod.rs`): tens of
-    /// microseconds, against two hand-offs between threads of about a quarter of a millisecond each on a
-    /// busy machine (`writer.rs`). Closer appends wake the writer, which gathers them. Creating the stream
-    /// appends through [`Log::append`]: its commit goes on while the run gets going.
-    fn append_produced(&self, entries: Vec<Entry>) -> bool {
-        let now = Instant::now();
-        let paused = lock(&self.produced).replace(now).is_none_or(|last| now.duration_since(last) >= PAUSE);
-        self.hand_over(entries, !paused);
-        paused
     }
 
     fn read(&self, after: u64, max: usize, into: &mut Vec<Entry>) -> Result<(), Gone> {

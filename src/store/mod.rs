@@ -5,9 +5,7 @@
 //!   the hub's [`Storage`] (a [`StoreLog`] per stream), and what comes back at start: ended streams readable
 //!   and resumable as before, streams open at the crash ended with `interrupted`, streams past their retention
 //!   deleted; and the threads, given back to the thread registry by [`Store::restore_threads`].
-//! - `writer.rs`: the one thread that writes, in batches (group commit), off every producer's path (but for
-//!   a caller about to wait for a commit, and a producer's append after a pause, which commit on their own
-//!   thread when nobody else is: `log.rs`, `Log::append_produced`).
+//! - `writer.rs`: the one thread that writes, in batches (group commit), off every producer's path.
 //! - `log.rs`: [`StoreLog`], a stream's log: its hot part in memory, readable once committed, the rest read
 //!   back from the file; `read.rs`: reading entries back, on read-only connections of their own.
 //! - `checkpoint.rs`: copying the write-ahead log back into the file, beside the writer; `chunk.rs`: how
@@ -393,34 +391,4 @@ mod tests {
         drop(hub);
         let _ = std::fs::remove_dir_all(&dir);
     }
-
-    #[tokio::test]
-    async fn a_producers_append_after_a_pause_is_committed_before_it_returns_and_a_quick_one_by_the_writer() {
-        let dir = std::env::temp_dir().join(format!("agentmux-paused-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir).expect("open");
-        let hub = Hub::new(HubConfig { storage: Arc::clone(&store) as Arc<dyn Storage>, ..HubConfig::default() });
-        let stream = hub.create("paced").expect("create");
-        assert!(stream.readable(1).await, "stream_start kept");
-        // The writer's thread is asleep: the first token goes to disk on this thread, no hand-off to it.
-        stream.append(OutputMessage::text("first ")).expect("append");
-        let first = stream.last_sequence();
-        assert!(first > 1, "appended");
-        assert_eq!(stream.log().last_sequence(), first, "the first append, committed by its producer");
-        // One after a pause, likewise.
-        tokio::time::sleep(PAUSE_FOR_TEST).await;
-        stream.append(OutputMessage::text("later ")).expect("append");
-        let later = stream.last_sequence();
-        assert_eq!(stream.log().last_sequence(), later, "an append after a pause, committed by its producer");
-        // Close behind it, the writer gathers: readable soon, whoever commits it.
-        stream.append(OutputMessage::text("quick ")).expect("append");
-        let quick = stream.last_sequence();
-        let readable = tokio::time::timeout(std::time::Duration::from_secs(5), stream.readable(quick)).await;
-        assert_eq!(readable.ok(), Some(true), "a quick append is committed by the writer");
-        drop(hub);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    /// Longer than the pause after which a producer's append is committed on its own thread.
-    const PAUSE_FOR_TEST: std::time::Duration = std::time::Duration::from_millis(5);
 }

@@ -18,11 +18,7 @@
 //! a runtime thread that has deliveries to make. A producer that appends only to wait for the commit at once
 //! (a durable POST: [`Writer::queue`], then [`Writer::hasten`]) does not wake the writer's thread at all,
 //! which would then race it for the connection (and won about half the time, under load: the hand-offs
-//! again, and a futex wake per POST); `hasten` wakes the thread only when it cannot commit itself. A stream's
-//! producer does the same for its first append and for one after a pause (`log.rs`, `append_produced`): an
-//! agent's first token, and each token of one that streams milliseconds apart, is then committed and its
-//! readers woken without the two hand-offs (session 28, "the relay's first token"); appends that come close
-//! together still go to the writer's thread, which gathers them. Measured
+//! again, and a futex wake per POST); `hasten` wakes the thread only when it cannot commit itself. Measured
 //! side by side (`docs/benchmarks-history.md`, session 12, twelve alternating rounds): a 128-message durable POST to 100
 //! subscribers 0.865× → 0.930× the throughput in memory, and its p99 publish-to-receive 1.16× → 1.05×
 //! memory's. A commit is a write to the WAL with no fsync (`mod.rs`), a

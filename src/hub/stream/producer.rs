@@ -196,12 +196,11 @@ impl Stream {
             let stamped = message.metadata.as_ref().and_then(|m| m.timestamp);
             self.active_ms.store(stamped.unwrap_or_default(), Ordering::Release);
         }
-        let owed = if awaited {
+        if awaited {
             self.log.append_awaited(staged.entries);
-            false
         } else {
-            self.log.append_produced(staged.entries)
-        };
+            self.log.append(staged.entries);
+        }
         self.probes.appended(producer.last);
         let appended = Appended { sequences: staged.sequences, last_sequence: producer.last, replayed: false };
         if let (Some(condition), Some(fingerprint)) = (condition, fingerprint) {
@@ -209,11 +208,6 @@ impl Stream {
             let (added, dropped) = producer.receipts.keep(condition, fingerprint, &appended);
             self.force(added);
             self.release(dropped);
-        }
-        // The log asked for its commit here and now: not under the producer's lock, which stays short.
-        drop(producer);
-        if owed {
-            self.log.hasten();
         }
         Ok(appended)
     }
