@@ -21,8 +21,12 @@
 //! target further on, so each follows every other as often), `warmup` rounds that are not counted, then
 //! `requests` rounds that are, so noise meets every target alike. Per target: time to first
 //! token (request written to first content chunk read) and per-chunk latency (chunk read less its stamp),
-//! p50 and p99, exact over the samples. "Added" is a target's quantile less the direct one's of the same
-//! run (the plain upstream's, for the TLS targets too: what TLS costs is part of what they add). The tables
+//! p50 and p99, exact over the samples. Added TTFT is measured request by request: that request's TTFT less
+//! the upstream's own (its first chunk made less the request received, both stamped in the chunk), so a
+//! slow moment of the machine is taken out of the request it slowed, not compared with another moment's
+//! (the direct target's figure is the floor: the loopback hops and the client). Added per chunk is a
+//! target's quantile less the direct one's of the same run (the plain upstream's, for the TLS targets too:
+//! what TLS costs is part of what they add). The tables
 //! (`report.rs`) show the medians over the runs of every figure, and LiteLLM's added TTFT over agentmux's.
 
 mod concurrent;
@@ -149,6 +153,8 @@ fn announced(log: &str, marker: &str, key: &str) -> Option<SocketAddr> {
 #[derive(Debug, Default)]
 struct Measured {
     ttft: Vec<u64>,
+    /// Per request, its TTFT less the upstream's own ([`stream::Answer::added_ttft_ns`]).
+    added_ttft: Vec<u64>,
     chunks: Vec<u64>,
     requests: u64,
     /// Wall time of the counted requests, written to body read, in nanoseconds.
@@ -192,6 +198,7 @@ impl Measured {
         self.busy_ns += took;
         if let Ok(answer) = answer {
             self.ttft.extend(answer.ttft_ns);
+            self.added_ttft.extend(answer.added_ttft_ns);
             self.chunks.extend(answer.chunk_ns);
         }
     }
@@ -471,6 +478,9 @@ fn rows(
         };
         put("ttft_p50_ms", row.p50_ms);
         put("ttft_p99_ms", row.p99_ms);
+        // Per request: what the path added to it (the direct target's: the loopback hops and the client).
+        put("added_ttft_p50_ms", quantile_ms(&mut measured.added_ttft, 0.5));
+        put("added_ttft_p99_ms", quantile_ms(&mut measured.added_ttft, 0.99));
         put("chunk_p50_ms", quantile_ms(&mut measured.chunks, 0.5));
         put("chunk_p99_ms", quantile_ms(&mut measured.chunks, 0.99));
         // The upstream served every target's requests: its CPU per request it answered.
@@ -490,11 +500,12 @@ fn rows(
     rows
 }
 
-/// Each proxy's figures less the direct ones of the same run, and LiteLLM's added TTFT p50 over agentmux's.
+/// Each proxy's per-chunk figures less the direct ones of the same run (its added TTFT is measured per
+/// request, in `rows`), and LiteLLM's added TTFT p50 and p99 over agentmux's.
 fn added(rows: &mut [RunResult]) {
     let Some(direct) = rows.iter().find(|r| r.target == TARGETS[0]).map(|r| r.extra.clone()) else { return };
     for row in rows.iter_mut().filter(|r| r.target != TARGETS[0]) {
-        for figure in ["ttft_p50", "ttft_p99", "chunk_p50", "chunk_p99"] {
+        for figure in ["chunk_p50", "chunk_p99"] {
             let key = format!("{figure}_ms");
             if let (Some(mine), Some(base)) = (row.extra.get(&key), direct.get(&key)) {
                 let value = mine - base;

@@ -214,7 +214,9 @@ fn print_verdicts(summary: &Summary, rows: &[RunResult]) {
     println!("targets: {}", targets.join("; "));
     println!(
         "TTFT: request written to first content chunk read; chunk: a content chunk read less the time the upstream \
-         stamped in it; added: the proxy's quantile less the direct one of the same run (median over runs); request: \
+         stamped in it; added TTFT: per request, its TTFT less the upstream's own (request received to first chunk \
+         made), the direct row's being the loopback hops and the client; added chunk: the proxy's quantile less the \
+         direct one of the same run (median over runs); request: \
          the mean time from writing a request to the end of its answer; CPU: the server process per counted \
          request (direct: the upstream, which served every target); RSS: the server's peak."
     );

@@ -5,7 +5,9 @@
 //! and its bytes go through the body's framing (chunked, a `Content-Length`, or up to the close) and the SSE
 //! parser. Each `data:` event is parsed as JSON, and every `@@` stamp in `choices[0].delta.content` (a proxy
 //! may merge chunks) is one per-chunk latency sample: the read's time less the stamp. The first stamped
-//! event gives the time to first token: that read's time less the write's. The connection is reopened
+//! event gives the time to first token: that read's time less the write's; less, too, the upstream's own
+//! time to it (the first stamp less the `^^` stamp beside it, when the request was received), it gives what
+//! the path between client and upstream added to that one request. The connection is reopened
 //! (not timed) when the server closed it.
 
 use std::io;
@@ -23,6 +25,9 @@ use crate::client::{self, source_ip};
 pub(crate) struct Answer {
     /// Request written to first content chunk read, in nanoseconds.
     pub(crate) ttft_ns: Option<u64>,
+    /// That, less the upstream's own time to first token (request received to first chunk made): what the
+    /// proxy (and the loopback hops, as the direct target's figure shows) added to this request.
+    pub(crate) added_ttft_ns: Option<u64>,
     /// Per content chunk: read time less the stamp, in nanoseconds.
     pub(crate) chunk_ns: Vec<u64>,
     /// `[DONE]` came.
@@ -307,16 +312,27 @@ fn event(data: &str, now: u64, sent: u64, answer: &mut Answer) -> io::Result<()>
     let chunk: serde_json::Value =
         serde_json::from_str(data).map_err(|e| io::Error::other(format!("an event is not JSON: {e}")))?;
     let Some(content) = chunk["choices"][0]["delta"]["content"].as_str() else { return Ok(()) };
-    let mut stamped = false;
+    let mut first = None;
     for piece in content.split("@@").skip(1) {
-        let digits = piece.bytes().take_while(u8::is_ascii_digit).count();
-        if let Ok(stamp) = piece[..digits].parse::<u64>() {
+        let (stamp, rest) = number(piece);
+        if let Some(stamp) = stamp {
             answer.chunk_ns.push(now.saturating_sub(stamp));
-            stamped = true;
+            // The first chunk's stamp, and when the upstream had received the request (`^^`, after it).
+            first = first.or(Some((stamp, rest.strip_prefix("^^").and_then(|r| number(r).0))));
         }
     }
-    if stamped && answer.ttft_ns.is_none() {
-        answer.ttft_ns = Some(now.saturating_sub(sent));
+    if let Some((stamp, received)) = first
+        && answer.ttft_ns.is_none()
+    {
+        let ttft = now.saturating_sub(sent);
+        answer.ttft_ns = Some(ttft);
+        answer.added_ttft_ns = received.map(|received| ttft.saturating_sub(stamp.saturating_sub(received)));
     }
     Ok(())
+}
+
+/// The decimal number `text` starts with, and what follows it.
+fn number(text: &str) -> (Option<u64>, &str) {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    (text[..digits].parse().ok(), &text[digits..])
 }

@@ -13,6 +13,9 @@
 //! content chunks (the first at once, the next ones `interval` apart on a fixed schedule), a finish
 //! chunk, a usage chunk, `[DONE]`. A content chunk's `content` is `@@` and the nanoseconds since the Unix
 //! epoch at which it was made, just before hyper writes it (content is what every proxy passes through).
+//! The first content chunk also carries, after its stamp, `^^` and when the request had been received whole
+//! (its body read): the client takes the upstream's own time to first token (first chunk made less request
+//! received) out of its own, request by request, and what is left is what the path between them added.
 //! Without `stream` it answers one `chat.completion`. `GET /v1/models` lists the one model the relay uses
 //! (any model name is answered, and echoed in the chunks).
 
@@ -80,6 +83,8 @@ struct Answer {
     step: usize,
     /// When the first content chunk went: the `n`-th is due `n - 1` intervals later.
     first_content: Option<tokio::time::Instant>,
+    /// When the request had been read whole, in nanoseconds since the Unix epoch (on the first content chunk).
+    received: u64,
 }
 
 impl Answer {
@@ -92,11 +97,17 @@ impl Answer {
             n if n <= chunks => {
                 // On a fixed schedule from the first: Tokio's timer wakes on millisecond ticks, so a sleep
                 // for an interval from the last chunk would drift by up to a millisecond each time.
-                match self.first_content {
-                    Some(first) => tokio::time::sleep_until(first + self.pace.interval * (n as u32 - 1)).await,
-                    None => self.first_content = Some(tokio::time::Instant::now()),
-                }
-                event(&self.model, json!({"content": format!("@@{}", wall_ns())}), None, None)
+                let content = match self.first_content {
+                    Some(first) => {
+                        tokio::time::sleep_until(first + self.pace.interval * (n as u32 - 1)).await;
+                        format!("@@{}", wall_ns())
+                    }
+                    None => {
+                        self.first_content = Some(tokio::time::Instant::now());
+                        format!("@@{}^^{}", wall_ns(), self.received)
+                    }
+                };
+                event(&self.model, json!({"content": content}), None, None)
             }
             n if n == chunks + 1 => event(&self.model, json!({}), Some("stop"), None),
             n if n == chunks + 2 => {
@@ -129,10 +140,11 @@ async fn handle(pace: Pace, request: Request<Incoming>) -> Result<Response<Body>
                     ));
                 }
             };
+            let received = wall_ns();
             let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
             let model = request["model"].as_str().unwrap_or(MODEL).to_owned();
             if request["stream"].as_bool() == Some(true) {
-                stream(Answer { model, pace, step: 0, first_content: None })
+                stream(Answer { model, pace, step: 0, first_content: None, received })
             } else {
                 let completion = json!({
                     "id": "chatcmpl-relay", "object": "chat.completion", "created": wall_ns() / 1_000_000_000,
