@@ -182,8 +182,10 @@ impl Gathering {
 /// A WebSocket connection's loop: see the module doc.
 pub(crate) struct WebSocketConnection {
     /// The socket, read and written by this one task: not split, so a frame goes out without the lock a
-    /// split's two halves share (`SplitSink`'s `BiLock`, taken twice per message).
-    socket: WebSocket,
+    /// split's two halves share (`SplitSink`'s `BiLock`, taken twice per message). Boxed, as the split kept
+    /// it behind its `Arc`: inline, the futures that hold a connection each reserved room for it, and an idle
+    /// connection cost 0.56 KiB more (`docs/benchmarks-history.md`, session 28).
+    socket: Box<WebSocket>,
     subscriptions: Subscriptions,
     /// Replies not sent yet, in the order of the frames they answer.
     replies: FuturesOrdered<Reply>,
@@ -219,7 +221,7 @@ impl WebSocketConnection {
         let replies = FuturesOrdered::new();
         let pings = Pings::new(liveness);
         WebSocketConnection {
-            socket,
+            socket: Box::new(socket),
             subscriptions,
             replies,
             lifetime,
