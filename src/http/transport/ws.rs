@@ -36,7 +36,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
-use futures::stream::{FuturesOrdered, SplitSink, SplitStream};
+use futures::stream::FuturesOrdered;
 use futures::{FutureExt, SinkExt, StreamExt};
 use tokio::time::{Instant, Sleep};
 use tokio_stream::StreamMap;
@@ -181,8 +181,11 @@ impl Gathering {
 
 /// A WebSocket connection's loop: see the module doc.
 pub(crate) struct WebSocketConnection {
-    sink: SplitSink<WebSocket, Message>,
-    source: SplitStream<WebSocket>,
+    /// The socket, read and written by this one task: not split, so a frame goes out without the lock a
+    /// split's two halves share (`SplitSink`'s `BiLock`, taken twice per message). Boxed, as the split kept
+    /// it behind its `Arc`: inline, the futures that hold a connection each reserved room for it, and an idle
+    /// connection cost 0.56 KiB more (`docs/benchmarks-history.md`, session 28).
+    socket: Box<WebSocket>,
     subscriptions: Subscriptions,
     /// Replies not sent yet, in the order of the frames they answer.
     replies: FuturesOrdered<Reply>,
@@ -210,7 +213,6 @@ impl WebSocketConnection {
         liveness: Liveness,
         single: Option<(String, Batches)>,
     ) -> Self {
-        let (sink, source) = socket.split();
         let mut subscriptions = Subscriptions::new();
         let single = single.map(|(id, batches)| {
             subscriptions.insert(id.clone(), batches);
@@ -219,8 +221,7 @@ impl WebSocketConnection {
         let replies = FuturesOrdered::new();
         let pings = Pings::new(liveness);
         WebSocketConnection {
-            sink,
-            source,
+            socket: Box::new(socket),
             subscriptions,
             replies,
             lifetime,
@@ -272,7 +273,7 @@ impl WebSocketConnection {
             tokio::select! {
                 () = self.lifetime.gone.cancelled() => break End::Gone,
                 () = self.lifetime.closing.cancelled(), if !self.closing => self.closing = true,
-                incoming = self.source.next(), if reading => match incoming {
+                incoming = self.socket.next(), if reading => match incoming {
                     None => break End::Close(None),
                     Some(Err(error)) => break End::Close(read_failed(&error)),
                     Some(Ok(message)) => {
@@ -291,7 +292,7 @@ impl WebSocketConnection {
                     }
                 },
                 Some(reply) = self.replies.next(), if !self.replies.is_empty() => {
-                    if send(&mut self.sink, vec![reply]).await.is_err() {
+                    if send(&mut self.socket, [reply]).await.is_err() {
                         break End::Close(None);
                     }
                 }
@@ -318,7 +319,7 @@ impl WebSocketConnection {
         while let Some(Some(reply)) = self.replies.next().now_or_never() {
             ready.push(reply);
         }
-        if ready.is_empty() { Ok(()) } else { send(&mut self.sink, ready).await }
+        if ready.is_empty() { Ok(()) } else { send(&mut self.socket, ready).await }
     }
 
     /// Waits for the ping timer (forever without pings).
@@ -337,7 +338,7 @@ impl WebSocketConnection {
             Err(frame) => Some(End::Silent(frame)),
             Ok(()) => {
                 let ping = Message::Ping(axum::body::Bytes::new());
-                send(&mut self.sink, vec![ping]).await.err().map(|_| End::Close(None))
+                send(&mut self.socket, [ping]).await.err().map(|_| End::Close(None))
             }
         }
     }
@@ -347,10 +348,10 @@ impl WebSocketConnection {
         match item {
             Some((batch, live)) => {
                 self.lagged |= batch.lagged;
-                let messages = messages(&batch);
+                let frames = batch.frames();
                 // Only a batch of one frame is worth gathering after: see `Gathering`.
-                let lone = messages.len() == 1;
-                let sent = send(&mut self.sink, messages).await;
+                let lone = frames.len() == 1;
+                let sent = send(&mut self.socket, frames.into_iter().filter_map(text)).await;
                 self.gathering.wrote(live && lone);
                 sent.err().map(|_| End::Close(None))
             }
@@ -378,7 +379,7 @@ impl WebSocketConnection {
     /// Closes the connection as its loop ended: the close frame, if any, then the socket (unless the drain
     /// ends first).
     pub(crate) async fn close(self) {
-        let WebSocketConnection { mut sink, lifetime, end, .. } = self;
+        let WebSocketConnection { mut socket, lifetime, end, .. } = self;
         let (close, within) = match end {
             Some(End::Gone) => return,
             Some(End::Close(frame)) => (frame, None),
@@ -387,9 +388,9 @@ impl WebSocketConnection {
         };
         let goodbye = async {
             if let Some(frame) = close {
-                let _ = sink.send(Message::Close(Some(frame))).await;
+                let _ = socket.send(Message::Close(Some(frame))).await;
             }
-            let _ = sink.close().await;
+            let _ = socket.close().await;
         };
         let bound = async {
             match within {
@@ -424,9 +425,9 @@ fn read_failed(error: &axum::Error) -> Option<CloseFrame> {
     }
 }
 
-/// A batch's frames as text messages: each frame is one JSON object (see `crate::render`).
-fn messages(batch: &Batch) -> Vec<Message> {
-    batch.frames().into_iter().filter_map(|frame| Utf8Bytes::try_from(frame).ok().map(Message::Text)).collect()
+/// A batch's frame as a text message: each frame is one JSON object (see `crate::render`).
+fn text(frame: axum::body::Bytes) -> Option<Message> {
+    Utf8Bytes::try_from(frame).ok().map(Message::Text)
 }
 
 fn close_frame(code: u16, reason: &str) -> CloseFrame {
@@ -438,11 +439,12 @@ fn close_frame(code: u16, reason: &str) -> CloseFrame {
     CloseFrame { code, reason: Utf8Bytes::from(&reason[..end]) }
 }
 
-async fn send(sink: &mut SplitSink<WebSocket, Message>, messages: Vec<Message>) -> Result<(), axum::Error> {
+/// Writes `messages` through the socket's write buffer (a write each time it fills), then flushes it.
+async fn send(socket: &mut WebSocket, messages: impl IntoIterator<Item = Message>) -> Result<(), axum::Error> {
     for message in messages {
-        sink.feed(message).await?;
+        socket.feed(message).await?;
     }
-    sink.flush().await
+    socket.flush().await
 }
 
 #[cfg(test)]
