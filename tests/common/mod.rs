@@ -16,6 +16,7 @@ pub(crate) mod redis;
 pub(crate) mod server;
 pub(crate) mod tls;
 pub(crate) mod upstream;
+pub(crate) mod venv;
 pub(crate) mod wait;
 
 use std::path::{Path, PathBuf};

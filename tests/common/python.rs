@@ -1,15 +1,14 @@
 //! Python packages for the tests: the official `openai` and `anthropic` clients and the OpenAPI validator
 //! `openapi-spec-validator`, in a virtualenv at
-//! `target/py-venv`, made with `python3 -m venv` and `pip install` the first time (or when an import fails)
+//! `target/py-venv`, made with `python3 -m venv` and `pip install` (`venv.rs`) the first time (or when an import fails)
 //! and reused afterwards; a lock file keeps two test processes from building it at once. Nothing is skipped:
 //! without `python3` or PyPI a test fails and says why. Scripts live in `tests/python/` and talk to 127.0.0.1
 //! only; pip is the one thing that goes to the network.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -22,15 +21,10 @@ const REQUIREMENTS: &[&str] = &["openai>=1.97.2,<4", "anthropic>=2,<3", "openapi
 const CHECK: &str = "import sys, openai, anthropic, openapi_spec_validator
 version = lambda m: tuple(int(p) for p in m.__version__.split('.')[:3] if p.isdigit())
 sys.exit(0 if (1, 97, 2) <= version(openai) < (4,) and (2,) <= version(anthropic) < (3,) else 3)";
-const INSTALL_TIMEOUT: Duration = Duration::from_secs(600);
 const SCRIPT_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn venv_python(venv: &Path) -> PathBuf {
-    if cfg!(windows) { venv.join("Scripts").join("python.exe") } else { venv.join("bin").join("python") }
 }
 
 /// Runs `tests/python/<name>` with `args` in the venv, talking to loopback only (no proxy, no client
@@ -73,42 +67,8 @@ fn ready(python: &Path) -> bool {
             .is_ok_and(|output| output.status.success())
 }
 
-/// Makes sure `target/py-venv` has the packages; returns the venv's python. Holds an exclusive lock on
-/// `target/py-venv.lock` meanwhile, so a second test process waits and then finds the venv ready.
+/// Makes sure `target/py-venv` has the packages (see `venv.rs`); returns the venv's python.
 pub(crate) fn ensure_venv() -> PathBuf {
-    let target = manifest_dir().join("target");
-    std::fs::create_dir_all(&target).unwrap_or_else(|e| panic!("create {}: {e}", target.display()));
-    let venv = target.join("py-venv");
-    let python = venv_python(&venv);
-    let lock_path = target.join("py-venv.lock");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .unwrap_or_else(|e| panic!("open {}: {e}", lock_path.display()));
-    lock.lock().unwrap_or_else(|e| panic!("lock {}: {e}", lock_path.display()));
-    if ready(&python) {
-        return python;
-    }
-    let started = Instant::now();
-    eprintln!("creating {} with {REQUIREMENTS:?} (pip needs PyPI)", venv.display());
-    let system_python = std::env::var_os("PYTHON3").unwrap_or_else(|| "python3".into());
-    expect_success(
-        "python3 -m venv (is python3 with the venv module installed? set PYTHON3 to use another interpreter)",
-        run(Command::new(&system_python).arg("-m").arg("venv").arg("--clear").arg(&venv), Duration::from_secs(300)),
-    );
-    expect_success(
-        &format!("pip install {REQUIREMENTS:?} into {}", venv.display()),
-        run(
-            Command::new(&python)
-                .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input"])
-                .args(REQUIREMENTS)
-                .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
-            INSTALL_TIMEOUT,
-        ),
-    );
-    assert!(ready(&python), "the packages installed into {} but `{CHECK}` still fails", venv.display());
-    eprintln!("venv ready in {:.1?}", started.elapsed());
-    python
+    let install: Vec<std::ffi::OsString> = REQUIREMENTS.iter().map(Into::into).collect();
+    super::venv::locked("py-venv", &install, ready, |_| {})
 }

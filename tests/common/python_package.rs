@@ -2,17 +2,13 @@
 //! `tests/client_python_package.rs`, and the bridges' tests): a virtualenv at `target/py-client-venv` with
 //! `pip install -e 'clients/python[dev]'`, made the first time and again whenever `pyproject.toml` changes
 //! (a stamp in the venv keeps the text it was installed from), so a dependency added to the `dev` extra is
-//! installed by the next run. An exclusive lock on `target/py-client-venv.lock` keeps two test processes from
-//! building it at once. Nothing is skipped: without `python3` or PyPI the test fails and says why.
+//! installed by the next run. The lock and the install are `venv.rs`'s.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::command::{expect_success, run};
-
-const INSTALL_TIMEOUT: Duration = Duration::from_secs(900);
+use super::command::run;
 
 fn manifest_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -21,10 +17,6 @@ fn manifest_dir() -> &'static Path {
 /// The package's folder, `clients/python`.
 pub(crate) fn package_dir() -> PathBuf {
     manifest_dir().join("clients").join("python")
-}
-
-fn venv_python(venv: &Path) -> PathBuf {
-    if cfg!(windows) { venv.join("Scripts").join("python.exe") } else { venv.join("bin").join("python") }
 }
 
 /// Whether the venv has this checkout's package installed from the current `pyproject.toml`.
@@ -44,46 +36,17 @@ fn ready(python: &Path, stamp: &Path, pyproject: &str) -> bool {
 /// Makes sure `target/py-client-venv` has `clients/python[dev]` installed (editable); returns the venv's
 /// python.
 pub(crate) fn ensure_venv() -> PathBuf {
-    let target = manifest_dir().join("target");
-    std::fs::create_dir_all(&target).unwrap_or_else(|e| panic!("create {}: {e}", target.display()));
-    let venv = target.join("py-client-venv");
-    let python = venv_python(&venv);
-    let stamp = venv.join("agentmux-pyproject.stamp");
     let package = package_dir();
     let pyproject = std::fs::read_to_string(package.join("pyproject.toml"))
         .unwrap_or_else(|e| panic!("read {}: {e}", package.join("pyproject.toml").display()));
-    let lock_path = target.join("py-client-venv.lock");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .unwrap_or_else(|e| panic!("open {}: {e}", lock_path.display()));
-    lock.lock().unwrap_or_else(|e| panic!("lock {}: {e}", lock_path.display()));
-    if ready(&python, &stamp, &pyproject) {
-        return python;
-    }
-    let started = Instant::now();
-    eprintln!("installing {} into {} (pip needs PyPI)", package.display(), venv.display());
-    if !python.is_file() {
-        let system_python = std::env::var_os("PYTHON3").unwrap_or_else(|| "python3".into());
-        expect_success(
-            "python3 -m venv (is python3 with the venv module installed? set PYTHON3 to use another interpreter)",
-            run(Command::new(&system_python).arg("-m").arg("venv").arg(&venv), Duration::from_secs(300)),
-        );
-    }
-    expect_success(
-        &format!("pip install -e '{}[dev]' into {}", package.display(), venv.display()),
-        run(
-            Command::new(&python)
-                .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-e"])
-                .arg(format!("{}[dev]", package.display()))
-                .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
-            INSTALL_TIMEOUT,
-        ),
-    );
-    std::fs::write(&stamp, &pyproject).unwrap_or_else(|e| panic!("write {}: {e}", stamp.display()));
-    assert!(ready(&python, &stamp, &pyproject), "clients/python installed into {} but does not import", venv.display());
-    eprintln!("venv ready in {:.1?}", started.elapsed());
-    python
+    let stamp = |venv: &Path| venv.join("agentmux-pyproject.stamp");
+    let install = ["-e".into(), format!("{}[dev]", package.display()).into()];
+    super::venv::locked(
+        "py-client-venv",
+        &install,
+        |python| python.parent().and_then(Path::parent).is_some_and(|venv| ready(python, &stamp(venv), &pyproject)),
+        |venv| {
+            std::fs::write(stamp(venv), &pyproject).unwrap_or_else(|e| panic!("write {}: {e}", stamp(venv).display()))
+        },
+    )
 }
