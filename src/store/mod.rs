@@ -181,8 +181,8 @@ impl Store {
         let writer =
             Writer::start(connection).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
         let reader = Reader::new(&path);
-        let checkpointer =
-            Checkpointer::start(&path).map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
+        let checkpointer = Checkpointer::start(&path, writer.log_pages(), writer.on_copied_back())
+            .map_err(|error| StoreError::Directory { path: dir.to_owned(), error })?;
         Ok(Arc::new(Store { path, writer, reader, _checkpointer: checkpointer, threads: Mutex::new(threads), secret }))
     }
 
@@ -307,8 +307,10 @@ impl Store {
 }
 
 impl Storage for Store {
+    /// The stream's row is queued without waking the writer's thread: the stream's first entry
+    /// (`stream_start`), appended next, wakes it for both, one hand-off rather than two.
     fn log(&self, info: &StreamInfo, client: Option<&str>) -> Box<dyn crate::hub::Log> {
-        self.writer.send(Command::Stream {
+        self.writer.queue(Command::Stream {
             id: info.id.clone(),
             epoch: info.epoch.clone(),
             model: info.model.clone(),
