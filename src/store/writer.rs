@@ -264,6 +264,12 @@ impl Writer {
         }
     }
 
+    /// Holds the connection, so that nothing commits until the result is dropped.
+    #[cfg(test)]
+    pub(crate) fn hold(&self) -> impl Sized + '_ {
+        lock(&self.state.desk)
+    }
+
     /// Batches that could not be written.
     pub(crate) fn failures(&self) -> u64 {
         self.state.failures.load(Ordering::Relaxed)
