@@ -17,8 +17,8 @@
 //! message and is refused when it does not fit, changing nothing; [`Stream::end`] (an agent's, a cancel, a
 //! shutdown) counts it when it fits, and otherwise shrinks the outcome into its room.
 
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 use super::producer::AppendError;
 use super::receipts::Appended;
