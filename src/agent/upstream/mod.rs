@@ -140,6 +140,9 @@ pub struct UpstreamAgent {
     config: Arc<UpstreamConfig>,
     dialect: Arc<dyn Dialect>,
     client: reqwest::Client,
+    /// The model calls' URL, parsed once rather than on every call (on the first token's path); `None` when
+    /// the base URL does not parse, so each call fails as reqwest says why.
+    call_url: Option<reqwest::Url>,
     tools: Arc<Tools>,
     models: Arc<RwLock<Vec<String>>>,
 }
@@ -149,13 +152,16 @@ impl UpstreamAgent {
     pub fn new(config: UpstreamConfig, tools: Tools) -> Result<Self, String> {
         let client = client::http_client(config.connect_timeout, config.ca_pem.as_deref())?;
         let models = config.models.clone().unwrap_or_default();
+        let dialect: Arc<dyn Dialect> = match config.kind {
+            UpstreamKind::OpenAiChat => Arc::new(openai::OpenAiChat),
+            UpstreamKind::Anthropic => Arc::new(anthropic::Anthropic),
+        };
+        let call_url = reqwest::Url::parse(&url(&config.base_url, dialect.call_path())).ok();
         Ok(UpstreamAgent {
-            dialect: match config.kind {
-                UpstreamKind::OpenAiChat => Arc::new(openai::OpenAiChat),
-                UpstreamKind::Anthropic => Arc::new(anthropic::Anthropic),
-            },
+            dialect,
             config: Arc::new(config),
             client,
+            call_url,
             tools: Arc::new(tools),
             models: Arc::new(RwLock::new(models)),
         })
@@ -221,12 +227,16 @@ impl UpstreamAgent {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}/{path}", self.config.base_url.trim_end_matches('/'))
+        url(&self.config.base_url, path)
     }
 
     /// Sends one request; the answer's status is checked, its body is left to read.
     async fn send(&self, body: &Value) -> Result<reqwest::Response, UpstreamError> {
-        let request = self.client.post(self.url(self.dialect.call_path())).json(body);
+        let request = match &self.call_url {
+            Some(url) => self.client.post(url.clone()),
+            None => self.client.post(self.url(self.dialect.call_path())),
+        };
+        let request = request.json(body);
         let mut request = self.dialect.authorize(request, self.config.key.as_deref());
         for (name, value) in &self.config.headers {
             request = request.header(name, value);
@@ -297,6 +307,11 @@ impl UpstreamAgent {
         }
         messages
     }
+}
+
+/// The URL of `path` under `base_url`.
+fn url(base_url: &str, path: &str) -> String {
+    format!("{}/{path}", base_url.trim_end_matches('/'))
 }
 
 fn finish_reason(reason: Option<&str>) -> Option<FinishReason> {

@@ -6,6 +6,10 @@
 //!
 //! Every refusal is an [`HttpError`], so it leaves with the envelope and the code the door always gave.
 //!
+//! Once the run is started, the door yields before anything else, so the run's task (just spawned onto the
+//! same worker) sends its upstream request first; the door's bookkeeping and its wait for the first
+//! message then run while the upstream answers, not ahead of it.
+//!
 //! A run gets its own stream (`x-agentmux-stream-id`), so any other client can watch it through the stream
 //! endpoints; its answer carries the stream's read token (`x-agentmux-read-token`) and names its thread
 //! (`x-agentmux-thread-id`) when it has one: every answer once the stream exists, an error too (a run that
@@ -144,6 +148,11 @@ impl FrontDoor {
                 })?
             }
         };
+        // The run's task goes first: it was just spawned onto this worker, and what is left here (counting,
+        // naming and logging the run, making its answer) can be done while its upstream request is in flight
+        // rather than before it is sent. Yielding leaves the run in the worker's next slot, where no later
+        // spawn (the metrics' watch of the run's end) can push it back or let the other worker steal it.
+        tokio::task::yield_now().await;
         // With several nodes, the stream's id goes out (its header) once Redis has the stream, so any node
         // finds it at once (one node finds it in its hub from the start).
         #[cfg(feature = "redis")]

@@ -17,8 +17,8 @@
 //! message and is refused when it does not fit, changing nothing; [`Stream::end`] (an agent's, a cancel, a
 //! shutdown) counts it when it fits, and otherwise shrinks the outcome into its room.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 
 use super::producer::AppendError;
 use super::receipts::Appended;
@@ -123,7 +123,7 @@ impl Stream {
             let size = json_size(&end);
             (end, size, json_size(outcome))
         };
-        let mut room = self.reservation(lifecycle::stream_end(&lifecycle::widest_outcome(), u64::MAX));
+        let mut room = self.widest_end().0;
         let mut outcome_room = producer.outcome_bytes;
         if !refusable {
             lifecycle::bound_code(&mut outcome);
@@ -232,6 +232,23 @@ impl Stream {
         entry
     }
 
+    /// The room `stream_end` takes at most (its [`Stream::reservation`] with the widest outcome), and the
+    /// bytes of that outcome. Both are the same for every stream but for the epoch in the end's id, so the
+    /// rest is sized once per process rather than serialized again for each new stream (a stream's creation
+    /// is on the way to a relayed run's first token): the id's JSON is its fixed part and the epoch's, as
+    /// JSON, less that string's two quotes.
+    pub(super) fn widest_end(&self) -> (u64, u64) {
+        static WIDEST: OnceLock<(u64, u64)> = OnceLock::new();
+        let (without_epoch, outcome) = *WIDEST.get_or_init(|| {
+            let mut end = lifecycle::stream_end(&lifecycle::widest_outcome(), u64::MAX);
+            end.message_id = Some(format!("m{}-", u64::MAX));
+            stamp(&mut end, u64::MAX, u64::MAX, None);
+            (json_size(&end), json_size(&lifecycle::widest_outcome()))
+        });
+        let short = self.info.epoch.get(..8).unwrap_or(&self.info.epoch);
+        (without_epoch + json_size(&short).saturating_sub(2), outcome)
+    }
+
     /// The room a closing event takes at most, given its widest form: stamped with the widest id and
     /// sequence and time the stream can give it.
     pub(super) fn reservation(&self, mut widest: OutputMessage) -> u64 {
@@ -254,3 +271,19 @@ pub(crate) enum Part<'a> {
 /// The error of a stream its log could not keep.
 pub(crate) const NOT_KEPT: &str =
     "the store could not keep this stream's messages (its disk, or Redis, failed); the stream is ended";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::Hub;
+
+    #[test]
+    fn the_widest_end_sized_once_is_the_one_sized_for_the_stream() {
+        let hub = Hub::default();
+        for model in ["m", "another"] {
+            let stream = hub.create_for(None, model).unwrap();
+            let room = stream.reservation(lifecycle::stream_end(&lifecycle::widest_outcome(), u64::MAX));
+            assert_eq!(stream.widest_end(), (room, json_size(&lifecycle::widest_outcome())));
+        }
+    }
+}

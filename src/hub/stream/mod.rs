@@ -25,7 +25,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::error::HubError;
-use super::lifecycle::{self, Lifecycle};
+use super::lifecycle::Lifecycle;
 use super::log::{Entry, Log};
 use super::probes::Probes;
 use super::render::StreamInfo;
@@ -207,8 +207,7 @@ impl Stream {
         let id = stream.new_id("m");
         let entry = stream.stamp_event(&mut producer, start, id, now_ms);
         let bytes = entry.bytes();
-        let end = stream.reservation(lifecycle::stream_end(&lifecycle::widest_outcome(), u64::MAX));
-        let outcome = json_size(&lifecycle::widest_outcome());
+        let (end, outcome) = stream.widest_end();
         if limits.messages_per_stream < 2 || bytes + end > limits.stream_bytes {
             return Err(HubError::StreamLimitsTooSmall {
                 messages: limits.messages_per_stream,
