@@ -12,6 +12,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 use hyper::upgrade::OnUpgrade;
 
 use crate::http::edge::auth::KeySlot;
@@ -37,11 +38,9 @@ impl Upgrade {
     {
         let slot = self.slot;
         let serve: Serve = Box::new(move |socket| {
-            let served = serve(socket);
-            Box::pin(async move {
-                served.await;
-                drop(slot);
-            })
+            // Not an `async` block around `served`: one holds its future twice, as what it captured and as
+            // what it awaits.
+            Box::pin(serve(socket).map(move |()| drop(slot)))
         });
         let mut response = Response::new(Body::empty());
         *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;

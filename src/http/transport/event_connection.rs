@@ -155,8 +155,8 @@ pub(crate) async fn serve_events<S>(
         let head = upgrade_head(&parts);
         drop((parts, body));
         if socket.tcp.write_all(&head).await.is_ok() {
-            drop(head);
-            serve(UpgradedSocket::direct(socket)).await;
+            // A task of its own: this connection's task, sized for every request it may serve, ends here.
+            tokio::spawn(serve(UpgradedSocket::direct(socket)));
         }
         return;
     }

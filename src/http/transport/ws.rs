@@ -207,6 +207,38 @@ impl Gathering {
     }
 }
 
+/// A connection's replies not sent yet, in order: made with the first (a queue allocates as it is made, and
+/// most connections never get an op).
+#[derive(Default)]
+struct Replies(Option<Box<FuturesOrdered<Reply>>>);
+
+impl Replies {
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |replies| replies.len())
+    }
+
+    fn push(&mut self, reply: Reply) {
+        self.0.get_or_insert_default().push_back(reply);
+    }
+
+    /// The next reply once it is ready (waits forever with none).
+    async fn next(&mut self) -> Option<Bytes> {
+        match self.0.as_mut() {
+            Some(replies) => replies.next().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The next reply if it is ready now.
+    fn ready(&mut self) -> Option<Bytes> {
+        self.0.as_mut()?.next().now_or_never().flatten()
+    }
+}
+
 /// A WebSocket connection's loop: see the module doc.
 pub(crate) struct WebSocketConnection {
     /// The socket, read and written by this one task (and, while the connection is parked, written by its
@@ -221,7 +253,7 @@ pub(crate) struct WebSocketConnection {
     /// The streams subscribed to with ops.
     subscriptions: Subscriptions,
     /// Replies not sent yet, in the order of the frames they answer.
-    replies: FuturesOrdered<Reply>,
+    replies: Replies,
     lifetime: Lifetime,
     /// Where a one-stream connection parks while it waits, and the shard it keeps to.
     feeds: Feeds,
@@ -273,7 +305,7 @@ impl WebSocketConnection {
             frames: ClientFrames::new(read, max_message),
             single,
             subscriptions: Subscriptions::new(),
-            replies: FuturesOrdered::new(),
+            replies: Replies::default(),
             lifetime,
             feeds,
             shard,
@@ -350,40 +382,44 @@ impl WebSocketConnection {
                     None => continue,
                 }
             }
-            let held = self.gathering.held();
-            let single = self.single.as_ref().is_some_and(|single| single.relay.is_some());
-            tokio::select! {
-                () = self.lifetime.gone.cancelled() => break End::Gone,
-                () = self.lifetime.closing.cancelled(), if !self.closing => self.closing = true,
-                ready = self.tcp.readable(), if reading => if let Some(end) = self.read_some(ready) {
-                    break end;
-                },
-                Some(reply) = self.replies.next(), if !self.replies.is_empty() => {
-                    if write(&self.tcp, &[reply]).await.is_err() {
-                        break End::Gone;
-                    }
-                }
-                () = Self::ping_due(&mut self.pings), if self.pings.is_some() && !self.closing => {
-                    if let Some(end) = self.pinged().await {
-                        break end;
-                    }
-                }
-                batch = Self::single_next(&mut self.single), if single => match batch {
-                    Some(batch) => if write(&self.tcp, batch.pieces()).await.is_err() {
-                        break End::Gone;
-                    },
-                    None => break self.single_ended(),
-                },
-                () = Gathering::wait(held), if held.is_some() => self.gathering.until = None,
-                Some((stream, item)) = self.subscriptions.next(), if !self.subscriptions.is_empty() && held.is_none() => {
-                    if self.relayed(&stream, item).await.is_err() {
-                        break End::Gone;
-                    }
-                }
+            // Boxed, and so held only while it runs: a waiting connection is parked (above) nearly always, and
+            // holds no room for this turn's futures.
+            if let Some(end) = Box::pin(self.turn(reading)).await {
+                break end;
             }
         };
         self.end = Some(end);
         None
+    }
+
+    /// One turn of the loop: whatever comes first of the lifetime's phases, the client's bytes, a reply, a
+    /// ping, a batch; how the connection ends, if it does.
+    async fn turn(&mut self, reading: bool) -> Option<End> {
+        let held = self.gathering.held();
+        let single = self.single.as_ref().is_some_and(|single| single.relay.is_some());
+        tokio::select! {
+            () = self.lifetime.gone.cancelled() => Some(End::Gone),
+            () = self.lifetime.closing.cancelled(), if !self.closing => {
+                self.closing = true;
+                None
+            }
+            ready = self.tcp.readable(), if reading => self.read_some(ready),
+            Some(reply) = self.replies.next(), if !self.replies.is_empty() => {
+                write(&self.tcp, &[reply]).await.err().map(|_| End::Gone)
+            }
+            () = Self::ping_due(&mut self.pings), if self.pings.is_some() && !self.closing => self.pinged().await,
+            batch = Self::single_next(&mut self.single), if single => match batch {
+                Some(batch) => write(&self.tcp, batch.pieces()).await.err().map(|_| End::Gone),
+                None => Some(self.single_ended()),
+            },
+            () = Gathering::wait(held), if held.is_some() => {
+                self.gathering.until = None;
+                None
+            }
+            Some((stream, item)) = self.subscriptions.next(), if !self.subscriptions.is_empty() && held.is_none() => {
+                self.relayed(&stream, item).await.err().map(|_| End::Gone)
+            }
+        }
     }
 
     /// What the client sent: a text message for the endpoint, nothing more to do (a ping answered, a pong),
@@ -485,7 +521,7 @@ impl WebSocketConnection {
     /// Sends the replies at the head of the queue that are ready, in one write.
     async fn send_ready(&mut self) -> io::Result<()> {
         let mut ready = Vec::new();
-        while let Some(Some(reply)) = self.replies.next().now_or_never() {
+        while let Some(reply) = self.replies.ready() {
             ready.push(reply);
         }
         if ready.is_empty() { Ok(()) } else { write(&self.tcp, &ready).await }
@@ -528,7 +564,7 @@ impl WebSocketConnection {
     /// Queues the reply to a text frame: it goes out once it is ready and every earlier reply has (see the
     /// module doc).
     pub(crate) fn reply(&mut self, reply: Reply) {
-        self.replies.push_back(reply);
+        self.replies.push(reply);
     }
 
     /// Closes the connection as its loop ended: the close frame, if any, then the socket (unless the drain

@@ -101,10 +101,12 @@ impl ClientFrames {
     /// Reads what the socket has now into the buffer: the bytes read (0: the client closed its side), or
     /// `WouldBlock` when there was nothing after all.
     pub(crate) fn read(&mut self, tcp: &TcpStream) -> io::Result<usize> {
-        if self.buffer.capacity() - self.buffer.len() < READ {
-            self.buffer.reserve(READ);
-        }
-        tcp.try_read_buf(&mut self.buffer)
+        // Read on the stack, kept as long as it needs: a socket that is readable may have only its end to
+        // give (the client went), and the buffer takes only what came.
+        let mut chunk = [0u8; READ];
+        let read = tcp.try_read(&mut chunk)?;
+        self.buffer.extend_from_slice(&chunk[..read]);
+        Ok(read)
     }
 
     /// The next whole thing the client sent, if the buffer holds it (`Ok(None)`: read more first); a
