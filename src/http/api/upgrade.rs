@@ -51,9 +51,8 @@ impl Upgrade {
         match self.hyper {
             Some(upgrading) => {
                 tokio::spawn(async move {
-                    match upgrading.await.map(UpgradedSocket::from_hyper) {
-                        Ok(Some(socket)) => serve(socket).await,
-                        Ok(None) => tracing::warn!("an upgraded connection is not a socket the service accepted"),
+                    match upgrading.await {
+                        Ok(upgraded) => serve(UpgradedSocket::from_hyper(upgraded)).await,
                         Err(error) => tracing::debug!(%error, "the WebSocket upgrade failed"),
                     }
                 });

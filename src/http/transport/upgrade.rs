@@ -12,7 +12,10 @@
 //!   buffer of hyper's is ever held for such a connection.
 //! - Through hyper (an upgrade after other requests on a kept-alive connection): hyper writes the `101` and
 //!   hands over its `Upgraded` IO, which is taken apart back into the socket it serves
-//!   ([`UpgradedSocket::from_hyper`]), with the bytes hyper read past the request put in front.
+//!   ([`UpgradedSocket::from_hyper`]), with the bytes hyper read past the request put in front. That is
+//!   `server.rs`'s socket or a plain `TcpStream`; behind another server's wrappers (an application that
+//!   serves the router itself, `axum::serve`), the connection reads and writes through `Upgraded` instead
+//!   ([`UpgradedIo::Other`]), without the direct writes and the feed.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,11 +27,21 @@ use tokio::net::TcpStream;
 use super::socket::{AdmittedSocket, Kept, Rewind};
 use crate::sync::lock;
 
+/// What an upgraded connection reads and writes.
+pub(crate) enum UpgradedIo {
+    /// The TCP socket itself: what the service's own server accepted, or `axum::serve`'s.
+    Tcp(Arc<TcpStream>),
+    /// Another server's IO, behind its own wrappers (`axum::serve` wraps its sockets to tell HTTP/2 from
+    /// HTTP/1): read and written through hyper's `Upgraded`.
+    Other(Box<TokioIo<hyper::upgrade::Upgraded>>),
+}
+
 /// An upgraded connection's socket, owned by its WebSocket connection.
 pub(crate) struct UpgradedSocket {
-    pub(crate) tcp: Arc<TcpStream>,
-    /// Its place under the cap and in its client's share, for as long as it is open.
-    pub(crate) kept: Kept,
+    pub(crate) io: UpgradedIo,
+    /// Its place under the cap and in its client's share, for as long as it is open (none when another
+    /// server accepted it).
+    pub(crate) kept: Option<Kept>,
     /// Bytes the client sent after the upgrade request that were already read: its first frames.
     pub(crate) read: Vec<u8>,
 }
@@ -37,18 +50,31 @@ impl UpgradedSocket {
     /// The socket of a connection whose upgrade was read and answered without hyper.
     pub(crate) fn direct(socket: AdmittedSocket) -> Self {
         let (tcp, kept) = socket.share();
-        UpgradedSocket { tcp, kept, read: Vec::new() }
+        UpgradedSocket { io: UpgradedIo::Tcp(tcp), kept: Some(kept), read: Vec::new() }
     }
 
-    /// The socket hyper served, out of its `Upgraded` IO; `None` if that IO is not the one `server.rs` gives
-    /// hyper.
-    pub(crate) fn from_hyper(upgraded: hyper::upgrade::Upgraded) -> Option<Self> {
-        let parts = upgraded.downcast::<TokioIo<Rewind>>().ok()?;
-        let (socket, prefix) = parts.io.into_inner().into_parts();
-        let mut read = prefix.map(|prefix| prefix.to_vec()).unwrap_or_default();
-        read.extend_from_slice(&parts.read_buf);
-        let (tcp, kept) = socket.share();
-        Some(UpgradedSocket { tcp, kept, read })
+    /// The socket hyper served, out of its `Upgraded` IO when it is `server.rs`'s or a plain TCP stream; any
+    /// other IO is kept as it is.
+    pub(crate) fn from_hyper(upgraded: hyper::upgrade::Upgraded) -> Self {
+        let upgraded = match upgraded.downcast::<TokioIo<Rewind>>() {
+            Ok(parts) => {
+                let (socket, prefix) = parts.io.into_inner().into_parts();
+                let mut read = prefix.map(|prefix| prefix.to_vec()).unwrap_or_default();
+                read.extend_from_slice(&parts.read_buf);
+                let (tcp, kept) = socket.share();
+                return UpgradedSocket { io: UpgradedIo::Tcp(tcp), kept: Some(kept), read };
+            }
+            Err(upgraded) => upgraded,
+        };
+        match upgraded.downcast::<TokioIo<TcpStream>>() {
+            Ok(parts) => {
+                let io = UpgradedIo::Tcp(Arc::new(parts.io.into_inner()));
+                UpgradedSocket { io, kept: None, read: parts.read_buf.to_vec() }
+            }
+            Err(upgraded) => {
+                UpgradedSocket { io: UpgradedIo::Other(Box::new(TokioIo::new(upgraded))), kept: None, read: Vec::new() }
+            }
+        }
     }
 }
 

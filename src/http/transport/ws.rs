@@ -6,7 +6,9 @@
 //! WebSocket renditions render each frame whole, header included, once per stream (a server's frames are
 //! not masked, so they are the same bytes for every subscriber: `crate::render::ws`), and a batch's pieces
 //! go out in one vectored write, nothing copied, checked or framed per subscriber; the client's frames are
-//! read by `ws_reader.rs`. A connection holds no buffer while it waits.
+//! read by `ws_reader.rs`. A connection holds no buffer while it waits. (Behind another server's IO, when an
+//! application serves the router itself, the connection reads and writes through that IO instead, and does
+//! not park: `upgrade.rs`.)
 //!
 //! A connection's subscriptions are cursors into their streams' shared renditions, polled together by the
 //! connection's one task: it takes a batch only when the socket has taken the last one, so a connection
@@ -50,7 +52,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, Sleep};
 use tokio_stream::StreamMap;
 
@@ -58,10 +60,10 @@ use super::feed::{Feeds, Parked, Reader};
 use super::lifetime::Lifetime;
 use super::socket::Kept;
 use super::sse::{BUSY, GATHER};
-use super::upgrade::UpgradedSocket;
+use super::upgrade::{UpgradedIo, UpgradedSocket};
 use super::ws_reader::{CLOSE, ClientFrames, Incoming, PING, PONG, code};
+use super::ws_relay;
 pub(crate) use super::ws_relay::WsRelay;
-use super::ws_relay::write;
 use crate::http::edge::metrics::SubscriberMeter;
 use crate::hub::{Batch, Subscription};
 use crate::render::ws::frame;
@@ -243,9 +245,9 @@ impl Replies {
 pub(crate) struct WebSocketConnection {
     /// The socket, read and written by this one task (and, while the connection is parked, written by its
     /// stream's feed).
-    tcp: Arc<TcpStream>,
+    io: UpgradedIo,
     /// Its place under the cap and in its client's share, given back when the connection is dropped.
-    _kept: Kept,
+    _kept: Option<Kept>,
     /// The client's frames, read and parsed.
     frames: ClientFrames,
     /// The stream a connection opened on one stream watches: it closes when that one ends.
@@ -296,11 +298,11 @@ impl WebSocketConnection {
         feeds: Feeds,
         single: Option<(String, WsRelay)>,
     ) -> Self {
-        let UpgradedSocket { tcp, kept, read } = socket;
+        let UpgradedSocket { io, kept, read } = socket;
         let single = single.map(|(id, relay)| Single { id, relay: Some(Box::new(relay)) });
         let shard = feeds.shard();
         WebSocketConnection {
-            tcp,
+            io,
             _kept: kept,
             frames: ClientFrames::new(read, max_message),
             single,
@@ -403,13 +405,13 @@ impl WebSocketConnection {
                 self.closing = true;
                 None
             }
-            ready = self.tcp.readable(), if reading => self.read_some(ready),
+            read = read_from(&mut self.io, &mut self.frames), if reading => self.read_some(read),
             Some(reply) = self.replies.next(), if !self.replies.is_empty() => {
-                write(&self.tcp, &[reply]).await.err().map(|_| End::Gone)
+                write(&mut self.io, &[reply]).await.err().map(|_| End::Gone)
             }
             () = Self::ping_due(&mut self.pings), if self.pings.is_some() && !self.closing => self.pinged().await,
             batch = Self::single_next(&mut self.single), if single => match batch {
-                Some(batch) => write(&self.tcp, batch.pieces()).await.err().map(|_| End::Gone),
+                Some(batch) => write(&mut self.io, batch.pieces()).await.err().map(|_| End::Gone),
                 None => Some(self.single_ended()),
             },
             () = Gathering::wait(held), if held.is_some() => {
@@ -427,7 +429,7 @@ impl WebSocketConnection {
     async fn incoming(&mut self, incoming: Incoming) -> Result<Option<String>, End> {
         match incoming {
             Incoming::Text(text) => Ok(Some(text)),
-            Incoming::Ping(payload) => match write(&self.tcp, &[frame(PONG, &payload)]).await {
+            Incoming::Ping(payload) => match write(&mut self.io, &[frame(PONG, &payload)]).await {
                 Ok(()) => Ok(None),
                 Err(_) => Err(End::Gone),
             },
@@ -436,9 +438,8 @@ impl WebSocketConnection {
         }
     }
 
-    /// The socket is readable (or failed): what it has is read; how the connection ends if the client went.
-    fn read_some(&mut self, ready: io::Result<()>) -> Option<End> {
-        let read = ready.and_then(|()| self.frames.read(&self.tcp));
+    /// What a read from the client gave: how the connection ends if the client went.
+    fn read_some(&mut self, read: io::Result<usize>) -> Option<End> {
         match read {
             Ok(0) => Some(End::Gone),
             Ok(_) => {
@@ -452,25 +453,27 @@ impl WebSocketConnection {
         }
     }
 
-    /// True when the connection is to park on its stream's feed: opened on one stream, it has sent everything
-    /// there was, owes no reply, and watches nothing else.
+    /// True when the connection is to park on its stream's feed: on a socket of its own, opened on one
+    /// stream, it has sent everything there was, owes no reply, and watches nothing else.
     fn parks(&self) -> bool {
         let waiting =
             self.single.as_ref().and_then(|single| single.relay.as_ref()).is_some_and(|relay| relay.is_waiting());
-        waiting && self.replies.is_empty() && self.subscriptions.is_empty()
+        waiting && matches!(self.io, UpgradedIo::Tcp(_)) && self.replies.is_empty() && self.subscriptions.is_empty()
     }
 
     /// Parks the relay on its stream's feed until the feed hands it back or something else wakes the
     /// connection; takes it back then, writes what the feed left unsent, and does what woke it. How the
     /// connection ends, if it does.
     async fn parked(&mut self, reading: bool) -> Option<End> {
+        let UpgradedIo::Tcp(tcp) = &self.io else { return None };
+        let tcp = Arc::clone(tcp);
         let relay = self.single.as_mut().and_then(|single| single.relay.take())?;
-        let mut parked: Parked = self.feeds.park(Reader::WebSocket(relay), &self.tcp, self.shard);
+        let mut parked: Parked = self.feeds.park(Reader::WebSocket(relay), &tcp, self.shard);
         let woke = tokio::select! {
             () = parked.handed_back() => Woke::HandedBack,
             () = self.lifetime.gone.cancelled() => Woke::Gone,
             () = self.lifetime.closing.cancelled(), if !self.closing => Woke::Closing,
-            ready = self.tcp.readable(), if reading => Woke::Readable(ready),
+            ready = tcp.readable(), if reading => Woke::Readable(ready),
             () = Self::ping_due(&mut self.pings), if self.pings.is_some() && !self.closing => Woke::Ping,
         };
         let (relay, unsent) = parked.take_back();
@@ -483,7 +486,7 @@ impl WebSocketConnection {
         if let Some(single) = self.single.as_mut() {
             single.relay = Some(relay);
         }
-        if !unsent.is_empty() && write(&self.tcp, &unsent).await.is_err() {
+        if !unsent.is_empty() && write(&mut self.io, &unsent).await.is_err() {
             return Some(End::Gone);
         }
         match woke {
@@ -493,7 +496,10 @@ impl WebSocketConnection {
                 self.closing = true;
                 None
             }
-            Woke::Readable(ready) => self.read_some(ready),
+            Woke::Readable(ready) => {
+                let read = ready.and_then(|()| self.frames.read(&tcp));
+                self.read_some(read)
+            }
             Woke::Ping => self.pinged().await,
         }
     }
@@ -524,7 +530,7 @@ impl WebSocketConnection {
         while let Some(reply) = self.replies.ready() {
             ready.push(reply);
         }
-        if ready.is_empty() { Ok(()) } else { write(&self.tcp, &ready).await }
+        if ready.is_empty() { Ok(()) } else { write(&mut self.io, &ready).await }
     }
 
     /// Waits for the ping timer (forever without pings).
@@ -541,7 +547,7 @@ impl WebSocketConnection {
         let pings = self.pings.as_mut()?;
         match pings.fired() {
             Err(frame) => Some(End::Silent(frame)),
-            Ok(()) => write(&self.tcp, &[Bytes::from_static(&PING_FRAME)]).await.err().map(|_| End::Gone),
+            Ok(()) => write(&mut self.io, &[Bytes::from_static(&PING_FRAME)]).await.err().map(|_| End::Gone),
         }
     }
 
@@ -549,7 +555,7 @@ impl WebSocketConnection {
     async fn relayed(&mut self, stream: &str, item: Option<(Batch, bool)>) -> io::Result<()> {
         match item {
             Some((batch, live)) => {
-                let sent = write(&self.tcp, batch.pieces()).await;
+                let sent = write(&mut self.io, batch.pieces()).await;
                 // Only a batch of one frame is worth gathering after: see `Gathering`.
                 self.gathering.wrote(live && batch.frame_count() == 1);
                 sent
@@ -570,16 +576,15 @@ impl WebSocketConnection {
     /// Closes the connection as its loop ended: the close frame, if any, then the socket (unless the drain
     /// ends first).
     pub(crate) async fn close(self) {
-        let WebSocketConnection { tcp, lifetime, end, _kept, .. } = self;
+        let WebSocketConnection { mut io, lifetime, end, _kept, .. } = self;
         let (close, within) = match end {
             Some(End::Close(frame)) => (frame, None),
             Some(End::Silent(frame)) => (frame, Some(IDLE_GOODBYE)),
             Some(End::Gone) | None => return,
         };
         let goodbye = async {
-            if write(&tcp, &[close]).await.is_ok() {
-                let _ = socket2::SockRef::from(&*tcp).shutdown(std::net::Shutdown::Write);
-                let _ = tokio::time::timeout(LINGER, drain(&tcp)).await;
+            if write(&mut io, &[close]).await.is_ok() {
+                let _ = tokio::time::timeout(LINGER, shut_and_drain(&mut io)).await;
             }
         };
         let bound = async {
@@ -596,14 +601,58 @@ impl WebSocketConnection {
     }
 }
 
-/// Reads and drops what the client sends until it closes its side.
-async fn drain(tcp: &TcpStream) {
+/// Waits for the client's next bytes and reads them into `frames`: the bytes read (0: the client closed its
+/// side).
+async fn read_from(io: &mut UpgradedIo, frames: &mut ClientFrames) -> io::Result<usize> {
+    match io {
+        UpgradedIo::Tcp(tcp) => loop {
+            tcp.readable().await?;
+            match frames.read(tcp) {
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                read => return read,
+            }
+        },
+        UpgradedIo::Other(other) => {
+            // Small: this future is in a waiting connection's turn.
+            let mut chunk = [0u8; 512];
+            let read = other.read(&mut chunk).await?;
+            frames.take(&chunk[..read]);
+            Ok(read)
+        }
+    }
+}
+
+/// Writes every byte of `pieces`: to the socket in one vectored write (`ws_relay.rs`), or through another
+/// server's IO.
+async fn write(io: &mut UpgradedIo, pieces: &[Bytes]) -> io::Result<()> {
+    match io {
+        UpgradedIo::Tcp(tcp) => ws_relay::write(tcp, pieces).await,
+        UpgradedIo::Other(other) => {
+            for piece in pieces {
+                other.write_all(piece).await?;
+            }
+            other.flush().await
+        }
+    }
+}
+
+/// Closes the connection's side, then reads and drops what the client sends until it closes its own.
+async fn shut_and_drain(io: &mut UpgradedIo) {
     let mut scratch = [0u8; 256];
-    while tcp.readable().await.is_ok() {
-        match tcp.try_read(&mut scratch) {
-            Ok(1..) => {}
-            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
-            Ok(0) | Err(_) => return,
+    match io {
+        UpgradedIo::Tcp(tcp) => {
+            let _ = socket2::SockRef::from(&**tcp).shutdown(std::net::Shutdown::Write);
+            while tcp.readable().await.is_ok() {
+                match tcp.try_read(&mut scratch) {
+                    Ok(1..) => {}
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
+                    Ok(0) | Err(_) => return,
+                }
+            }
+        }
+        UpgradedIo::Other(other) => {
+            let _ = other.shutdown().await;
+            while let Ok(1..) = other.read(&mut scratch).await {}
         }
     }
 }

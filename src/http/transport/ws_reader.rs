@@ -109,6 +109,11 @@ impl ClientFrames {
         Ok(read)
     }
 
+    /// Takes `bytes` the connection read itself.
+    pub(crate) fn take(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
     /// The next whole thing the client sent, if the buffer holds it (`Ok(None)`: read more first); a
     /// [`Refusal`] for what cannot be read, after which the connection closes.
     pub(crate) fn next(&mut self) -> Result<Option<Incoming>, Refusal> {
