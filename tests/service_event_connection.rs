@@ -351,3 +351,73 @@ fn chunk_count(mut body: &[u8]) -> usize {
         body = &body[line + 2 + size + 2..];
     }
 }
+
+/// A producer is paced by the pass over the readers that keep up (`transport/feed.rs`, `Feeds::paced`): a
+/// burst appended while its stream's feed is still writing the last one to its readers is answered only
+/// once that pass has ended, so a producer that posts its next burst as soon as the last is answered does
+/// not run ahead of its readers. On one thread, the pass over 1,000 readers lets other tasks run every 128
+/// deliveries; the second burst comes in at such a turn, and when its answer arrives every reader has been
+/// written the whole first burst. (Before the pacing, the second burst's answer came while the pass was
+/// still on its way to the later readers.)
+#[tokio::test]
+async fn a_burst_is_answered_once_the_pass_over_the_readers_that_keep_up_has_ended() {
+    const READERS: usize = 1000;
+    const BURST: usize = 300;
+    // All from one address: room for them.
+    let settings = agentmux::http::Settings { connections_per_client: Some(2 * READERS), ..Default::default() };
+    let server =
+        TestServer::with(agentmux::hub::HubConfig::default(), settings, agentmux::agent::Agents::builtin()).await;
+    let client = reqwest::Client::new();
+    let id = create_stream(&client, &server).await;
+    let mut readers = Vec::new();
+    for _ in 0..READERS {
+        readers.push(subscribe_raw(&server, &id, None).await);
+    }
+    eventually("every subscriber to be counted", PATIENCE, async || {
+        subscribers(&client, &server).await == READERS as u64
+    })
+    .await;
+    // Every reader parked on the feed, and no pass for a while: the first burst's pass is not held back.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let burst = |name: &str| -> String {
+        (0..BURST)
+            .map(|n| format!("{}\n", json!({"type": "text", "props": {"content": format!("{name}{n}.")}})))
+            .collect()
+    };
+    let post = async |body: String| {
+        let response = client
+            .post(server.url(&format!("/v1/streams/{id}/messages")))
+            .header("content-type", "application/x-ndjson")
+            .body(body)
+            .send()
+            .await
+            .expect("append");
+        assert_eq!(response.status(), 200);
+    };
+    post(burst("first")).await;
+    post(burst("second")).await;
+    // Nothing else runs on this thread until the sockets are read: they hold what the server wrote before it
+    // answered (the pause lets the kernel hand over anything still on its way).
+    std::thread::sleep(Duration::from_millis(20));
+    let last = format!("first{}.", BURST - 1);
+    let mut without = 0;
+    for tcp in &readers {
+        let mut seen = Vec::new();
+        let mut buffer = vec![0u8; 64 << 10];
+        loop {
+            match tcp.try_read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => seen.extend_from_slice(&buffer[..n]),
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(error) => panic!("read: {error}"),
+            }
+        }
+        if !String::from_utf8_lossy(&seen).contains(&last) {
+            without += 1;
+        }
+    }
+    assert_eq!(
+        without, 0,
+        "{without} of {READERS} readers had not been written the first burst when the second was answered"
+    );
+}

@@ -268,6 +268,10 @@ impl Log for OwnedLog {
         self.committed.changes()
     }
 
+    fn appended(&self) -> watch::Receiver<u64> {
+        self.committed.appended()
+    }
+
     fn acknowledgements(&self) -> watch::Receiver<u64> {
         self.committed.acknowledgements()
     }

@@ -72,6 +72,11 @@ impl Committed {
         self.notify();
     }
 
+    /// A receiver that changes at every append, before the commit: [`Log::appended`].
+    pub(crate) fn appended(&self) -> watch::Receiver<u64> {
+        self.memory.changes()
+    }
+
     /// The entries in memory: committed or not, up to where they were trimmed.
     pub(crate) fn memory(&self) -> &MemoryLog {
         &self.memory

@@ -147,6 +147,13 @@ pub trait Log: Send + Sync + std::fmt::Debug {
     /// and only then wait on it, so nothing appended in between is missed.
     fn changes(&self) -> watch::Receiver<u64>;
 
+    /// A receiver that changes whenever entries are appended, readable yet or not: for whoever waits for
+    /// the producer rather than for the readers ([`crate::hub::Stream::first_message`]). By default,
+    /// [`Log::changes`] (a log whose entries are readable once appended).
+    fn appended(&self) -> watch::Receiver<u64> {
+        self.changes()
+    }
+
     /// A receiver that changes whenever [`Log::last_sequence`], [`Log::is_ended`] or [`Log::keeps`] may
     /// have, for whoever waits for an acknowledgement. A log whose entries become readable later than they
     /// are appended (a store, at its commit) notifies it just before [`Log::changes`], so a producer waiting

@@ -11,7 +11,8 @@ use super::render::StreamInfo;
 
 /// Where the streams' logs live.
 pub trait Storage: Send + Sync + std::fmt::Debug {
-    /// The log of a new stream.
+    /// The log of a new stream; the hub appends its first entry (`stream_start`) to it at once, which a
+    /// storage may count on to hand both over together.
     fn log(&self, info: &StreamInfo, client: Option<&str>) -> Box<dyn Log>;
 
     /// The stream was evicted (its retention passed): what is kept of it may go.

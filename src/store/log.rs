@@ -138,6 +138,10 @@ impl Log for StoreLog {
         self.committed.changes()
     }
 
+    fn appended(&self) -> watch::Receiver<u64> {
+        self.committed.appended()
+    }
+
     fn acknowledgements(&self) -> watch::Receiver<u64> {
         self.committed.acknowledgements()
     }

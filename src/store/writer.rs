@@ -24,7 +24,9 @@
 //! memory's. A commit is a write to the WAL with no fsync (`mod.rs`), a
 //! few hundred microseconds at most; a write that fails there is left to the writer's thread, and so is
 //! copying the log back into the file once it is long (SQLite's automatic checkpoint, which would run in the
-//! committing thread and sync, is replaced by the writer's own; see `Writer::start`).
+//! committing thread and sync, is replaced by the writer's own; see `Writer::start`). So is starting the log
+//! over once it was copied back whole, which syncs its new header: the writer's thread does it when it has
+//! nothing to commit, not in the next commit (`checkpoint.rs`, "Starting over costs a sync").
 //!
 //! A write that fails (a full disk, a file gone read-only) is logged, and the batch is tried again once; if
 //! it fails again, the streams it touched are marked as not kept and their watermarks stay where the disk is
@@ -143,6 +145,9 @@ struct WriterState {
     failing: AtomicBool,
     /// Pages in the write-ahead log after the last commit (SQLite's WAL hook says).
     wal_pages: Arc<AtomicU64>,
+    /// The log was copied back whole since the writer's thread last looked: it starts the log over once it
+    /// has nothing to commit (`checkpoint.rs`, "Starting over costs a sync").
+    copied_back: AtomicBool,
 }
 
 impl std::fmt::Debug for WriterState {
@@ -157,6 +162,9 @@ struct Desk {
     rx: Receiver<Command>,
     /// What a failed write held, written again, first, with the next batch: a stream's rows never have a gap.
     carried: Vec<Command>,
+    /// Something was committed since the log last started over: a log copied back whole is started over
+    /// again only then (the write that starts it over is one more page for the next checkpoint).
+    wrote: bool,
     /// Space was freed by deletions since the last compaction.
     freed: bool,
     compacted: Instant,
@@ -189,7 +197,7 @@ impl Writer {
             }))
             .map_err(std::io::Error::other)?;
         let (tx, rx) = channel();
-        let desk = Desk { connection, rx, carried: Vec::new(), freed: false, compacted: Instant::now() };
+        let desk = Desk { connection, rx, carried: Vec::new(), wrote: false, freed: false, compacted: Instant::now() };
         let state = Arc::new(WriterState {
             desk: Mutex::new(desk),
             sent: Mutex::new(false),
@@ -197,6 +205,7 @@ impl Writer {
             failures: AtomicU64::new(0),
             failing: AtomicBool::new(false),
             wal_pages,
+            copied_back: AtomicBool::new(false),
         });
         let thread = Arc::clone(&state);
         std::thread::Builder::new().name("agentmux-store".into()).spawn(move || run(&thread))?;
@@ -240,6 +249,27 @@ impl Writer {
         let _ = rx.recv();
     }
 
+    /// The log's length in pages after the last commit, for the checkpointing thread (`checkpoint.rs`).
+    pub(crate) fn log_pages(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.state.wal_pages)
+    }
+
+    /// What the checkpointing thread calls when it copied the log back whole: the writer's thread starts the
+    /// log over as soon as it has nothing to commit, so that no commit pays for it (`checkpoint.rs`).
+    pub(crate) fn on_copied_back(&self) -> impl Fn() + Send + 'static {
+        let state = Arc::clone(&self.state);
+        move || {
+            state.copied_back.store(true, Ordering::Release);
+            state.wake();
+        }
+    }
+
+    /// Holds the connection, so that nothing commits until the result is dropped.
+    #[cfg(test)]
+    pub(crate) fn hold(&self) -> impl Sized + '_ {
+        lock(&self.state.desk)
+    }
+
     /// Batches that could not be written.
     pub(crate) fn failures(&self) -> u64 {
         self.state.failures.load(Ordering::Relaxed)
@@ -265,7 +295,7 @@ impl WriterState {
 }
 
 /// The writer's thread: commits whatever was sent, as soon as it is woken, until nothing is left; gives
-/// freed space back once idle, or after a while.
+/// freed space back once idle, or after a while; starts a log copied back whole over while nothing waits.
 fn run(state: &WriterState) {
     let mut idle = false;
     loop {
@@ -275,7 +305,8 @@ fn run(state: &WriterState) {
             break;
         }
         if state.log_is_long() {
-            checkpoint::copy_back(&desk.connection);
+            let whole = checkpoint::copy_back(&desk.connection);
+            state.copied_back.fetch_or(whole, Ordering::AcqRel);
             // Until the next commit says how long the log is now.
             state.wal_pages.store(0, Ordering::Relaxed);
         }
@@ -283,6 +314,13 @@ fn run(state: &WriterState) {
             compact(&desk.connection);
             (desk.freed, desk.compacted) = (false, Instant::now());
             state.wal_pages.store(0, Ordering::Relaxed);
+            // Truncated: the next write starts it over.
+            state.copied_back.store(true, Ordering::Release);
+        }
+        if drained == Drained::Nothing && state.copied_back.swap(false, Ordering::AcqRel) && desk.wrote {
+            // Nothing to commit: the log's new header is written and synced now, not in the next commit.
+            checkpoint::start_over(&desk.connection);
+            desk.wrote = false;
         }
         drop(desk);
         if drained == Drained::Wrote {
@@ -341,6 +379,11 @@ fn commit(desk: &mut Desk, state: &WriterState, patient: bool) -> Drained {
     }
     let failed = written.is_err();
     state.failing.store(failed, Ordering::Relaxed);
+    if !failed {
+        // This commit started a log copied back whole over, if it was: nothing left to start over.
+        desk.wrote = true;
+        state.copied_back.store(false, Ordering::Release);
+    }
     if let Err(error) = written {
         state.failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(

@@ -115,16 +115,29 @@ fn ensure_packages() -> PathBuf {
     dir
 }
 
+/// Puts every file of `tests/node/` next to the packages, so a script finds both them and the modules it shares
+/// with others (`watching.mjs`). Each is written under a name of this run's and renamed over the last copy, so a
+/// script another test is starting never reads a half-written file.
+fn copy_scripts(dir: &Path, run_number: usize) {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node");
+    for entry in std::fs::read_dir(&scripts).expect("list tests/node") {
+        let source = entry.expect("an entry of tests/node").path();
+        let Some(name) = source.file_name().and_then(|name| name.to_str()) else { continue };
+        let partial = dir.join(format!(".{name}-{}-{run_number}", std::process::id()));
+        std::fs::copy(&source, &partial).expect("copy a script next to the packages");
+        std::fs::rename(&partial, dir.join(name)).expect("put a script in place");
+    }
+}
+
 /// Runs `tests/node/<script>` with `config` (a JSON file it gets as its argument); what it prints, as JSON.
 pub(crate) async fn run_script(script: &'static str, config: Value) -> Vec<Value> {
     tokio::task::spawn_blocking(move || {
         let dir = ensure_packages();
-        let path = dir.join(script);
-        std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node").join(script), &path)
-            .expect("copy the script next to its packages");
-        // Tests of one process run at once: each run its own file.
+        // Tests of one process run at once: each run its own files.
         static RUNS: AtomicUsize = AtomicUsize::new(0);
         let run_number = RUNS.fetch_add(1, Ordering::Relaxed);
+        copy_scripts(&dir, run_number);
+        let path = dir.join(script);
         let config_path = dir.join(format!("config-{}-{run_number}-{script}.json", std::process::id()));
         std::fs::write(&config_path, config.to_string()).expect("config");
         let output = expect_success(

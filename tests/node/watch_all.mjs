@@ -7,26 +7,14 @@
 // Usage: node watch_all.mjs CONFIG.json, CONFIG = {"events": URL of /v1/streams/{id}/events}. Prints one JSON
 // object: for each format, the text its library assembled (or the error it threw).
 
-import { readFileSync } from 'node:fs';
-import { DefaultChatTransport, readUIMessageStream } from 'ai';
 import { HttpAgent } from '@ag-ui/client';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
-
-const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
-const events = (format) => `${config.events}?format=${format}`;
-// Each library posts to its own endpoint; here it reads the stream's events in its format instead.
-const reading = (format) => async () => fetch(events(format));
+import { events, lastUiMessage, reading, report } from './watching.mjs';
 
 const texts = {
   'ui-message': async () => {
-    const transport = new DefaultChatTransport({
-      api: 'http://127.0.0.1:9/not-used',
-      prepareReconnectToStreamRequest: () => ({ api: events('ui-message') }),
-    });
-    let message;
-    const chunks = await transport.reconnectToStream({ chatId: 'watch' });
-    for await (const m of readUIMessageStream({ stream: chunks, terminateOnError: true })) message = m;
+    const message = await lastUiMessage();
     return message.parts.filter((p) => p.type === 'text').map((p) => p.text).join('');
   },
   'ag-ui': async () => {
@@ -61,14 +49,6 @@ const texts = {
   },
 };
 
-const results = {};
-await Promise.all(
-  Object.entries(texts).map(async ([format, read]) => {
-    try {
-      results[format] = { text: await read() };
-    } catch (error) {
-      results[format] = { error: String(error?.stack ?? error) };
-    }
-  }),
+await report(
+  Object.fromEntries(Object.entries(texts).map(([format, read]) => [format, async () => ({ text: await read() })])),
 );
-process.stdout.write(JSON.stringify([results]));

@@ -8,24 +8,13 @@
 // Usage: node watch_bridge.mjs CONFIG.json, CONFIG = {"events": URL of /v1/streams/{id}/events}. Prints one
 // JSON object: for each format, what its library assembled (or the error it threw).
 
-import { readFileSync } from 'node:fs';
-import { DefaultChatTransport, readUIMessageStream } from 'ai';
 import { HttpAgent } from '@ag-ui/client';
 import OpenAI from 'openai';
-
-const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
-const events = (format) => `${config.events}?format=${format}`;
-const reading = (format) => async () => fetch(events(format));
+import { lastUiMessage, reading, report } from './watching.mjs';
 
 const watchers = {
   'ui-message': async () => {
-    const transport = new DefaultChatTransport({
-      api: 'http://127.0.0.1:9/not-used',
-      prepareReconnectToStreamRequest: () => ({ api: events('ui-message') }),
-    });
-    let message;
-    const chunks = await transport.reconnectToStream({ chatId: 'watch' });
-    for await (const m of readUIMessageStream({ stream: chunks, terminateOnError: true })) message = m;
+    const message = await lastUiMessage();
     const parts = message.parts;
     return {
       text: parts.filter((p) => p.type === 'text').map((p) => p.text).join(''),
@@ -97,14 +86,4 @@ const watchers = {
   },
 };
 
-const results = {};
-await Promise.all(
-  Object.entries(watchers).map(async ([format, watch]) => {
-    try {
-      results[format] = await watch();
-    } catch (error) {
-      results[format] = { error: String(error?.stack ?? error) };
-    }
-  }),
-);
-process.stdout.write(JSON.stringify([results]));
+await report(watchers);

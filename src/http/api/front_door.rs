@@ -190,6 +190,9 @@ pub(crate) fn invalid_thread(param: &str) -> HttpError {
 /// What every front door does once its run started: counts and names it, and waits for its first message,
 /// so an agent that fails before it says anything (an upstream that refused) is answered with the status its
 /// error names, as the upstream would have answered, rather than with a stream holding only an error. The
+/// wait ends when the message is appended, not committed ([`Stream::first_message`]): with the store, the
+/// response and its subscription are made while the message commits, and the subscription sends it once
+/// committed; only a run that ended is looked at once its end is committed. The
 /// result cancels the run if the client goes away, when its request asked for that with
 /// `x-agentmux-on-disconnect: cancel` (also while the first message is awaited).
 async fn started(app: &App, model: &str, stream: &Arc<Stream>, headers: &HeaderMap) -> Result<OnDisconnect, HttpError> {

@@ -338,6 +338,9 @@ pub(crate) async fn append(
     };
     if !appended.replayed {
         app.metrics.appended(appended.sequences.len(), bytes.len(), started.elapsed().as_secs_f64());
+        // A producer far ahead of the readers that keep up is answered once their pass has ended
+        // (`transport/feed.rs`): it posts its next burst no sooner, instead of running ahead of them.
+        app.feeds.paced(&stream).await;
     }
     Ok(appended_answer(&appended))
 }

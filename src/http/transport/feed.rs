@@ -28,9 +28,20 @@
 //!
 //! Nothing is missed between a relay's last look and its parking: the relay is looked at once more after it
 //! is listed, and every change after that wakes the feed, whose pass looks at every listed relay.
+//!
+//! A pass lets the worker's other tasks run every [`DELIVERIES_PER_TURN`] deliveries, and a producer that
+//! posts its next burst as soon as the last is answered would get a turn at each: several bursts appended
+//! per pass over a thousand readers, each pass writing more than the last, the producer further and further
+//! ahead of its readers and the gap showing as latency (`docs/benchmarks-history.md`, sessions 28 and 29).
+//! So a producer is paced by the pass ([`Feeds::paced`]): once its stream has taken [`PASS_BACKLOG`]
+//! messages since the pass under way began, an append's answer waits until that pass has ended. Only the
+//! answer waits (the messages are in, and the readers later in the pass get them at once), and only for a
+//! pass over the readers that keep up, which never waits itself: a reader whose socket is full is handed
+//! back to its connection, off the pass, so a slow client holds back no producer. Token streaming appends
+//! a message or a few per pass and is never held.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -44,10 +55,17 @@ use super::ws_relay::{self, WsRelay};
 use crate::hub::{Batch, Stream, Subscription};
 use crate::sync::lock;
 
-/// Deliveries a feed makes before it lets the worker's other tasks run (a producer waiting for its answer).
+/// Deliveries a feed makes before it lets the worker's other tasks run (other streams, other connections).
 /// (A pass of one turn, 1,024, lowered fan-out 1,000's latency but cost it CPU: `docs/benchmarks-history.md`,
-/// session 28.)
+/// session 28. A producer is paced by the pass instead: [`PASS_BACKLOG`].)
 const DELIVERIES_PER_TURN: usize = 128;
+
+/// Messages a stream takes while a pass of its feed is under way before an append's answer waits for that
+/// pass to end ([`Feeds::paced`]). Token streaming, a message per POST, appends one to a dozen per pass
+/// even over a thousand readers, and is never held; `./bench`'s bursts of 128 get two appends per pass.
+/// (At 64, a burst a pass, fan-out 1,000 cost a fifth more CPU and delivered less: `docs/benchmarks-history.md`,
+/// session 29.)
+const PASS_BACKLOG: u64 = 256;
 
 /// Every stream's feeds; see the module doc.
 #[derive(Clone, Default)]
@@ -71,6 +89,8 @@ struct Registry {
 /// One stream's writer for one shard of its connections.
 struct Feed {
     key: (usize, usize),
+    /// Its passes, for the producer to be paced by.
+    passes: Passes,
     slots: Mutex<Vec<Arc<Slot>>>,
     /// Wakes the writer to see whether anyone is left.
     poke: Notify,
@@ -126,6 +146,16 @@ impl Reader {
     }
 }
 
+/// Where a feed is in its passes: a pass is under way while `ended` is behind `begun`.
+struct Passes {
+    /// Passes begun.
+    begun: AtomicU64,
+    /// The stream's last sequence when the last pass began.
+    began_after: AtomicU64,
+    /// Passes ended: the count begun when the last one ended.
+    ended: watch::Sender<u64>,
+}
+
 struct Parking {
     /// The relay while the feed writes for it.
     relay: Option<Reader>,
@@ -155,7 +185,9 @@ impl Feeds {
         let feed = {
             let mut feeds = lock(&self.0.feeds);
             let feed = feeds.entry(key).or_insert_with(|| {
-                let feed = Arc::new(Feed { key, slots: Mutex::new(Vec::new()), poke: Notify::new() });
+                let passes =
+                    Passes { begun: AtomicU64::new(0), began_after: AtomicU64::new(0), ended: watch::channel(0).0 };
+                let feed = Arc::new(Feed { key, passes, slots: Mutex::new(Vec::new()), poke: Notify::new() });
                 tokio::spawn(write(Arc::clone(&feed), self.clone(), changes, stream));
                 feed
             });
@@ -165,6 +197,32 @@ impl Feeds {
         // What came since the relay last looked: the feed may have been told of it already.
         slot.deliver(Instant::now());
         Parked { feed, slot }
+    }
+
+    /// Waits after an append to `stream` while the stream is ahead of its readers: when a pass of one of its
+    /// feeds is under way and the stream took [`PASS_BACKLOG`] messages or more since that pass began, until
+    /// that pass has ended (see the module doc). A pass never waits on a socket, so neither does this.
+    pub(crate) async fn paced(&self, stream: &Arc<Stream>) {
+        let workers = tokio::runtime::Handle::try_current().map_or(1, |runtime| runtime.metrics().num_workers());
+        let at = Arc::as_ptr(stream) as usize;
+        let last = stream.last_sequence();
+        let behind: Vec<(u64, watch::Receiver<u64>)> = {
+            let feeds = lock(&self.0.feeds);
+            (0..workers.max(1))
+                .filter_map(|shard| feeds.get(&(at, shard)))
+                .filter_map(|feed| {
+                    let passes = &feed.passes;
+                    let begun = passes.begun.load(Ordering::Acquire);
+                    let under_way = *passes.ended.borrow() < begun;
+                    let ahead = last.saturating_sub(passes.began_after.load(Ordering::Acquire)) >= PASS_BACKLOG;
+                    (under_way && ahead).then(|| (begun, passes.ended.subscribe()))
+                })
+                .collect()
+        };
+        for (begun, mut ended) in behind {
+            // An error: the feed is gone, which it is only between passes.
+            let _ = ended.wait_for(|&ended| ended >= begun).await;
+        }
     }
 
     /// Drops `feed` when no one is parked on it: true then.
@@ -217,7 +275,11 @@ async fn write(feed: Arc<Feed>, feeds: Feeds, mut changes: watch::Receiver<u64>,
             tokio::time::sleep_until(last + GATHER).await;
         }
         let now = Instant::now();
+        let passes = &feed.passes;
+        passes.began_after.store(stream.last_sequence(), Ordering::Release);
+        let begun = passes.begun.fetch_add(1, Ordering::AcqRel) + 1;
         feed.pass(now).await;
+        passes.ended.send_replace(begun);
         // Its end: a pass over many readers lasts milliseconds, and a reader is written to again no sooner
         // than a gathering reader would be after its own write.
         last_pass = Some(Instant::now());

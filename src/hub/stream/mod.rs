@@ -456,7 +456,29 @@ impl Stream {
     /// Waits until the producer has appended its first message (anything after `stream_start`) or the
     /// stream has ended. Returns the outcome when the stream ended with an error having said nothing: a
     /// client that has received nothing yet can be told that as an HTTP status rather than a stream.
+    ///
+    /// It waits for the producer, not for the readers: a first message that is not the end is seen as soon
+    /// as it is appended, while a store commits it, so that what the caller does next (a front door: its
+    /// response and the subscription behind it) happens beside the commit rather than after it, and the
+    /// subscription reads the message once committed. Only an end, where the answer hangs on whether the
+    /// stream said anything before it, is read from the log, and so waits for its commit.
     pub async fn first_message(&self) -> Option<Outcome> {
+        if !self.followed {
+            let mut appended = self.log.appended();
+            loop {
+                appended.borrow_and_update();
+                let (last, ended) = {
+                    let producer = self.lock();
+                    (producer.last, producer.end.is_some())
+                };
+                if ended {
+                    break;
+                }
+                if last > 1 || appended.changed().await.is_err() {
+                    return None;
+                }
+            }
+        }
         let mut changes = self.log.changes();
         loop {
             changes.borrow_and_update();

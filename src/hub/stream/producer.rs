@@ -14,6 +14,19 @@
 //!
 //! The events that close what a batch opens, and the end, are `closing.rs`'s; what each entry is counted
 //! at, `ledger.rs`'s.
+//!
+//! # The first message
+//!
+//! A stream's first message after `stream_start` is what its first reader waits for: a front door's client
+//! measures its time to first token by it, and nothing else is pending to gather with it. With a store,
+//! readers read only what is committed, and a message handed to the store's writer reaches a reader after
+//! two hand-offs between threads (the writer's thread woken to commit, then the reader's task woken from
+//! outside the runtime), each a scheduling delay on a busy machine. So the first message is appended as an
+//! awaited one is and committed at once on the producer's thread ([`Log::hasten`](crate::hub::Log::hasten):
+//! when nobody else is committing, else the writer's thread is woken), once the producer's lock is let go.
+//! Only the first: one commit per stream on the producer's thread, not one per message (committing every
+//! sparse append there, session 28 found, moved thousands of commits a second onto the runtime's workers at
+//! 200 concurrent runs and made every figure worse; `docs/benchmarks-history.md`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -188,6 +201,8 @@ impl Stream {
             self.release(staged.reserved);
             return Err(error);
         }
+        // The stream's first message after `stream_start`: see the module doc, "The first message".
+        let first = producer.last == 1 && !awaited;
         producer.bytes += staged.bytes;
         producer.closings += staged.closings;
         producer.last += staged.entries.len() as u64;
@@ -196,7 +211,7 @@ impl Stream {
             let stamped = message.metadata.as_ref().and_then(|m| m.timestamp);
             self.active_ms.store(stamped.unwrap_or_default(), Ordering::Release);
         }
-        if awaited {
+        if awaited || first {
             self.log.append_awaited(staged.entries);
         } else {
             self.log.append(staged.entries);
@@ -208,6 +223,10 @@ impl Stream {
             let (added, dropped) = producer.receipts.keep(condition, fingerprint, &appended);
             self.force(added);
             self.release(dropped);
+        }
+        drop(producer);
+        if first {
+            self.log.hasten();
         }
         Ok(appended)
     }
