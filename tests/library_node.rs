@@ -1,7 +1,8 @@
 //! A whole node started in-process through the library's [`Node`], as an application embedding agentmux
 //! would: the embedded store in a temporary directory, served on `127.0.0.1:0`, shut down, and opened again
 //! from the same directory; and a node mounted in an axum server of the application's own, whose
-//! maintenance still ends idle streams.
+//! maintenance still ends idle streams and whose WebSockets are served (the service answers the upgrade
+//! itself, and takes the socket back from hyper's upgrade whichever server accepted it).
 
 mod common;
 
@@ -11,7 +12,9 @@ use std::time::Duration;
 use agentmux::node::{Engine, Node, NodeConfig};
 use common::doubles::SteppingClock;
 use common::http::{get_json, post_json, read_body, read_events};
-use serde_json::json;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
 
 /// A data directory of this test's own, removed when dropped.
 struct DataDir(std::path::PathBuf);
@@ -131,5 +134,38 @@ async fn a_node_mounted_in_another_server_still_ends_idle_streams() {
     let events = read_body(client.get(format!("{base}/v1/streams/{id}/events")).send().await.expect("events")).await;
     let events = String::from_utf8_lossy(&events);
     assert!(events.contains(r#""code":"idle_timeout""#), "{events}");
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_mounted_in_another_server_serves_its_websockets() {
+    let node = Node::open(NodeConfig::new(Engine::Memory)).await.expect("the node opens");
+    let app = axum::Router::new().merge(node.router());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("listen on loopback");
+    let addr = listener.local_addr().expect("bound address");
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await
+    });
+    let client = reqwest::Client::new();
+    let (status, created) = post_json(&client, &format!("http://{addr}/v1/streams"), &json!({})).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("a stream id").to_owned();
+    let (mut ws, _) =
+        tokio_tungstenite::connect_async(format!("ws://{addr}/v1/streams/{id}/ws")).await.expect("upgraded");
+    let message = json!({ "type": "text", "props": { "content": "through their server" } });
+    let (status, reply) = post_json(&client, &format!("http://{addr}/v1/streams/{id}/messages"), &message).await;
+    assert_eq!(status, 200, "{reply}");
+    let read = async {
+        while let Some(frame) = ws.next().await {
+            if let Message::Text(text) = frame.expect("a frame") {
+                let value: Value = serde_json::from_str(&text).expect("JSON");
+                if value["message"]["props"]["content"] == "through their server" {
+                    return;
+                }
+            }
+        }
+        panic!("the socket closed before the message came");
+    };
+    tokio::time::timeout(Duration::from_secs(10), read).await.expect("the message in time");
     server.abort();
 }

@@ -5,7 +5,7 @@
 //! The fields the rest of `crate::http` needs and an embedding application must not touch (the store, the
 //! cluster, where the shutdown is, the feeds) are visible to `crate::http` only.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::edge::{Credentials, HttpError, KeySpec, Metrics, Origins};
@@ -119,6 +119,8 @@ pub struct App {
     pub(super) lifetime: Lifetime,
     /// The writers of waiting event connections (`transport/feed.rs`).
     pub(super) feeds: feed::Feeds,
+    /// The copy of the app that long-lived connections share (see [`App::shared`]).
+    shared: Arc<Mutex<Weak<App>>>,
 }
 
 impl App {
@@ -164,7 +166,21 @@ impl App {
             cluster: None,
             lifetime: Lifetime::default(),
             feeds: feed::Feeds::default(),
+            shared: Arc::default(),
         }
+    }
+
+    /// One copy of the app for what holds it for as long as a connection is open (a WebSocket, for its
+    /// ops): made when the first asks and kept while any holds it, so that each does not hold an app of its
+    /// own (half a kilobyte, and its settings' strings, per idle WebSocket).
+    pub(crate) fn shared(&self) -> Arc<App> {
+        let mut shared = crate::sync::lock(&self.shared);
+        if let Some(app) = shared.upgrade() {
+            return app;
+        }
+        let app = Arc::new(self.clone());
+        *shared = Arc::downgrade(&app);
+        app
     }
 
     /// The same app, serving the streams of the other nodes of `cluster` too (`--engine redis`).

@@ -107,6 +107,14 @@ impl Batch {
         frames
     }
 
+    /// How many frames it holds.
+    pub fn frame_count(&self) -> usize {
+        match &self.bounds {
+            Bounds::Rendered { count, .. } => *count,
+            Bounds::Lengths(lengths) => lengths.len(),
+        }
+    }
+
     /// Total bytes.
     pub fn len(&self) -> usize {
         self.pieces.iter().map(Bytes::len).sum()

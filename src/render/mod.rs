@@ -4,7 +4,8 @@
 //! - [`Format`]: what a subscriber reads, with the options that change a byte of the output: the typed
 //!   messages (CUI), OpenAI chat chunks, the AI SDK's UI message stream, AG-UI events, Anthropic Messages
 //!   events or OpenAI Responses events (one adapter of `crate::adapter` each).
-//! - [`Encoding`]: how its frames travel: SSE events (`sse.rs`) or WebSocket text messages (`ws.rs`).
+//! - [`Encoding`]: how its frames travel: SSE events (`sse.rs`) or WebSocket text messages (`ws.rs`), each a
+//!   whole WebSocket frame, header included.
 //! - [`View`]: the two together; a stream keeps one rendition per distinct view, so every subscriber of a
 //!   view shares the same encoded bytes, whatever the transport.
 //!
@@ -12,7 +13,7 @@
 //! view. A transport writes the bytes it is handed and never parses them.
 
 mod sse;
-mod ws;
+pub(crate) mod ws;
 
 use std::sync::Arc;
 
@@ -165,7 +166,8 @@ pub enum Encoding {
     /// Server-sent events.
     #[default]
     Sse,
-    /// WebSocket text messages, one JSON object each, naming their stream.
+    /// WebSocket text messages, one JSON object each, naming their stream; each is rendered as a whole
+    /// unmasked WebSocket frame, its header included, ready to be written to a client's socket as it is.
     WebSocket,
 }
 

@@ -7,7 +7,8 @@
 //! - the front doors: `chat.rs` (`POST /v1/chat/completions`, and `GET /v1/models`), `ui_chat.rs` (the AI
 //!   SDK's `useChat`), `ag_ui.rs` (`POST /v1/ag-ui`), `anthropic.rs` (`POST /v1/messages`), `responses.rs`
 //!   (`POST /v1/responses`; the responses it keeps: `responses_kept.rs`), sharing one prologue and epilogue (`front_door.rs`);
-//! - `streams.rs`: the stream endpoints; `ws.rs`: the WebSocket ones;
+//! - `streams.rs`: the stream endpoints; `ws.rs`: the WebSocket ones, and `upgrade.rs` the upgrade they
+//!   answer themselves;
 //! - `threads.rs`: the thread endpoints (`/v1/threads`, their audit log and replay);
 //! - `format.rs`: which format a query, a WebSocket op or a chat request's headers ask for;
 //! - `endpoint.rs`: what an endpoint is.
@@ -31,6 +32,7 @@ mod streams;
 mod threads;
 mod ui;
 mod ui_chat;
+mod upgrade;
 mod ws;
 
 use axum::http::Method;

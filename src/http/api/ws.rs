@@ -19,7 +19,7 @@
 //! of the stream a per-stream connection watches, a client silent past the idle timeout, or the shutdown:
 //! the loop that relays a connection's subscriptions, pings its client and reads its frames is
 //! `transport/ws.rs`'s; this file knows the ops and what they do. A connection opened with a key holds one
-//! of the key's `connections=` for as long as it is open (`edge/extract.rs`, `Upgrade`).
+//! of the key's `connections=` for as long as it is open (`upgrade.rs`, `Upgrade`).
 //!
 //! With API keys configured, a connection may do what the credential it opened with grants
 //! (`edge/auth.rs`): a key, everything; a stream token, that stream only, and `publish`, the ends and
@@ -30,7 +30,6 @@ use std::sync::Arc;
 
 use axum::Extension;
 use axum::extract::State;
-use axum::extract::ws::{Message, WebSocket};
 use axum::http::{HeaderMap, Method};
 use axum::response::Response;
 use axum::routing::get;
@@ -41,15 +40,18 @@ use tracing::Instrument;
 use super::endpoint::{Endpoint, endpoint, op};
 use super::format::FormatFields;
 use super::streams::{SubscribeQuery, find, not_kept, with_epoch};
+use super::upgrade::Upgrade;
 use crate::http::app::App;
 use crate::http::edge::auth::{Access, Grant};
 use crate::http::edge::error::HttpError;
-use crate::http::edge::extract::{Params, StreamId, Upgrade};
+use crate::http::edge::extract::{Params, StreamId};
 #[cfg(feature = "redis")]
 use crate::http::edge::forward;
-use crate::http::transport::ws::{Batches, Liveness, Reply, Subscriptions, WebSocketConnection, batches};
+use crate::http::transport::upgrade::UpgradedSocket;
+use crate::http::transport::ws::{Liveness, Reply, WebSocketConnection, WsRelay, batches};
 use crate::hub::{AppendError, Appended, Condition, KEY_BYTES, Part, Stream};
 use crate::output::OutputMessage;
+use crate::render::ws::text_frame;
 use crate::render::{Encoding, Format, View};
 
 /// The WebSocket endpoints, and what the OpenAPI document says of them.
@@ -89,39 +91,25 @@ pub(crate) async fn one(
     let from = query.from(&headers)?;
     let subscription = stream.subscribe(View::new(format, Encoding::WebSocket), from)?;
     let meter = app.metrics.subscriber(format.name(), "websocket");
-    let span = tracing::info_span!("ws", stream = stream.id());
-    let single = (stream.id().to_owned(), batches(subscription, meter));
+    // At debug level: a span lives as long as the connection, and an enabled one costs each connection
+    // about 0.6 KiB (its fields formatted, its extensions).
+    let span = tracing::debug_span!("ws", stream = stream.id());
+    let single = (stream.id().to_owned(), WsRelay::new(subscription, meter));
     let sockets = app.lifetime.sockets.clone();
-    let response = limits(upgrade, &app)
-        .on_upgrade(move |socket| sockets.track_future(connection(app, grant, socket, Some(single)).instrument(span)));
+    let response = upgrade.on_upgrade(move |socket| {
+        let connection = open(&app, socket, Some(single));
+        sockets.track_future(serve(app.shared(), grant, connection).instrument(span))
+    });
     Ok(with_epoch(response, &stream))
 }
 
 /// `GET /v1/ws`.
 pub(crate) async fn many(State(app): State<App>, Extension(grant): Extension<Grant>, upgrade: Upgrade) -> Response {
-    let span = tracing::info_span!("ws", stream = "*");
+    let span = tracing::debug_span!("ws", stream = "*");
     let sockets = app.lifetime.sockets.clone();
-    limits(upgrade, &app)
-        .on_upgrade(move |socket| sockets.track_future(connection(app, grant, socket, None).instrument(span)))
-}
-
-/// Bytes the WebSocket writer gathers before it writes: small messages still go out many to a write, and
-/// a connection whose client does not read holds at most this much (and the frame that did not fit) beyond
-/// what the kernel took; the rest of its batch stays shared with every other subscriber.
-const WRITE_BUFFER: usize = 8 << 10;
-
-/// The reader's buffer, and the most one read takes: clients send small ops (a subscribe, a token's publish
-/// fit in a few hundred bytes), and a larger message grows the buffer as it needs, a read of this much at a
-/// time. tungstenite zero-fills the whole buffer when the connection first waits to read, so every
-/// connection, however idle, holds all of it: its 128 KiB default would cost each that, and at 4 KiB it was
-/// a third of an idle connection (`docs/benchmarks-history.md`, session 28).
-const READ_BUFFER: usize = 1 << 10;
-
-/// The upgrade with the service's limits on client frames and messages, and the socket's buffers.
-fn limits(upgrade: Upgrade, app: &App) -> Upgrade {
-    let max = app.settings.ws_max_message;
-    upgrade.configure(|upgrade| {
-        upgrade.max_message_size(max).max_frame_size(max).write_buffer_size(WRITE_BUFFER).read_buffer_size(READ_BUFFER)
+    upgrade.on_upgrade(move |socket| {
+        let connection = open(&app, socket, None);
+        sockets.track_future(serve(app.shared(), grant, connection).instrument(span))
     })
 }
 
@@ -157,16 +145,23 @@ enum Op {
     },
 }
 
-/// Serves a connection: each client text frame is an op, answered with its reply, until the connection
-/// ends (see `transport/ws.rs`).
-async fn connection(app: App, grant: Grant, socket: WebSocket, single: Option<(String, Batches)>) {
+/// The connection on an upgraded `socket`, with the service's settings; `single` when it was opened on one
+/// stream.
+fn open(app: &App, socket: UpgradedSocket, single: Option<(String, WsRelay)>) -> WebSocketConnection {
     let liveness =
         Liveness { ping_interval: app.settings.ws_ping_interval, idle_timeout: app.settings.ws_idle_timeout };
-    let mut connection = WebSocketConnection::new(socket, app.lifetime.clone(), liveness, single);
+    let (lifetime, max, feeds) = (app.lifetime.clone(), app.settings.ws_max_message, app.feeds.clone());
+    WebSocketConnection::new(socket, lifetime, liveness, max, feeds, single)
+}
+
+/// Serves a connection: each client text frame is an op, answered with its reply, until the connection
+/// ends (see `transport/ws.rs`). The connection is made before (`open`): what an async function is given
+/// stays in its future for as long as it runs, so a socket and a subscription given here would be held twice.
+async fn serve(app: Arc<App>, grant: Grant, mut connection: WebSocketConnection) {
     // The op's future and the close's are boxed: held only while they run, so a connection that waits (nearly
     // all of them, nearly always) holds no room for them in its task.
     while let Some(text) = connection.next_text().await {
-        let reply = match Box::pin(handle(&app, &grant, text.as_str(), &mut connection)).await {
+        let reply = match Box::pin(handle(&app, &grant, &text, &mut connection)).await {
             Ok(Answer::Now(reply)) => Box::pin(std::future::ready(text_of(&reply))),
             Ok(Answer::Kept { stream, appended, on, published }) => kept(stream, appended, on, published),
             Err(error) => Box::pin(std::future::ready(text_of(&error_reply(error)))),
@@ -241,11 +236,11 @@ async fn handle(
             let found = find_op(app, &stream).await?;
             // Its reply comes after every reply owed before it, and before anything the subscription sends.
             connection.settle().await;
-            subscribe(app, connection.subscriptions(), stream, from, format, &found)
+            subscribe(app, connection, stream, from, format, &found)
         }
-        Op::Unsubscribe { stream } => match connection.subscriptions().remove(&stream) {
-            Some(_) => Ok(Answer::Now(json!({ "stream": stream, "unsubscribed": true }))),
-            None => {
+        Op::Unsubscribe { stream } => match connection.unwatch(&stream) {
+            true => Ok(Answer::Now(json!({ "stream": stream, "unsubscribed": true }))),
+            false => {
                 Err(HttpError::bad_request("not subscribed to this stream", Some("stream".into()), "not_subscribed"))
             }
         },
@@ -322,13 +317,13 @@ async fn end_part(app: &App, stream: String, part: Part<'_>) -> Result<Answer, H
 /// `subscribe`: the stream in a format, from a point, unless the connection has it already.
 fn subscribe(
     app: &App,
-    subscriptions: &mut Subscriptions,
+    connection: &mut WebSocketConnection,
     stream: String,
     from: Option<u64>,
     format: FormatFields,
     found: &Arc<Stream>,
 ) -> Result<Answer, HttpError> {
-    if subscriptions.contains_key(&stream) {
+    if connection.watches(&stream) {
         return Err(HttpError::bad_request(
             "already subscribed to this stream",
             Some("stream".into()),
@@ -338,7 +333,7 @@ fn subscribe(
     let format: Format = format.format()?;
     let subscription = found.subscribe(View::new(format, Encoding::WebSocket), from.unwrap_or(0))?;
     let meter = app.metrics.subscriber(format.name(), "websocket");
-    subscriptions.insert(stream.clone(), batches(subscription, meter));
+    connection.watch(stream.clone(), batches(subscription, meter));
     Ok(Answer::Now(json!({ "stream": stream, "subscribed": true })))
 }
 
@@ -392,8 +387,9 @@ fn error_reply(error: HttpError) -> Value {
     body
 }
 
-fn text_of(reply: &Value) -> Message {
-    Message::Text(reply.to_string().into())
+/// A reply as the text frame it goes out in.
+fn text_of(reply: &Value) -> bytes::Bytes {
+    text_frame(reply.to_string().as_bytes())
 }
 
 /// The stream an op names; an unknown one is refused with `param: "stream"`, the op's field.

@@ -7,21 +7,15 @@
 //! other (`duplicate_parameter`); parameters a handler does not know are ignored, however often they are
 //! given, as a cache-busting `_=` must be.
 
-use std::future::Future;
 use std::net::SocketAddr;
 
 use axum::extract::rejection::PathRejection;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{WebSocket, WebSocketUpgrade};
 use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::HttpError;
 use super::admission::ClientAddress;
-use super::auth::KeySlot;
 
 /// The `{id}` of a stream path.
 #[derive(Debug)]
@@ -75,71 +69,6 @@ fn path_error(rejection: &PathRejection, what: &str) -> HttpError {
         Some("id".into()),
         "invalid_value",
     )
-}
-
-/// A WebSocket upgrade; a request that is not one gets the envelope with `param` naming the header at fault.
-/// It carries the request's slot of its key's connections (`auth.rs`), which the connection then holds for
-/// as long as it is open.
-pub(crate) struct Upgrade {
-    upgrade: WebSocketUpgrade,
-    slot: Option<KeySlot>,
-}
-
-impl Upgrade {
-    /// The upgrade with `configure` applied (limits, buffers).
-    pub(crate) fn configure(self, configure: impl FnOnce(WebSocketUpgrade) -> WebSocketUpgrade) -> Self {
-        Upgrade { upgrade: configure(self.upgrade), slot: self.slot }
-    }
-
-    /// Answers `101` and serves the socket with `serve` once upgraded, holding the request's key slot until
-    /// `serve`'s future ends.
-    pub(crate) fn on_upgrade<C, F>(self, serve: C) -> Response
-    where
-        C: FnOnce(WebSocket) -> F + Send + 'static,
-        F: Future<Output = ()> + Send + 'static,
-    {
-        let slot = self.slot;
-        self.upgrade.on_upgrade(move |socket| {
-            let served = serve(socket);
-            async move {
-                served.await;
-                drop(slot);
-            }
-        })
-    }
-}
-
-impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
-        let slot = parts.extensions.get::<KeySlot>().cloned();
-        let upgrade = WebSocketUpgrade::from_request_parts(parts, state).await;
-        upgrade.map(|upgrade| Upgrade { upgrade, slot }).map_err(|rejection| {
-            use WebSocketUpgradeRejection as R;
-            let param = match &rejection {
-                R::InvalidConnectionHeader(_) => Some("connection"),
-                R::InvalidUpgradeHeader(_) => Some("upgrade"),
-                R::InvalidWebSocketVersionHeader(_) => Some("sec-websocket-version"),
-                R::WebSocketKeyHeaderMissing(_) => Some("sec-websocket-key"),
-                _ => None,
-            };
-            let status = rejection.status();
-            let error = HttpError::new(
-                status,
-                "invalid_request_error",
-                format!("not a WebSocket upgrade: {}", rejection.body_text()),
-                param.map(str::to_owned),
-                "websocket_upgrade",
-            );
-            let mut response = error.into_response();
-            // A `HEAD` reaches a WebSocket route (axum routes it with `GET`), and only `GET` upgrades.
-            if status == StatusCode::METHOD_NOT_ALLOWED {
-                response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET"));
-            }
-            response
-        })
-    }
 }
 
 /// The client a request comes from, by whose budget it creates streams: with keys configured, the key it

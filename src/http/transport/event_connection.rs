@@ -1,5 +1,6 @@
-//! A connection whose first request is `GET /v1/streams/{id}/events`, served without hyper: [`first_request`]
-//! reads and parses a new connection's first request head, [`serve_events`] answers it.
+//! A connection whose first request is `GET /v1/streams/{id}/events` or a WebSocket upgrade (`GET
+//! /v1/streams/{id}/ws`, `GET /v1/ws`), served without hyper: [`first_request`] reads and parses a new
+//! connection's first request head, [`serve_events`] answers it.
 //!
 //! A subscriber to an event stream spends nearly all its life waiting. Held by hyper, a waiting subscriber
 //! keeps hyper's read buffer and its write buffer (8 KiB each, one page of each touched by the request and
@@ -18,9 +19,13 @@
 //! what comes next straight to the socket, and this task sleeps until the feed hands the relay back, a
 //! ping is due, or the client goes away.
 //!
+//! A WebSocket upgrade is answered by the same router: the endpoint's `101` carries what serves the socket
+//! (`upgrade.rs`), and once the head is written here the socket is the WebSocket connection's (`ws.rs`),
+//! which never holds a buffer of hyper's either.
+//!
 //! Anything else goes to hyper, which sees the connection from its first byte: the bytes read here are put
 //! back in front of the socket ([`Rewind`]). That is every other method or path, HTTP/1.0, a request with a
-//! body or an `Upgrade` (WebSocket) or `Expect`, bytes after the head (a pipelined request), a head that
+//! body or an `Expect` (or an `Upgrade` to another path), bytes after the head (a pipelined request), a head that
 //! `httparse` refuses or that is longer than [`HEAD_LIMIT`] (hyper then answers as it does), and every
 //! request after the first on a kept-alive connection.
 
@@ -31,7 +36,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use axum::body::Body;
-use axum::http::{HeaderName, HeaderValue, Method, Request, Response, Version, header};
+use axum::http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode, Version, header};
 use bytes::Bytes;
 use http_body::{Body as _, Frame};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -41,9 +46,10 @@ use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 
 use super::chunked::{self, ChunkSize, GATHERED_FRAMES, LAST_CHUNK, write_all_to};
-use super::feed::{Feeds, Parked};
+use super::feed::{Feeds, Parked, Reader};
 use super::socket::{AdmittedSocket, Rewind};
 use super::sse::{Direct, Relay};
+use super::upgrade::{DirectUpgrade, UpgradedSocket, UpgradesDirectly};
 use super::watched::{WakeFlag, Watched};
 
 /// The longest first request head read here; a longer one goes to hyper, which answers it as it does.
@@ -91,15 +97,20 @@ pub(crate) async fn first_request(socket: AdmittedSocket) -> io::Result<Option<F
     }
 }
 
-/// The request, when it is a plain GET of a stream's events over HTTP/1.1.
+/// The request, when it is a plain GET over HTTP/1.1 of a stream's events or of a WebSocket endpoint (an
+/// upgrade, marked [`UpgradesDirectly`]).
 fn events_request(parsed: &httparse::Request<'_, '_>) -> Option<Request<Body>> {
     if parsed.method != Some("GET") || parsed.version != Some(1) {
         return None;
     }
     let target = parsed.path?;
     let path = target.split_once('?').map_or(target, |(path, _)| path);
-    let id = path.strip_prefix("/v1/streams/")?.strip_suffix("/events")?;
-    if id.is_empty() || id.contains('/') {
+    let stream = |suffix: &str| {
+        let id = path.strip_prefix("/v1/streams/").and_then(|rest| rest.strip_suffix(suffix));
+        id.is_some_and(|id| !id.is_empty() && !id.contains('/'))
+    };
+    let upgrade = path == "/v1/ws" || stream("/ws");
+    if !upgrade && !stream("/events") {
         return None;
     }
     let bodiless = |value: &[u8]| value.iter().all(|b| b.is_ascii_whitespace() || *b == b'0');
@@ -107,7 +118,8 @@ fn events_request(parsed: &httparse::Request<'_, '_>) -> Option<Request<Body>> {
     for h in parsed.headers.iter() {
         let name = HeaderName::from_bytes(h.name.as_bytes()).ok()?;
         let ours = match name {
-            header::UPGRADE | header::TRANSFER_ENCODING | header::EXPECT => false,
+            header::UPGRADE => upgrade,
+            header::TRANSFER_ENCODING | header::EXPECT => false,
             header::CONTENT_LENGTH => bodiless(h.value),
             _ => true,
         };
@@ -115,6 +127,9 @@ fn events_request(parsed: &httparse::Request<'_, '_>) -> Option<Request<Body>> {
             return None;
         }
         request = request.header(name, HeaderValue::from_bytes(h.value).ok()?);
+    }
+    if upgrade {
+        request = request.extension(UpgradesDirectly);
     }
     request.body(Body::empty()).ok()
 }
@@ -134,9 +149,20 @@ pub(crate) async fn serve_events<S>(
     // Boxed, as the head below: what a waiting subscriber holds is its body and its socket, nothing more.
     let Ok(response) = Box::pin(service.oneshot(*request)).await;
     let (parts, body) = response.into_parts();
+    // A WebSocket upgrade the endpoint accepted: its `101`, then the socket is the WebSocket connection's.
+    let upgraded = parts.extensions.get::<DirectUpgrade>().filter(|_| parts.status == StatusCode::SWITCHING_PROTOCOLS);
+    if let Some(serve) = upgraded.and_then(DirectUpgrade::take) {
+        let head = upgrade_head(&parts);
+        drop((parts, body));
+        if socket.tcp.write_all(&head).await.is_ok() {
+            // A task of its own: this connection's task, sized for every request it may serve, ends here.
+            tokio::spawn(serve(UpgradedSocket::direct(socket)));
+        }
+        return;
+    }
     let bodiless = parts.status.is_informational()
-        || parts.status == axum::http::StatusCode::NO_CONTENT
-        || parts.status == axum::http::StatusCode::NOT_MODIFIED;
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
     let length = if bodiless { Some(0) } else { http_body::Body::size_hint(&body).exact() };
     let head = response_head(&parts, length, bodiless);
     // An SSE response's relay, written here rather than through its body, so that a feed can write it
@@ -221,11 +247,14 @@ async fn relay_events(tcp: &Arc<TcpStream>, mut relay: Box<Relay>, feeds: &Feeds
     let mut frames: Vec<Bytes> = Vec::new();
     loop {
         if relay.is_waiting() {
-            let mut parked = feeds.park(relay, tcp, shard);
+            let mut parked = feeds.park(Reader::Sse(relay), tcp, shard);
             let ping = ping_or_handed_back(&parked).await;
             let (taken, unsent) = parked.take_back();
             drop(parked);
-            relay = taken.ok_or_else(|| io::Error::other("a parked relay was lost"))?;
+            relay = match taken {
+                Some(Reader::Sse(relay)) => relay,
+                _ => return Err(io::Error::other("a parked relay was lost")),
+            };
             if !unsent.is_empty() {
                 let mut slices: Vec<IoSlice<'_>> = unsent.iter().map(|piece| IoSlice::new(piece)).collect();
                 write_all_to(tcp, &mut slices).await?;
@@ -265,6 +294,20 @@ async fn ping_or_handed_back(parked: &Parked) -> bool {
             () = tokio::time::sleep_until(due) => {}
         }
     }
+}
+
+/// The status line and headers of a `101` answer to a WebSocket upgrade, as the endpoint made them.
+fn upgrade_head(parts: &axum::http::response::Parts) -> Vec<u8> {
+    let mut head = Vec::with_capacity(256);
+    head.extend_from_slice(b"HTTP/1.1 101 Switching Protocols\r\n");
+    for (name, value) in &parts.headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    head
 }
 
 /// The status line and headers, with the framing chosen here: `content-length` when the body's length is

@@ -1,5 +1,6 @@
-//! [`Feeds`]: the writers that send a stream's new batches to its waiting event connections, one task per
-//! stream and worker thread, instead of each connection's own task.
+//! [`Feeds`]: the writers that send a stream's new batches to its waiting event connections and one-stream
+//! WebSocket connections ([`Reader`]), one task per stream and worker thread, instead of each connection's
+//! own task.
 //!
 //! An event connection that has sent everything there was waits, nearly always, for the stream's next
 //! message; when it comes, every waiting reader writes it. Woken one by one, each reader's task cost a wake,
@@ -18,6 +19,12 @@
 //! written no sooner than [`GATHER`] after it, so tokens posted one at a time to many readers share writes.
 //! Not for a stream's lone reader: a hold saves it nothing and delays each message (see `sse.rs`,
 //! `shares_writes`).
+//!
+//! A WebSocket connection parks the same way (`ws.rs`): its rendition's frames are whole WebSocket frames,
+//! written as they are ([`ws_relay::try_write`]) where an SSE reader's events go in chunks
+//! ([`chunked::try_write`]); both kinds of reader of a stream share its feed, and so its one gathering
+//! timer. A WebSocket connection keeps its pings and its client's frames to itself: it takes its relay back
+//! for those.
 //!
 //! Nothing is missed between a relay's last look and its parking: the relay is looked at once more after it
 //! is listed, and every change after that wakes the feed, whose pass looks at every listed relay.
@@ -44,7 +51,8 @@ use tokio::time::Instant;
 
 use super::chunked;
 use super::sse::{BUSY, GATHER, Relay, shares_writes_of};
-use crate::hub::Stream;
+use super::ws_relay::{self, WsRelay};
+use crate::hub::{Batch, Stream, Subscription};
 use crate::sync::lock;
 
 /// Deliveries a feed makes before it lets the worker's other tasks run (other streams, other connections).
@@ -98,6 +106,46 @@ struct Slot {
     listed: AtomicBool,
 }
 
+/// A waiting reader a feed writes for.
+pub(crate) enum Reader {
+    /// An SSE response's relay (`event_connection.rs`), written in chunks.
+    Sse(Box<Relay>),
+    /// A one-stream WebSocket connection's relay (`ws.rs`), written as rendered.
+    WebSocket(Box<WsRelay>),
+}
+
+impl Reader {
+    fn subscription(&self) -> &Subscription {
+        match self {
+            Reader::Sse(relay) => relay.subscription(),
+            Reader::WebSocket(relay) => relay.subscription(),
+        }
+    }
+
+    fn try_batch(&mut self, now: Instant) -> Option<Option<Batch>> {
+        match self {
+            Reader::Sse(relay) => relay.try_batch(now),
+            Reader::WebSocket(relay) => relay.try_batch(now),
+        }
+    }
+
+    /// Writes a batch's pieces as far as `tcp` takes them now: `Err` with the framed bytes it did not take.
+    fn try_write(&self, tcp: &TcpStream, pieces: &[Bytes]) -> Result<(), Vec<Bytes>> {
+        match self {
+            Reader::Sse(_) => chunked::try_write(tcp, pieces),
+            Reader::WebSocket(_) => ws_relay::try_write(tcp, pieces),
+        }
+    }
+
+    /// When its ping is due: an SSE relay's; a WebSocket connection pings by itself.
+    fn ping_due(&self) -> Option<Instant> {
+        match self {
+            Reader::Sse(relay) => relay.ping_due(),
+            Reader::WebSocket(_) => None,
+        }
+    }
+}
+
 /// Where a feed is in its passes: a pass is under way while `ended` is behind `begun`.
 struct Passes {
     /// Passes begun.
@@ -110,7 +158,7 @@ struct Passes {
 
 struct Parking {
     /// The relay while the feed writes for it.
-    relay: Option<Box<Relay>>,
+    relay: Option<Reader>,
     /// A chunk the feed began and the socket did not take all of: what is left of it, to go out first.
     unsent: Vec<Bytes>,
 }
@@ -122,9 +170,9 @@ impl Feeds {
         self.0.next_shard.fetch_add(1, Ordering::Relaxed) % workers.max(1)
     }
 
-    /// Parks `relay`, which has sent everything there was (see [`Relay::is_waiting`]), on its stream's feed
-    /// for `shard`; the feed writes what comes next to `tcp`.
-    pub(crate) fn park(&self, relay: Box<Relay>, tcp: &Arc<TcpStream>, shard: usize) -> Parked {
+    /// Parks `relay`, which has sent everything there was (see [`Relay::is_waiting`], `WsRelay::is_waiting`),
+    /// on its stream's feed for `shard`; the feed writes what comes next to `tcp`.
+    pub(crate) fn park(&self, relay: Reader, tcp: &Arc<TcpStream>, shard: usize) -> Parked {
         let stream = Arc::clone(relay.subscription().stream());
         let changes = relay.subscription().changes();
         let key = (Arc::as_ptr(&stream) as usize, shard);
@@ -270,7 +318,7 @@ impl Slot {
             match relay.try_batch(now) {
                 None => return true,
                 Some(Some(batch)) => {
-                    if let Err(rest) = chunked::try_write(&self.tcp, batch.pieces()) {
+                    if let Err(rest) = relay.try_write(&self.tcp, batch.pieces()) {
                         *unsent = rest;
                         break;
                     }
@@ -304,11 +352,11 @@ impl Parked {
 
     /// When the relay's next ping is due if nothing goes out before it.
     pub(crate) fn ping_due(&self) -> Option<Instant> {
-        lock(&self.slot.parking).relay.as_ref().and_then(|relay| relay.ping_due())
+        lock(&self.slot.parking).relay.as_ref().and_then(Reader::ping_due)
     }
 
     /// The relay, off the feed, with what the feed left unsent of a chunk (to go out first).
-    pub(crate) fn take_back(&mut self) -> (Option<Box<Relay>>, Vec<Bytes>) {
+    pub(crate) fn take_back(&mut self) -> (Option<Reader>, Vec<Bytes>) {
         let taken = {
             let mut parking = lock(&self.slot.parking);
             (parking.relay.take(), std::mem::take(&mut parking.unsent))

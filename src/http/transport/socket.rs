@@ -62,9 +62,16 @@ impl AdmittedSocket {
     }
 
     /// The socket, to share between tasks, and what must be kept for as long as it is open.
-    pub(crate) fn share(self) -> (Arc<TcpStream>, impl Send) {
-        (Arc::new(self.tcp), (self._admitted, self._open))
+    pub(crate) fn share(self) -> (Arc<TcpStream>, Kept) {
+        (Arc::new(self.tcp), Kept { _admitted: self._admitted, _open: self._open })
     }
+}
+
+/// What a shared socket ([`AdmittedSocket::share`]) keeps for as long as it is open: its place under the cap
+/// and in its client's share, and its count in the metrics.
+pub(crate) struct Kept {
+    _admitted: Admitted,
+    _open: Open,
 }
 
 impl AsyncRead for AdmittedSocket {
@@ -108,6 +115,11 @@ pub(crate) struct Rewind {
 impl Rewind {
     pub(crate) fn new(prefix: Vec<u8>, socket: AdmittedSocket) -> Self {
         Rewind { prefix: (!prefix.is_empty()).then(|| Bytes::from(prefix)), socket }
+    }
+
+    /// The socket, and what is still to be read in front of it.
+    pub(crate) fn into_parts(self) -> (AdmittedSocket, Option<Bytes>) {
+        (self.socket, self.prefix)
     }
 }
 
