@@ -47,6 +47,7 @@ use crate::http::edge::error::HttpError;
 use crate::http::edge::extract::{Params, StreamId};
 #[cfg(feature = "redis")]
 use crate::http::edge::forward;
+use crate::http::transport::feed::Feeds;
 use crate::http::transport::upgrade::UpgradedSocket;
 use crate::http::transport::ws::{Liveness, Reply, WebSocketConnection, WsRelay, batches};
 use crate::hub::{AppendError, Appended, Condition, KEY_BYTES, Part, Stream};
@@ -163,7 +164,9 @@ async fn serve(app: Arc<App>, grant: Grant, mut connection: WebSocketConnection)
     while let Some(text) = connection.next_text().await {
         let reply = match Box::pin(handle(&app, &grant, &text, &mut connection)).await {
             Ok(Answer::Now(reply)) => Box::pin(std::future::ready(text_of(&reply))),
-            Ok(Answer::Kept { stream, appended, on, published }) => kept(stream, appended, on, published),
+            Ok(Answer::Kept { stream, appended, on, published }) => {
+                kept(stream, appended, on, published, app.feeds.clone())
+            }
             Err(error) => Box::pin(std::future::ready(text_of(&error_reply(error)))),
         };
         connection.reply(reply);
@@ -181,10 +184,15 @@ enum Answer {
 /// repeat) or to an end (`{"stream", "sequences", "last_sequence"}`) once what it appended is kept, as an
 /// HTTP append's answer is (see `Stream::kept`): in memory at once, with the store once committed, with
 /// Redis once it took it. What could not be kept is the error reply `store_unavailable`, once its stream
-/// has ended.
-fn kept(stream: String, appended: Appended, on: Arc<Stream>, published: bool) -> Reply {
+/// has ended. Like an HTTP append's answer, it also waits while the stream is far ahead of its readers
+/// (`Feeds::paced`): a client that pipelines publishes is held by the bound on replies waiting, so it
+/// publishes no faster than the pass over its readers that keep up.
+fn kept(stream: String, appended: Appended, on: Arc<Stream>, published: bool, feeds: Feeds) -> Reply {
     Box::pin(async move {
         let last = appended.sequences.last().copied();
+        if !appended.replayed {
+            feeds.paced(&on).await;
+        }
         let reply = if on.kept(last.unwrap_or(0)).await {
             appended_reply(stream, &appended, published)
         } else {
