@@ -33,6 +33,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
@@ -189,7 +190,7 @@ pub(crate) struct WebSocketConnection {
     subscriptions: Subscriptions,
     /// Replies not sent yet, in the order of the frames they answer.
     replies: FuturesOrdered<Reply>,
-    lifetime: Lifetime,
+    lifetime: Arc<Lifetime>,
     /// The stream a connection opened on one stream watches: it closes when that one ends.
     single: Option<String>,
     /// A batch said its subscriber lagged.
@@ -209,7 +210,7 @@ impl WebSocketConnection {
     /// when it was opened on one stream, which it watches from the start.
     pub(crate) fn new(
         socket: WebSocket,
-        lifetime: Lifetime,
+        lifetime: Arc<Lifetime>,
         liveness: Liveness,
         single: Option<(String, Batches)>,
     ) -> Self {
