@@ -94,7 +94,9 @@ impl Settings {
 /// per host for every tab of a few, a server's pool.
 const CLIENT_CONNECTIONS_FLOOR: usize = 64;
 
-/// What every handler shares; cheap to clone.
+/// What every handler shares; cheap to clone: axum hands each request a clone of it, so every field is a
+/// shared pointer or a handle over one (the settings and the shutdown's tokens too), and a clone copies no
+/// string or list.
 #[derive(Debug, Clone)]
 pub struct App {
     /// The streams.
@@ -103,8 +105,9 @@ pub struct App {
     pub agents: Arc<Agents>,
     /// The server-side threads.
     pub threads: Threads,
-    /// Transport settings.
-    pub settings: Settings,
+    /// Transport settings, shared: read them through the `Arc` (`app.settings.keep_alive`); they are fixed
+    /// when the app is made ([`App::new`] takes them by value).
+    pub settings: Arc<Settings>,
     /// The keys and the secret stream tokens are signed with.
     pub credentials: Arc<Credentials>,
     /// What `GET /metrics` shows.
@@ -116,7 +119,7 @@ pub struct App {
     #[cfg(feature = "redis")]
     pub(super) cluster: Option<crate::cluster::Cluster>,
     /// Where the service is in its shutdown.
-    pub(super) lifetime: Lifetime,
+    pub(super) lifetime: Arc<Lifetime>,
     /// The writers of waiting event connections (`transport/feed.rs`).
     pub(super) feeds: feed::Feeds,
     /// The copy of the app that long-lived connections share (see [`App::shared`]).
@@ -157,14 +160,14 @@ impl App {
             hub,
             agents,
             threads,
-            settings,
+            settings: Arc::new(settings),
             credentials,
             metrics: Metrics::new(),
             #[cfg(feature = "store")]
             store: None,
             #[cfg(feature = "redis")]
             cluster: None,
-            lifetime: Lifetime::default(),
+            lifetime: Arc::default(),
             feeds: feed::Feeds::default(),
             shared: Arc::default(),
         }

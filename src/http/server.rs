@@ -167,7 +167,7 @@ async fn connection(
     socket: AdmittedSocket,
     service: AddExtension<Router, ConnectInfo<SocketAddr>>,
     http: http1::Builder,
-    lifetime: Lifetime,
+    lifetime: Arc<Lifetime>,
     feeds: Feeds,
     head_timeout: Duration,
 ) {

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use super::message::OutputMessage;
 use super::outcome::{EndStatus, FinishReason, Usage};
-use super::props::{ErrorProps, EventProps};
+use super::props::{BuiltinProps, ErrorProps, EventProps};
 
 /// One lifecycle event's data: its name, and the `event` message that carries it.
 pub trait LifecycleEvent: Serialize + JsonSchema {
@@ -27,13 +27,20 @@ pub trait LifecycleEvent: Serialize + JsonSchema {
     const NAME: &'static str;
 
     /// The `event` message with this as its data.
+    ///
+    /// Its props are made here as [`EventProps`] would serialise (`event`, then `data`), not by serialising
+    /// an `EventProps` holding the data again: every stream and every streamed message makes some, and the
+    /// second pass copied the whole data once more.
     fn event(&self) -> OutputMessage {
         // A struct of strings and numbers serialises to an object.
         let data = match serde_json::to_value(self) {
             Ok(Value::Object(data)) => data,
             _ => Map::new(),
         };
-        OutputMessage::builtin(EventProps { event: Self::NAME.to_owned(), message: None, data: Some(data) })
+        let mut props = Map::with_capacity(2);
+        props.insert("event".to_owned(), Value::String(Self::NAME.to_owned()));
+        props.insert("data".to_owned(), Value::Object(data));
+        OutputMessage::new(<EventProps as BuiltinProps>::TYPE, props)
     }
 }
 
@@ -143,5 +150,30 @@ mod tests {
             BlockEnd::NAME,
         ];
         assert_eq!(names, crate::output::validate::LIFECYCLE_NAMES);
+    }
+
+    /// The message made by hand is the one `EventProps` makes, to the byte.
+    #[test]
+    fn an_event_is_what_its_event_props_make() {
+        fn same<E: LifecycleEvent>(event: E) {
+            let data = serde_json::to_value(&event).unwrap().as_object().cloned();
+            let props = EventProps { event: E::NAME.to_owned(), message: None, data };
+            let (made, through) = (event.event(), OutputMessage::builtin(props));
+            assert_eq!(serde_json::to_string(&made).unwrap(), serde_json::to_string(&through).unwrap());
+            assert_eq!(made, through);
+        }
+        same(StreamStart { stream_id: "s_1".into(), epoch: "e".into(), model: "demo".into() });
+        same(MessageStart { message_id: "m_1".into(), kind: "text".into() });
+        same(MessageEnd { message_id: "m_1".into(), kind: "text".into(), chunk_count: 3, duration_ms: 7 });
+        same(BlockStart { block_id: "b".into() });
+        same(BlockEnd { block_id: "b".into(), message_count: 2, duration_ms: 9 });
+        same(StreamEnd {
+            status: EndStatus::Error,
+            duration_ms: 5,
+            finish_reason: None,
+            usage: None,
+            error: Some(ErrorProps { message: "no".into(), code: Some("x".into()), details: None }),
+            served_by: None,
+        });
     }
 }

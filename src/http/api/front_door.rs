@@ -151,7 +151,7 @@ impl FrontDoor {
         // The run's task goes first: it was just spawned onto this worker, and what is left here (counting,
         // naming and logging the run, making its answer) can be done while its upstream request is in flight
         // rather than before it is sent. Yielding leaves the run in the worker's next slot, where no later
-        // spawn (the metrics' watch of the run's end) can push it back or let the other worker steal it.
+        // spawn on this worker can push it back or let the other worker steal it.
         tokio::task::yield_now().await;
         // With several nodes, the stream's id goes out (its header) once Redis has the stream, so any node
         // finds it at once (one node finds it in its hub from the start).
@@ -207,7 +207,7 @@ pub(crate) fn invalid_thread(param: &str) -> HttpError {
 async fn started(app: &App, model: &str, stream: &Arc<Stream>, headers: &HeaderMap) -> Result<OnDisconnect, HttpError> {
     record_stream(stream.id());
     app.metrics.stream_created();
-    app.metrics.run(app.agents.label(model), Arc::clone(stream));
+    app.metrics.run(app.agents.label(model), stream);
     let cancel_on_disconnect = headers
         .get("x-agentmux-on-disconnect")
         .and_then(|v| v.to_str().ok())

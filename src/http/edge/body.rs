@@ -41,7 +41,25 @@ pub(crate) async fn read(body: Body, settings: &Settings) -> Result<Bytes, HttpE
 }
 
 /// Parses JSON into `T`; a syntax error is 400 `invalid_json`, a wrong field is 400 with `param` naming it.
+///
+/// A body that parses is read once, plainly; only one that does not is read again through
+/// `serde_path_to_error`, for the path its error names. Tracking the path costs every request (a string for
+/// each key on the way), and only a refusal needs it.
 pub(crate) fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    match T::deserialize(&mut deserializer) {
+        Ok(value) => {
+            deserializer
+                .end()
+                .map_err(|e| HttpError::bad_request(format!("invalid JSON: {e}"), None, "invalid_json"))?;
+            Ok(value)
+        }
+        Err(_) => json_refused(bytes),
+    }
+}
+
+/// [`json`] for a body that did not parse: read again with its path tracked, for the error that names it.
+fn json_refused<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, HttpError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();

@@ -158,13 +158,13 @@ impl Metrics {
         Open(self.0.connections.clone())
     }
 
-    /// A chat run started with `model`; `ended` is awaited (on a task of its own) to count how it ended.
-    pub(crate) fn run(&self, model: &str, stream: Arc<crate::hub::Stream>) {
+    /// A chat run started with `model` on `stream`; its end is counted (by how it ended) when the stream
+    /// records it ([`crate::hub::Stream::when_ended`]), with no task per run.
+    pub(crate) fn run(&self, model: &str, stream: &crate::hub::Stream) {
         self.0.runs.get_or_create(&vec![("model", model.to_owned())]).inc();
         let (ended, model) = (self.0.runs_ended.clone(), model.to_owned());
-        tokio::spawn(async move {
-            let outcome = stream.ended().await;
-            let status = Status::of(Some(&outcome));
+        stream.when_ended(move |outcome| {
+            let status = Status::of(Some(outcome));
             ended.get_or_create(&vec![("model", model), ("status", status.as_str().to_owned())]).inc();
         });
     }

@@ -256,7 +256,7 @@ pub(crate) struct WebSocketConnection {
     subscriptions: Subscriptions,
     /// Replies not sent yet, in the order of the frames they answer.
     replies: Replies,
-    lifetime: Lifetime,
+    lifetime: Arc<Lifetime>,
     /// Where a one-stream connection parks while it waits, and the shard it keeps to.
     feeds: Feeds,
     shard: usize,
@@ -292,7 +292,7 @@ impl WebSocketConnection {
     /// from the start (and parks on that stream's feed in `feeds` while it waits).
     pub(crate) fn new(
         socket: UpgradedSocket,
-        lifetime: Lifetime,
+        lifetime: Arc<Lifetime>,
         liveness: Liveness,
         max_message: usize,
         feeds: Feeds,

@@ -174,7 +174,8 @@ impl Stream {
         entries.push(Entry::message(end));
         let outcome = Arc::new(outcome);
         entries.push(Entry::End(Arc::clone(&outcome)));
-        producer.end = Some(outcome);
+        producer.end = Some(Arc::clone(&outcome));
+        let on_end = std::mem::take(&mut producer.on_end);
         self.log.append(entries);
         if cancelling {
             self.cancel.cancel();
@@ -182,7 +183,25 @@ impl Stream {
         drop(producer);
         self.warm.store(true, Ordering::Release);
         self.hub.ended(&self.info.id, self.client.as_deref());
+        on_end.into_iter().for_each(|then| then(&outcome));
         Ok(true)
+    }
+
+    /// Calls `then` with the outcome once the end is recorded (at once if it already is), on the thread
+    /// that ends the stream, outside its locks: how a count of ends is kept without a task that waits for
+    /// each stream's end (and is woken by every append on the way). The end is recorded when it is
+    /// appended, before a store commits it. A stream followed from another node records no end here: `then`
+    /// is never called for it.
+    pub(crate) fn when_ended(&self, then: impl FnOnce(&Outcome) + Send + 'static) {
+        let mut producer = self.lock();
+        match producer.end.clone() {
+            Some(outcome) => {
+                drop(producer);
+                then(&outcome);
+            }
+            None if self.followed => {}
+            None => producer.on_end.push(Box::new(then)),
+        }
     }
 
     /// Cancels the stream: fires the cancellation token the agent watches and ends the stream `cancelled`.
@@ -276,6 +295,7 @@ pub(crate) const NOT_KEPT: &str =
 mod tests {
     use super::*;
     use crate::hub::Hub;
+    use crate::output::EndStatus;
 
     #[test]
     fn the_widest_end_sized_once_is_the_one_sized_for_the_stream() {
@@ -285,5 +305,24 @@ mod tests {
             let room = stream.reservation(lifecycle::stream_end(&lifecycle::widest_outcome(), u64::MAX));
             assert_eq!(stream.widest_end(), (room, json_size(&lifecycle::widest_outcome())));
         }
+    }
+
+    /// Told once, with the outcome that ended the stream, whether asked before the end or after it; a second
+    /// end (refused) tells no one again.
+    #[test]
+    fn when_ended_tells_the_end_once_before_or_after_it() {
+        use std::sync::Mutex;
+        let hub = Hub::default();
+        let stream = hub.create_for(None, "m").unwrap();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let before = Arc::clone(&told);
+        stream.when_ended(move |outcome| crate::sync::lock(&before).push(("before", outcome.status)));
+        assert!(crate::sync::lock(&told).is_empty(), "not ended yet");
+        assert!(stream.cancel());
+        assert!(!stream.end(Outcome::completed()));
+        let after = Arc::clone(&told);
+        stream.when_ended(move |outcome| crate::sync::lock(&after).push(("after", outcome.status)));
+        let told = crate::sync::lock(&told).clone();
+        assert_eq!(told, [("before", EndStatus::Cancelled), ("after", EndStatus::Cancelled)]);
     }
 }

@@ -113,7 +113,12 @@ struct Producer {
     readers: u64,
     /// The last conditional appends, for their repeats.
     receipts: receipts::Receipts,
+    /// What is to be told of the end once it is recorded ([`Stream::when_ended`]).
+    on_end: Vec<OnEnd>,
 }
+
+/// A callback told how a stream ended ([`Stream::when_ended`]).
+type OnEnd = Box<dyn FnOnce(&Outcome) + Send>;
 
 impl Producer {
     /// How many times an entry is counted: the log, the producer's own reduction (`reducer`, at most the
@@ -184,6 +189,7 @@ impl Stream {
                 started_ms: now_ms,
                 readers: 0,
                 receipts: receipts::Receipts::default(),
+                on_end: Vec::new(),
             }),
             log,
             renditions: Mutex::new(Vec::new()),
@@ -265,6 +271,7 @@ impl Stream {
                 started_ms: info.created_ms,
                 readers: 0,
                 receipts: receipts::Receipts::default(),
+                on_end: Vec::new(),
             }),
             log,
             renditions: Mutex::new(Vec::new()),
