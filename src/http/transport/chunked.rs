@@ -83,19 +83,27 @@ pub(crate) fn try_write(tcp: &TcpStream, pieces: &[Bytes]) -> Result<(), Vec<Byt
                 }
                 let head = Bytes::copy_from_slice(ChunkSize::default().of(bytes));
                 let parts = std::iter::once(head).chain(group.iter().cloned()).chain([Bytes::from_static(b"\r\n")]);
-                for part in parts {
-                    if skip >= part.len() {
-                        skip -= part.len();
-                    } else {
-                        rest.push(part.slice(skip..));
-                        skip = 0;
-                    }
-                }
+                skip = unwritten(parts, skip, &mut rest);
             }
             return Err(rest);
         }
     }
     Ok(())
+}
+
+/// Puts into `rest` what of `parts` a write that took `written` bytes of them left (the first one cut where
+/// the write stopped); returns what of `written` is left to skip in the parts that follow (0 once one was
+/// cut).
+pub(crate) fn unwritten(parts: impl IntoIterator<Item = Bytes>, mut written: usize, rest: &mut Vec<Bytes>) -> usize {
+    for part in parts {
+        if written >= part.len() {
+            written -= part.len();
+        } else {
+            rest.push(part.slice(written..));
+            written = 0;
+        }
+    }
+    written
 }
 
 /// Writes every byte of `slices` to `tcp`, waiting for it to take them.

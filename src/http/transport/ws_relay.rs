@@ -12,7 +12,7 @@ use bytes::Bytes;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::chunked::write_all_to;
+use super::chunked::{unwritten, write_all_to};
 use crate::http::edge::metrics::SubscriberMeter;
 use crate::hub::{Batch, Subscription};
 
@@ -73,17 +73,10 @@ pub(crate) fn try_write(tcp: &TcpStream, pieces: &[Bytes]) -> Result<(), Vec<Byt
         let group = &pieces[from..pieces.len().min(from + SLICES)];
         let slices = slices(group);
         let total: usize = group.iter().map(Bytes::len).sum();
-        let mut written = tcp.try_write_vectored(&slices[..group.len()]).unwrap_or(0);
+        let written = tcp.try_write_vectored(&slices[..group.len()]).unwrap_or(0);
         if written < total {
             let mut rest = Vec::new();
-            for piece in &pieces[from..] {
-                if written >= piece.len() {
-                    written -= piece.len();
-                } else {
-                    rest.push(piece.slice(written..));
-                    written = 0;
-                }
-            }
+            unwritten(pieces[from..].iter().cloned(), written, &mut rest);
             return Err(rest);
         }
         from += group.len();
